@@ -1,0 +1,86 @@
+"""Base images without a registry: debootstrap a Debian rootfs and import it for amd64 or arm64."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .engine import BuildRequest, Engine
+from .errors import EngineError, RecipeError
+
+ARCHES = ("amd64", "arm64")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+
+def default_tag(suite: str, arch: str) -> str:
+    return f"servebuild/debian:{suite}-{arch}"
+
+
+def host_arch() -> str:
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+
+
+def _run(cmd: list[str], log) -> None:
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise EngineError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); see {log.name}",
+                          field="bootstrap-base")
+
+
+def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT_MIRROR) -> Path:
+    """debootstrap once per (suite, arch); later calls reuse the cached tarball."""
+    if arch not in ARCHES:
+        raise RecipeError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
+    if shutil.which("debootstrap") is None:
+        raise EngineError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
+    out = cache_dir / "rootfs" / f"{suite}-{arch}.tar"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = out.with_suffix(".log")
+    work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-{arch}.", dir=out.parent))
+    try:
+        with log_path.open("w") as log:
+            print(f"debootstrap {suite} for {arch} (log: {log_path})", file=sys.stderr)
+            if arch == host_arch():
+                _run(["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(work), mirror], log)
+            else:
+                _run(["debootstrap", "--variant=minbase", f"--arch={arch}", "--foreign", suite, str(work),
+                      mirror], log)
+                _run(["chroot", str(work), "/debootstrap/debootstrap", "--second-stage"], log)
+            tmp = out.with_suffix(".tar.tmp")
+            _run(["tar", "-C", str(work), "--sort=name", "--numeric-owner", "-cf", str(tmp), "."], log)
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def bootstrap_base(engine: Engine, arch: str, suite: str, tag: str, cache_dir: Path,
+                   mirror: str = DEFAULT_MIRROR) -> str:
+    """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch."""
+    tarball = rootfs_tarball(arch, suite, cache_dir, mirror)
+    context = Path(tempfile.mkdtemp(prefix="base-context."))
+    try:
+        os.link(tarball, context / "rootfs.tar") if _same_fs(tarball, context) else \
+            shutil.copyfile(tarball, context / "rootfs.tar")
+        (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
+        request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},
+                               labels={"io.servebuild.base": f"debian-{suite}-minbase",
+                                       "org.opencontainers.image.base.name": "scratch"},
+                               secrets={})
+        image_id = engine.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
+        engine.tag(image_id, tag)
+        return image_id
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return a.stat().st_dev == b.stat().st_dev

@@ -1,0 +1,67 @@
+"""User-level configuration: git and image mirrors for air-gapped sites.
+
+Read from $SERVEBUILD_CONFIG, else ~/.config/servebuild/config.yaml. SERVEBUILD_GIT_MIRRORS
+("URL=MIRROR;URL=MIRROR") and SERVEBUILD_IMAGE_MIRRORS ("REF=REF;...") add to it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from .errors import RecipeError
+
+
+@dataclass(frozen=True)
+class Config:
+    git_mirrors: dict[str, str] = field(default_factory=dict)
+    image_mirrors: dict[str, str] = field(default_factory=dict)
+
+
+def _pairs(text: str, var: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        if "=" not in item:
+            raise RecipeError(f"entry {item!r} is not FROM=TO", file=f"${var}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_config(path: Optional[Path] = None) -> Config:
+    path = path or Path(os.environ.get("SERVEBUILD_CONFIG", Path.home() / ".config/servebuild/config.yaml"))
+    data: dict = {}
+    if path.exists():
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise RecipeError(f"invalid YAML: {exc}", file=str(path)) from None
+        if not isinstance(data, dict) or set(data) - {"git_mirrors", "image_mirrors"}:
+            raise RecipeError("expected a mapping with git_mirrors and/or image_mirrors", file=str(path))
+        for key in ("git_mirrors", "image_mirrors"):
+            value = data.get(key) or {}
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise RecipeError("must map strings to strings", file=str(path), field=key)
+            data[key] = value
+    git = {**data.get("git_mirrors", {}), **_pairs(os.environ.get("SERVEBUILD_GIT_MIRRORS", ""),
+                                                   "SERVEBUILD_GIT_MIRRORS")}
+    images = {**data.get("image_mirrors", {}), **_pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""),
+                                                        "SERVEBUILD_IMAGE_MIRRORS")}
+    return Config(git_mirrors=git, image_mirrors=images)
+
+
+def load_mirror_map(path: Path) -> dict[str, str]:
+    """A mirror map file (`images:` section) that rewrites recipe base references."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise RecipeError(f"cannot read mirror map: {exc.strerror}", file=str(path)) from None
+    images = data.get("images") if isinstance(data, dict) else None
+    if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
+        raise RecipeError("a mirror map needs an `images:` mapping of reference to reference",
+                          file=str(path), field="images")
+    return images

@@ -1,0 +1,154 @@
+"""The Docker engine: find a BuildKit-capable client, build, inspect, tag."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, TextIO
+
+from .errors import EngineError
+
+DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
+
+
+@dataclass
+class BuildRequest:
+    context: Path
+    platform: str
+    build_args: dict[str, str]
+    labels: dict[str, str]
+    secrets: dict[str, Path]
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    target: Optional[str] = None
+
+
+def _client_candidates() -> list[str]:
+    env = os.environ.get("SERVEBUILD_DOCKER")
+    if env:
+        return [env]
+    found = ["/usr/bin/docker"]  # Debian's client builds with its built-in BuildKit frontend
+    on_path = shutil.which("docker")
+    if on_path and on_path not in found:
+        found.append(on_path)
+    return [c for c in found if Path(c).exists()]
+
+
+class Engine:
+    """One Docker engine reached through a client that builds with BuildKit."""
+
+    def __init__(self, client: Optional[str] = None):
+        self.client = client or self._find_client()
+        self._ping()
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+
+    def _find_client(self) -> str:
+        candidates = _client_candidates()
+        if not candidates:
+            raise EngineError("no docker client found; install docker.io (which ships a BuildKit "
+                              "client) or set SERVEBUILD_DOCKER", field="engine")
+        for client in candidates:
+            proc = subprocess.run([client, "build", "--help"], env=self._env(), capture_output=True,
+                                  text=True)
+            if proc.returncode == 0 and "--secret" in proc.stdout:
+                return client
+        raise EngineError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
+                          f"--secret); install docker.io or the buildx plugin, or set SERVEBUILD_DOCKER",
+                          field="engine")
+
+    def _ping(self) -> None:
+        proc = self.run("version", "--format", "{{.Server.Version}}", check=False)
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+            raise EngineError(f"Docker engine not reachable ({detail}); {DOCKER_HOST_HELP}", field="engine")
+        self.server_version = proc.stdout.strip()
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise EngineError(f"docker {args[0]} failed: {detail}", field="engine")
+        return proc
+
+    # -- facts about the engine
+
+    def info(self) -> dict:
+        import json
+        return json.loads(self.run("info", "--format", "{{json .}}").stdout)
+
+    def image_id(self, ref: str) -> Optional[str]:
+        proc = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def image_inspect(self, ref: str) -> dict:
+        import json
+        return json.loads(self.run("image", "inspect", ref).stdout)[0]
+
+    # -- building
+
+    def build(self, req: BuildRequest, log_path: Path, echo: Optional[TextIO] = sys.stderr) -> str:
+        """Build without tagging; stream plain progress to `echo` and the whole log to `log_path`."""
+        iidfile = log_path.parent / "image-id.txt"
+        iidfile.unlink(missing_ok=True)
+        cmd = [self.client, "build", "--progress=plain", "--platform", req.platform,
+               "--iidfile", str(iidfile), "-f", str(req.context / "Dockerfile")]
+        for key, value in sorted(req.build_args.items()):
+            cmd += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(req.labels.items()):
+            cmd += ["--label", f"{key}={value}"]
+        for sid, src in sorted(req.secrets.items()):
+            cmd += ["--secret", f"id={sid},src={src}"]
+        for ref in req.cache_from:
+            cmd += ["--cache-from", ref]
+        if req.no_cache:
+            cmd.append("--no-cache")
+        if req.target:
+            cmd += ["--target", req.target]
+        cmd.append(str(req.context))
+        start = time.monotonic()
+        tail: list[str] = []
+        with log_path.open("w") as log:
+            log.write("$ " + " ".join(cmd) + "\n")
+            proc = subprocess.Popen(cmd, env=self._env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                tail = (tail + [line.rstrip()])[-15:]
+                if echo is not None and _is_progress(line):
+                    echo.write(f"[{time.monotonic() - start:6.0f}s] {line}")
+                    echo.flush()
+            code = proc.wait()
+        if code != 0:
+            reason = next((t for t in reversed(tail) if "ERROR" in t or "error" in t), tail[-1] if tail else "")
+            raise EngineError(f"build failed (exit {code}): {reason.strip()}; full log: {log_path}",
+                              field="build")
+        return iidfile.read_text().strip()
+
+    def tag(self, image_id: str, tag: str) -> None:
+        self.run("tag", image_id, tag)
+
+    def remove_image(self, ref: str) -> None:
+        self.run("image", "rm", "-f", ref, check=False)
+
+    def run_in_image(self, image: str, *command: str, platform: Optional[str] = None,
+                     network: str = "none", entrypoint: Optional[str] = None) -> str:
+        args = ["run", "--rm", "--network", network]
+        if platform:
+            args += ["--platform", platform]
+        if entrypoint is not None:
+            args += ["--entrypoint", entrypoint]
+        return self.run(*args, image, *command).stdout
+
+
+def _is_progress(line: str) -> bool:
+    """Step headers and errors always; step output too (plain progress lines start with #N)."""
+    return line.startswith("#") or "ERROR" in line

@@ -1,0 +1,43 @@
+"""Errors as values with a place: every user-facing failure names file, field and problem."""
+
+from __future__ import annotations
+
+
+class ServebuildError(Exception):
+    """A failure the user can act on. `str()` is the one line the CLI prints."""
+
+    exit_code = 2
+
+    def __init__(self, problem: str, *, file: str | None = None, field: str | None = None,
+                 line: int | None = None):
+        self.problem = problem
+        self.file = file
+        self.field = field
+        self.line = line
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        place = []
+        if self.file:
+            place.append(f"{self.file}:{self.line}" if self.line else self.file)
+        if self.field:
+            place.append(self.field)
+        prefix = ": ".join(place)
+        text = " ".join(self.problem.split())  # always exactly one line
+        return f"{prefix}: {text}" if prefix else text
+
+
+class RecipeError(ServebuildError):
+    """The recipe (or a file it names) is wrong."""
+
+
+class SourceError(ServebuildError):
+    """A source, patch or lock problem."""
+
+
+class EngineError(ServebuildError):
+    """The Docker engine is missing, unreachable or lacks BuildKit, or a build failed."""
+
+
+class SmokeError(ServebuildError):
+    """The smoke suite could not be started."""

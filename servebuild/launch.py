@@ -1,0 +1,111 @@
+"""Launch profiles: validated server command lines, installed in images as named commands."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class LaunchProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = ""
+    module: str                        # run as `python -m MODULE`
+    args: list[str] = []
+    extra_args: list[str] = []         # appended after args; lets a child recipe add flags only
+    env: dict[str, str] = {}
+    dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
+
+    @field_validator("module")
+    @classmethod
+    def _module(cls, v: str) -> str:
+        if not MODULE.match(v):
+            raise ValueError(f"{v!r} is not a dotted Python module name")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"environment variable name {key!r} is not valid")
+        return v
+
+    def argv(self) -> list[str]:
+        return ["python", "-m", self.module, *self.args, *self.extra_args]
+
+
+def _flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
+    """Collect `--flag value` and `--flag=value` occurrences."""
+    found: dict[str, list[Optional[str]]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            if "=" in arg:
+                flag, value = arg.split("=", 1)
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                flag, value = arg, args[i + 1]
+                i += 1
+            else:
+                flag, value = arg, None
+            found.setdefault(flag, []).append(value)
+        i += 1
+    return found
+
+
+def validate_profile(name: str, profile: LaunchProfile) -> None:
+    """Raise ValueError naming the profile and the problem."""
+    flags = _flag_values(profile.args + profile.extra_args)
+    for flag, values in flags.items():
+        if len(values) > 1:
+            raise ValueError(f"profile {name!r}: flag {flag} is given {len(values)} times")
+    block = profile.dspark_block_size
+
+    spec = flags.get("--speculative-config")
+    if spec:
+        try:
+            config = json.loads(spec[0] or "")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"profile {name!r}: --speculative-config is not JSON ({exc.msg})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"profile {name!r}: --speculative-config must be a JSON object")
+        if str(config.get("method", "")).lower() == "dspark":
+            k = config.get("num_speculative_tokens")
+            if not isinstance(k, int) or isinstance(k, bool):
+                raise ValueError(f"profile {name!r}: DSpark needs an integer num_speculative_tokens")
+            _check_block(name, block, k, "num_speculative_tokens")
+
+    algo = flags.get("--speculative-algorithm")
+    if algo and (algo[0] or "").upper() == "DSPARK":
+        draft = flags.get("--speculative-num-draft-tokens")
+        if not draft or draft[0] is None or not draft[0].isdigit():
+            raise ValueError(f"profile {name!r}: DSPARK needs an integer --speculative-num-draft-tokens")
+        # SGLang counts the verified token: N draft tokens are N-1 proposals
+        _check_block(name, block, int(draft[0]) - 1, "--speculative-num-draft-tokens minus one")
+
+
+def _check_block(name: str, block: Optional[int], proposals: int, what: str) -> None:
+    if block is None:
+        raise ValueError(f"profile {name!r}: DSpark needs dspark_block_size (the model's block size)")
+    if proposals < block:
+        raise ValueError(f"profile {name!r}: {what} is {proposals}, below the DSpark block size {block}")
+
+
+def launcher_script(name: str, profile: LaunchProfile, python: str = "/opt/venv/bin/python") -> str:
+    """A POSIX shell script that sets the profile's environment and execs the server."""
+    lines = ["#!/bin/sh", f"# servebuild launch profile {name}: {profile.description}".rstrip(": "),
+             "# Extra arguments are appended; the environment can be overridden by the caller."]
+    for key, value in sorted(profile.env.items()):
+        lines.append(f'[ -n "${{{key}+set}}" ] || {key}={shlex.quote(value)}; export {key}')
+    argv = [python, *profile.argv()[1:]]
+    lines.append("exec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"')
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,82 @@
+"""Build manifests: the inputs (deterministic, copied into the image) and the outputs of a build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from . import __version__
+from .recipe import LoadedRecipe
+from .sources import PreparedSource
+
+MANIFEST_PATH = "/opt/servebuild/manifest.json"
+LABEL_PREFIX = "io.servebuild"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
+                    source: Optional[PreparedSource], build_args: dict[str, str]) -> dict:
+    """Everything that went into the build, with hashes. No timestamps: same inputs, same bytes."""
+    r = loaded.recipe
+    constraints = {"path": r.constraints[platform],
+                   "sha256": sha256_file(loaded.root / r.constraints[platform])}
+    engine = None
+    if r.engine:
+        assert source is not None
+        engine = {"name": r.engine.name, "version": r.engine.version, "install": r.engine.install,
+                  "source": source.as_dict(), "subdir": r.engine.source.subdir}
+        if r.engine.install == "vllm-precompiled":
+            rel = r.engine.precompiled[platform]
+            engine["precompiled"] = {"path": rel, "sha256": sha256_file(loaded.root / rel)}
+    return {
+        "schema": 1,
+        "servebuild": __version__,
+        "recipe": {"name": r.name, "sha256": loaded.sha256,
+                   "files": [{"path": f.display, "sha256": f.text_sha256} for f in loaded.chain]},
+        "platform": platform,
+        "python": r.python,
+        "cuda_arch_list": r.cuda_arch_list,
+        "bases": bases,
+        "constraints": constraints,
+        "engine": engine,
+        "build_args": dict(sorted(build_args.items())),
+        "launch": {"profiles": sorted(r.launch.profiles), "cache_dirs": r.launch.cache_dirs,
+                   "user": r.launch.user, "workdir": r.launch.workdir},
+        "expect": r.expect.model_dump(mode="json"),
+    }
+
+
+def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:
+    engine = inputs.get("engine") or {}
+    source = engine.get("source") or {}
+    runtime = inputs["bases"]["runtime"]
+    labels = {
+        "org.opencontainers.image.source": source.get("url") or project_url,
+        "org.opencontainers.image.revision": source.get("commit") or "",
+        "org.opencontainers.image.version": engine.get("version") or inputs["recipe"]["name"],
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.title": inputs["recipe"]["name"],
+        "org.opencontainers.image.base.name": runtime["ref"],
+        "org.opencontainers.image.base.digest": runtime.get("digest") or runtime.get("id") or "",
+        f"{LABEL_PREFIX}.recipe": inputs["recipe"]["name"],
+        f"{LABEL_PREFIX}.recipe.sha256": inputs["recipe"]["sha256"],
+        f"{LABEL_PREFIX}.manifest.sha256": manifest_sha256(inputs),
+        f"{LABEL_PREFIX}.manifest.path": MANIFEST_PATH,
+        f"{LABEL_PREFIX}.platform": inputs["platform"],
+        f"{LABEL_PREFIX}.patches": ",".join(p["id"] for p in source.get("patches", [])),
+        f"{LABEL_PREFIX}.cuda-arch-list": inputs["cuda_arch_list"],
+    }
+    return labels
+
+
+def _canonical(data: dict) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def manifest_sha256(inputs: dict) -> str:
+    return hashlib.sha256(_canonical(inputs).encode()).hexdigest()

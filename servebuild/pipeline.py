@@ -1,0 +1,234 @@
+"""One build, front to back: recipe -> resolved -> rendered context -> built image -> manifest -> tag.
+
+Every input is checked before the engine is asked to do anything, and the image is tagged only
+after its manifest is written, so a failure never leaves a tagged image or a half build dir.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform as host_platform
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .config import Config, load_config, load_mirror_map
+from .engine import BuildRequest, Engine
+from .errors import EngineError, RecipeError
+from .manifest import inputs_manifest, oci_labels
+from .recipe import PLATFORMS, LoadedRecipe, load_recipe
+from .render import write_context, write_json
+from .resources import derive
+from .sources import PreparedSource, SourceCache, default_cache_dir
+
+PROJECT_URL = "https://github.com/servebuild/servebuild"
+TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*$")
+
+
+def host_platform_name() -> str:
+    machine = host_platform.machine()
+    return {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64",
+            "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
+
+
+def slug(platform: str) -> str:
+    return platform.replace("/", "-")
+
+
+@dataclass
+class BuildOptions:
+    platform: Optional[str] = None
+    tag: Optional[str] = None
+    no_cache: bool = False
+    dry_run: bool = False
+    ca_bundle: Optional[Path] = None
+    netrc: Optional[Path] = None
+    mirror_map: Optional[Path] = None
+    offline: bool = False
+    build_root: Optional[Path] = None
+    cache_dir: Optional[Path] = None
+    cache_from: tuple[str, ...] = ()
+    echo: bool = True
+
+
+@dataclass
+class BuildPlan:
+    loaded: LoadedRecipe
+    platform: str
+    bases: dict[str, str]
+    build_dir: Path
+    tag: str
+    secrets: dict[str, Path]
+    options: BuildOptions
+    config: Config
+    source: Optional[PreparedSource] = None
+    context: Optional[Path] = None
+    build_args: dict[str, str] = field(default_factory=dict)
+    manifest_inputs: dict = field(default_factory=dict)
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    tag: str
+    manifest_path: Path
+    log_path: Path
+
+
+def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
+    if path is None:
+        return None
+    if not path.is_file() or path.stat().st_size == 0:
+        raise RecipeError(f"{path} is not a readable, non-empty file", field=option)
+    return path.resolve()
+
+
+def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
+    """Load and validate everything that can be checked without the engine."""
+    loaded = load_recipe(recipe_name, root)
+    recipe = loaded.recipe
+    platform = options.platform or (host_platform_name() if host_platform_name() in recipe.platforms
+                                    else recipe.platforms[0])
+    if platform not in PLATFORMS:
+        raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
+                          field="--platform")
+    if platform not in recipe.platforms:
+        raise RecipeError(f"platform {platform} is not among the recipe's platforms "
+                          f"({', '.join(recipe.platforms)})", file=loaded.file, field="platforms")
+    tag = options.tag or f"servebuild/{recipe.name}:{slug(platform).removeprefix('linux-')}"
+    if not TAG.match(tag) or tag.count(":") > 2:
+        raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
+    secrets = {}
+    ca = _check_file(options.ca_bundle, "--ca-bundle")
+    if ca:
+        secrets["ca"] = ca
+    netrc = _check_file(options.netrc, "--netrc")
+    if netrc:
+        secrets["netrc"] = netrc
+    config = load_config()
+    mirrors = dict(config.image_mirrors)
+    if options.mirror_map:
+        mirrors.update(load_mirror_map(options.mirror_map))
+    bases = {}
+    arch = platform.split("/")[1]
+    for stage in ("build", "runtime"):
+        base = getattr(recipe.bases, stage)
+        # `{arch}` lets one recipe name per-arch local images (a local store holds one arch per tag)
+        ref = mirrors.get(base.ref, base.ref).replace("{arch}", arch)
+        # a registry digest pins FROM; a mirrored ref is a different image, so its digest does not apply
+        bases[stage] = f"{ref}@{base.digest}" if base.digest and ref == base.ref else ref
+    build_root = options.build_root or root / "build"
+    return BuildPlan(loaded=loaded, platform=platform, bases=bases,
+                     build_dir=build_root / recipe.name / slug(platform), tag=tag, secrets=secrets,
+                     options=options, config=config)
+
+
+def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
+    engine = plan.loaded.recipe.engine
+    if engine is None:
+        return None
+    cache = SourceCache(plan.options.cache_dir or default_cache_dir(), plan.config.git_mirrors,
+                        offline=plan.options.offline, recipe=plan.loaded.file)
+    plan.build_dir.mkdir(parents=True, exist_ok=True)
+    plan.source = cache.prepare(engine.source, plan.loaded.root, plan.build_dir / "work")
+    return plan.source
+
+
+def resolve_bases(plan: BuildPlan, engine: Engine) -> dict[str, dict]:
+    """Each base must be in the engine (pulled if a registry has it) and match the platform."""
+    want_arch = plan.platform.split("/")[1]
+    out = {}
+    for stage, ref in plan.bases.items():
+        if engine.image_id(ref) is None:
+            pulled = engine.run("pull", "--platform", plan.platform, ref, check=False)
+            if pulled.returncode != 0:
+                raise RecipeError(
+                    f"base image {ref} is not in the engine and cannot be pulled; make one with "
+                    f"`invoke bootstrap-base` or map the reference with --mirror-map",
+                    file=plan.loaded.file, field=f"bases.{stage}")
+        info = engine.image_inspect(ref)
+        if info.get("Architecture") != want_arch:
+            raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
+                              f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
+        repo_digest = next((d.split("@", 1)[1] for d in info.get("RepoDigests") or [] if "@" in d), None)
+        original = getattr(plan.loaded.recipe.bases, stage)
+        out[stage] = {"ref": original.ref, "resolved": ref, "id": info["Id"], "digest": repo_digest}
+    return out
+
+
+def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int) -> Path:
+    plan.build_args = derive(cpus, mem, plan.loaded.recipe.build)
+    plan.manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, plan.source, plan.build_args)
+    plan.context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context",
+                                 plan.manifest_inputs, plan.source.tarball if plan.source else None)
+    return plan.context
+
+
+def _host_resources() -> tuple[int, int]:
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return os.cpu_count() or 1, pages
+
+
+def created_timestamp() -> str:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch else dt.datetime.now(dt.timezone.utc)
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def dry_run(plan: BuildPlan) -> str:
+    fetch_sources(plan)
+    bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
+             for s, r in plan.bases.items()}
+    context = render_plan(plan, bases, *_host_resources())
+    args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(plan.build_args.items()))
+    secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
+    return (f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}\n"
+            f"  context: {context}\n"
+            f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}")
+
+
+def build(plan: BuildPlan, engine: Engine) -> BuildResult:
+    info = engine.info()
+    bases = resolve_bases(plan, engine)
+    if engine_arch(info) != plan.platform.split("/")[1] and not _emulation_ready(plan.platform):
+        raise EngineError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
+                          f"binfmt; run `invoke binfmt`", field="--platform")
+    fetch_sources(plan)
+    context = render_plan(plan, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
+    created = created_timestamp()
+    labels = oci_labels(plan.manifest_inputs, created, PROJECT_URL)
+    log_path = plan.build_dir / "build.log"
+    request = BuildRequest(context=context, platform=plan.platform, build_args=plan.build_args,
+                           labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
+                           cache_from=plan.options.cache_from)
+    image_id = engine.build(request, log_path, echo=sys.stderr if plan.options.echo else None)
+    packages = engine.run_in_image(image_id, "/opt/servebuild/packages.txt", platform=plan.platform,
+                                   entrypoint="cat").splitlines()
+    manifest = dict(plan.manifest_inputs)
+    manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
+                           "packages": sorted(p for p in packages if p.strip()),
+                           "engine": {"server_version": engine.server_version, "client": engine.client}}
+    manifest_path = plan.build_dir / "manifest.json"
+    tmp = manifest_path.with_suffix(".json.tmp")
+    write_json(tmp, manifest)
+    tmp.rename(manifest_path)
+    engine.tag(image_id, plan.tag)
+    return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path)
+
+
+def engine_arch(info: dict) -> str:
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(info.get("Architecture", ""), info.get("Architecture", ""))
+
+
+def _emulation_ready(platform: str) -> bool:
+    name = {"linux/arm64": "qemu-aarch64", "linux/amd64": "qemu-x86_64"}[platform]
+    entry = Path("/proc/sys/fs/binfmt_misc") / name
+    return entry.exists() and entry.read_text().startswith("enabled")
+
+
+def load_manifest(path: Path) -> dict:
+    return json.loads(path.read_text())

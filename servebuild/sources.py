@@ -1,0 +1,294 @@
+"""Source cache: mirror upstreams into bare git repos, apply the patch stack, write a deterministic tarball."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+from .errors import SourceError
+from .recipe import EngineSource, PatchEntry
+
+NATIVE = re.compile(r"(\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|inc)|CMakeLists\.txt|\.cmake)$")
+TAR_MTIME = 946684800  # 2000-01-01: fixed, and late enough for zip-based wheel builds
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+DIFF_OPTS = ["-c", "diff.algorithm=myers", "-c", "core.quotepath=false"]
+UNREACHABLE = re.compile(r"(Could not resolve host|unable to access|Connection refused|"
+                         r"Could not read from remote|does not appear to be a git repository|"
+                         r"unable to connect|Network is unreachable|timed out)", re.I)
+
+
+@dataclass
+class AppliedPatch:
+    id: str
+    kind: str
+    pr: Optional[int]
+    commit: Optional[str]
+    file: Optional[str]
+    sha256: str
+    files: list[str]
+    python_only: bool
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "pr": self.pr, "commit": self.commit,
+                "file": self.file, "sha256": self.sha256, "files": self.files,
+                "python_only": self.python_only}
+
+
+@dataclass
+class PreparedSource:
+    url: str
+    commit: str
+    tarball: Path
+    tarball_sha256: str
+    patches: list[AppliedPatch] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"url": self.url, "commit": self.commit, "tarball_sha256": self.tarball_sha256,
+                "patches": [p.as_dict() for p in self.patches]}
+
+
+def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
+        check: bool = True) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **GIT_ENV, **(env or {})}
+    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True)
+    if check and proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+    return proc
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("SERVEBUILD_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "servebuild"
+
+
+class SourceCache:
+    """Bare mirrors keyed by upstream URL, and tarballs keyed by their sha256."""
+
+    def __init__(self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False,
+                 recipe: str = "recipe"):
+        self.root = root
+        self.mirrors = mirrors or {}
+        self.offline = offline
+        self.recipe = recipe
+        (root / "git").mkdir(parents=True, exist_ok=True)
+        (root / "tarballs").mkdir(parents=True, exist_ok=True)
+
+    def repo_dir(self, url: str) -> Path:
+        return self.root / "git" / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
+
+    # -- mirroring
+
+    def _fetch_into(self, repo: Path, url: str) -> None:
+        remote = self.mirrors.get(url, url)
+        proc = git("fetch", "--quiet", "--prune", "--no-tags", remote,
+                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*",
+                   "+refs/pull/*/head:refs/pull/*/head", cwd=repo, check=False)
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip().splitlines()
+            detail = err[-1] if err else f"git exit {proc.returncode}"
+            host = urlparse(remote).hostname or remote
+            if UNREACHABLE.search(proc.stderr.decode(errors="replace")):
+                raise SourceError(
+                    f"upstream {host} is unreachable ({detail}); build with --offline from a filled "
+                    f"cache, or map {url} to a mirror in the servebuild config (git_mirrors)",
+                    file=self.recipe, field="engine.source.url")
+            raise SourceError(f"fetching {remote} failed: {detail}", file=self.recipe,
+                              field="engine.source.url")
+
+    def mirror(self, url: str, commits: list[str]) -> Path:
+        """Make sure the bare mirror of `url` holds every commit in `commits`."""
+        repo = self.repo_dir(url)
+        if repo.exists() and not self._healthy(repo):
+            if self.offline:
+                raise SourceError(f"source cache entry {repo} for {url} is corrupted; "
+                                  f"run fetch without --offline to refetch it", file=self.recipe,
+                                  field="engine.source.url")
+            shutil.rmtree(repo)
+        if not repo.exists():
+            if self.offline:
+                raise SourceError(f"{url} is not in the source cache and --offline was given; "
+                                  f"run `invoke fetch` first", file=self.recipe, field="engine.source.url")
+            tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
+            try:
+                git("init", "--quiet", "--bare", str(tmp))
+                self._fetch_into(tmp, url)
+                tmp.rename(repo)  # atomic: an interrupted fetch never leaves a half mirror in place
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+        missing = [c for c in commits if not self.has_commit(repo, c)]
+        if missing and not self.offline:
+            self._fetch_into(repo, url)
+            missing = [c for c in commits if not self.has_commit(repo, c)]
+        if missing:
+            where = "the source cache (--offline)" if self.offline else url
+            raise SourceError(f"commit {missing[0]} not found in {where}", file=self.recipe,
+                              field="engine.source")
+        return repo
+
+    @staticmethod
+    def _healthy(repo: Path) -> bool:
+        return git("rev-parse", "--git-dir", cwd=repo, check=False).returncode == 0 and \
+            (repo / "objects").is_dir()
+
+    @staticmethod
+    def has_commit(repo: Path, commit: str) -> bool:
+        return git("cat-file", "-e", f"{commit}^{{commit}}", cwd=repo, check=False).returncode == 0
+
+    def resolve(self, repo: Path, rev: str) -> Optional[str]:
+        proc = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=repo, check=False)
+        return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+    # -- patches
+
+    def entry_diff(self, repo: Path, entry: PatchEntry, root: Path) -> bytes:
+        if entry.file is not None:
+            return (root / entry.file).read_bytes()
+        assert entry.commit is not None
+        base = entry.base or f"{entry.commit}^1"
+        return git(*DIFF_OPTS, "diff", "--binary", "--full-index", "--no-renames", "--no-color",
+                   "--no-ext-diff", base, entry.commit, cwd=repo).stdout
+
+    def prepare(self, source: EngineSource, project_root: Path, work: Path) -> PreparedSource:
+        """Check out the base commit, apply the stack in order, write the tarball."""
+        unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
+        if unresolved:
+            e = unresolved[0]
+            raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has only a short commit_hint "
+                              f"{e.commit_hint}; run `invoke lock` where the upstream is reachable",
+                              file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
+        commits = [source.commit] + [e.commit for e in source.patches if e.commit]
+        commits += [e.base for e in source.patches if e.base]
+        repo = self.mirror(source.url, commits)
+
+        tree = work / "tree"
+        if tree.exists():
+            shutil.rmtree(tree)
+        tree.mkdir(parents=True)
+        env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / "objects")}
+        git("init", "--quiet", cwd=tree)
+        git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
+
+        applied = []
+        for entry in source.patches:
+            diff = self.entry_diff(repo, entry, project_root)
+            digest = hashlib.sha256(diff).hexdigest()
+            if entry.sha256 is not None and digest != entry.sha256:
+                what = entry.file or f"PR #{entry.pr} at {entry.commit}"
+                raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
+                                  f"{entry.sha256}, got {digest}", file=self.recipe,
+                                  field=f"engine.source.patches.{entry.id}.sha256")
+            files = self._apply(tree, entry, diff, env)
+            applied.append(AppliedPatch(
+                id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
+                sha256=digest, files=files, python_only=not any(NATIVE.search(f) for f in files)))
+        tar_path, tar_sha = self.write_tarball(tree, env)
+        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied)
+
+    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict) -> list[str]:
+        patch = tree.parent / f"{entry.id}.patch"
+        patch.write_bytes(diff)
+        numstat = git("apply", "--numstat", str(patch), cwd=tree, env=env, check=False)
+        if numstat.returncode != 0:
+            raise SourceError(f"patch {entry.id} is not a valid diff: "
+                              f"{numstat.stderr.decode(errors='replace').strip()}",
+                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+        files = sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", str(patch),
+                   cwd=tree, env=env, check=False)
+        if proc.returncode != 0:
+            raise SourceError(self._conflict(entry, proc.stderr.decode(errors="replace")),
+                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+        return files
+
+    @staticmethod
+    def _conflict(entry: PatchEntry, stderr: str) -> str:
+        file, hunk = "?", "?"
+        m = re.search(r"patch failed: (.+):(\d+)", stderr)
+        if m:
+            file, hunk = m.group(1), f"at line {m.group(2)}"
+        else:
+            m = re.search(r"(?:error: )?(\S+): (does not exist in index|does not match index|No such file|patch does not apply)",
+                          stderr)
+            if m:
+                file, hunk = m.group(1), m.group(2)
+        conflict = re.search(r"Applied patch to '(.+)' with conflicts", stderr)
+        if conflict:
+            file, hunk = conflict.group(1), "3-way merge left conflicts"
+        hint = f" (it requires {', '.join(entry.requires)})" if entry.requires else ""
+        return (f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
+                f"stack may be missing{hint}")
+
+    def write_tarball(self, tree: Path, env: dict) -> tuple[Path, str]:
+        """Sorted entries, owner 0, fixed mtime, no compression: the same bytes on every machine."""
+        listing = git("ls-files", "-s", "-z", cwd=tree, env=env).stdout.split(b"\0")
+        entries = []
+        for raw in listing:
+            if not raw:
+                continue
+            meta, name = raw.split(b"\t", 1)
+            mode = meta.split()[0].decode()
+            entries.append((name.decode(), mode))
+        entries.sort()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            dirs: set[str] = set()
+            for name, mode in entries:
+                parts = name.split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    d = "/".join(parts[:i])
+                    if d not in dirs:
+                        dirs.add(d)
+                        tar.addfile(self._info(f"src/{d}", tarfile.DIRTYPE, 0o755))
+                path = tree / name
+                if mode == "120000":
+                    info = self._info(f"src/{name}", tarfile.SYMTYPE, 0o777)
+                    info.linkname = os.readlink(path)
+                    tar.addfile(info)
+                elif mode == "160000":
+                    continue  # submodule: not part of the pinned tree
+                else:
+                    data = path.read_bytes()
+                    info = self._info(f"src/{name}", tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        blob = buf.getvalue()
+        digest = hashlib.sha256(blob).hexdigest()
+        final = self.root / "tarballs" / f"{digest}.tar"
+        if not final.exists():
+            tmp = final.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(blob)
+            tmp.rename(final)
+        return final, digest
+
+    @staticmethod
+    def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        info.mode = mode
+        info.mtime = TAR_MTIME
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    def read_tarball(self, digest: str) -> Path:
+        """A cached tarball, checked against its name; a corrupted one is removed and reported."""
+        path = self.root / "tarballs" / f"{digest}.tar"
+        if not path.exists():
+            raise SourceError(f"source tarball {digest} is not in the cache", file=self.recipe)
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        if actual != digest:
+            path.unlink()
+            raise SourceError(f"cached source tarball {path.name} was corrupted (hashes to {actual}); "
+                              f"it was removed, run fetch again", file=self.recipe)
+        return path

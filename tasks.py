@@ -1,0 +1,133 @@
+"""invoke front door: parse options, call the servebuild package, print results.
+
+Every user error is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from servebuild.errors import ServebuildError
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_RECIPE = "sglang-native-fp8"
+
+
+def one_line_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ServebuildError as exc:
+            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+    return wrapper
+
+
+def _path(value):
+    return Path(value) if value else None
+
+
+def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
+             mirror_map=None, offline=False, cache_from=None):
+    from servebuild.pipeline import BuildOptions
+    return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
+                        ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
+                        offline=offline, cache_from=tuple(cache_from or ()))
+
+
+@task(help={"recipe": "recipe name or path"})
+@one_line_errors
+def validate(c, recipe=DEFAULT_RECIPE):
+    """Load and validate a recipe (and the files it names); print its resolved form."""
+    from servebuild.recipe import load_recipe
+    loaded = load_recipe(recipe, ROOT)
+    print(json.dumps(loaded.recipe.model_dump(mode="json"), indent=2, sort_keys=True))
+
+
+@task(help={"recipe": "recipe name or path", "platform": "linux/arm64 or linux/amd64",
+            "mirror_map": "YAML file rewriting base image references"})
+@one_line_errors
+def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
+    """Print the rendered Dockerfile (no engine, no network)."""
+    from servebuild.pipeline import make_plan
+    from servebuild.render import render_dockerfile
+    plan = make_plan(ROOT, recipe, _options(platform=platform, mirror_map=mirror_map))
+    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases))
+
+
+@task(help={"recipe": "recipe name or path", "platform": "linux/arm64 or linux/amd64",
+            "tag": "image tag (default servebuild/NAME:ARCH)", "no_cache": "build without cache",
+            "dry_run": "render the context and print the docker command; build nothing",
+            "ca_bundle": "extra CA bundle for pip (a BuildKit secret, in no layer)",
+            "netrc": "netrc with index tokens (a BuildKit secret, in no layer)",
+            "mirror_map": "YAML file rewriting base image references",
+            "offline": "use only the source cache for git sources",
+            "cache_from": "image to use as a cache source (repeatable)"},
+      iterable=["cache_from"])
+@one_line_errors
+def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry_run=False,
+          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None):
+    """Build a recipe into an image through the Docker engine with BuildKit."""
+    from servebuild import pipeline
+    from servebuild.engine import Engine
+    plan = pipeline.make_plan(ROOT, recipe, _options(platform, tag, no_cache, dry_run, ca_bundle, netrc,
+                                                     mirror_map, offline, cache_from))
+    if dry_run:
+        print(pipeline.dry_run(plan))
+        return
+    engine = Engine()
+    result = pipeline.build(plan, engine)
+    print(f"built {result.tag} ({result.image_id})")
+    print(f"  manifest: {result.manifest_path}")
+    print(f"  log:      {result.log_path}")
+
+
+@task(help={"recipe": "recipe name or path", "offline": "do not touch the network"})
+@one_line_errors
+def fetch(c, recipe=DEFAULT_RECIPE, offline=False):
+    """Mirror the recipe's sources, apply its patch stack and write the source tarball."""
+    import time
+    from servebuild import pipeline
+    plan = pipeline.make_plan(ROOT, recipe, _options(offline=offline))
+    start = time.monotonic()
+    source = pipeline.fetch_sources(plan)
+    if source is None:
+        print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")
+        return
+    print(f"fetched {source.url} at {source.commit} in {time.monotonic() - start:.1f}s")
+    for p in source.patches:
+        kind = "python-only" if p.python_only else "native"
+        print(f"  {p.id}: sha256 {p.sha256} ({kind}; {len(p.files)} files)")
+    print(f"  tarball: {source.tarball} sha256 {source.tarball_sha256}")
+
+
+@task(help={"arch": "amd64 or arm64 (default: this host's)", "suite": "Debian suite",
+            "tag": "image tag (default servebuild/debian:SUITE-ARCH)"})
+@one_line_errors
+def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
+    """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
+    from servebuild import bases
+    from servebuild.engine import Engine
+    from servebuild.sources import default_cache_dir
+    arch = arch or bases.host_arch()
+    tag = tag or bases.default_tag(suite, arch)
+    image_id = bases.bootstrap_base(Engine(), arch, suite, tag, default_cache_dir())
+    print(f"{tag} ({image_id})")
+
+
+@task
+@one_line_errors
+def binfmt(c):
+    """Register QEMU binfmt handlers so arm64 images build and run on an x86_64 host."""
+    for cmd in (["update-binfmts", "--enable", "qemu-aarch64"],):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 and "already enabled" not in proc.stderr:
+            raise Exit(f"error: {' '.join(cmd)} failed: {proc.stderr.strip()} "
+                       f"(apt-get install qemu-user-static binfmt-support)", code=2)
+    print("qemu-aarch64: " + Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").read_text().splitlines()[0])

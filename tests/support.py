@@ -1,0 +1,222 @@
+"""Test helpers: real git upstreams and a small fixture project that uses the real templates.
+
+GitHub cannot be reached here, so upstreams are local git repositories that the tests create,
+with PR-like refs (`refs/pull/N/head`) and squash-merge commits, as GitHub lays them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Small pure-Python wheels from PyPI, hash-pinned (sha256 of the py3-none-any wheels).
+FIXTURE_REQUIREMENTS = textwrap.dedent("""\
+    # hashed requirement set for the fixture recipe (same wheels on every platform)
+    packaging==24.2 \\
+        --hash=sha256:09abb1bccd265c01f4a3aa3f7a7db064b36514d2cba19a2f694fe6150451a759
+    setuptools==75.8.0 \\
+        --hash=sha256:e3982f444617239225d675215d51f6ba05f845d4eec313da4418fdbb56fb27e3
+    six==1.17.0 \\
+        --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274
+    """)
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "upstream", "GIT_AUTHOR_EMAIL": "up@example.invalid",
+           "GIT_COMMITTER_NAME": "upstream", "GIT_COMMITTER_EMAIL": "up@example.invalid",
+           "GIT_AUTHOR_DATE": "2026-07-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-07-01T00:00:00Z",
+           "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+@dataclass
+class Upstream:
+    path: Path          # non-bare working repository
+    url: str            # file:// URL of the bare repository that plays GitHub
+    bare: Path
+    base: str           # the release commit the recipe pins
+    pr1_merge: str      # squash-merge commit of PR 1 on main
+    pr2_head: str       # head of open PR 2, on top of PR 1 (refs/pull/2/head)
+    pr3_head: str       # a PR that needs PR 2 to apply
+
+
+def make_upstream(tmp: Path, name: str = "toyserve") -> Upstream:
+    work = tmp / f"{name}-work"
+    work.mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    write(work / "pyproject.toml", f"""\
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{name}"
+        version = "1.0.0"
+        """)
+    write(work / name / "__init__.py", '__version__ = "1.0.0"\n')
+    write(work / name / "greeting.py", 'GREETING = "hello"\n')
+    write(work / name / "__main__.py", f"""\
+        import argparse
+
+        from {name}.greeting import GREETING
+
+
+        def main():
+            parser = argparse.ArgumentParser(prog="{name}", description="toy inference server")
+            parser.add_argument("--port", type=int, default=30000)
+            args = parser.parse_args()
+            print(GREETING, args.port)
+
+
+        if __name__ == "__main__":
+            main()
+        """)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "release 1.0.0")
+    git(work, "tag", "v1.0.0")
+    base = git(work, "rev-parse", "HEAD")
+
+    # PR 1: developed on a branch, squash-merged onto main as one commit
+    git(work, "checkout", "-q", "-b", "pr1")
+    write(work / name / "greeting.py", 'GREETING = "hello"\nFAREWELL = "bye"\n')
+    git(work, "commit", "-q", "-am", "wip farewell")
+    pr1_head = git(work, "rev-parse", "HEAD")
+    git(work, "checkout", "-q", "main")
+    git(work, "merge", "-q", "--squash", "pr1")
+    git(work, "commit", "-q", "-m", "Add farewell (#1)")
+    pr1_merge = git(work, "rev-parse", "HEAD")
+
+    # PR 2: open, its head sits on top of PR 1's merge
+    git(work, "checkout", "-q", "-b", "pr2")
+    write(work / name / "greeting.py", 'GREETING = "hello, hopper"\nFAREWELL = "bye"\n')
+    git(work, "commit", "-q", "-am", "Greet Hopper (#2)")
+    pr2_head = git(work, "rev-parse", "HEAD")
+
+    # PR 3: builds on PR 2's text
+    git(work, "checkout", "-q", "-b", "pr3")
+    write(work / name / "greeting.py", 'GREETING = "hello, hopper"\nFAREWELL = "bye, hopper"\n')
+    git(work, "commit", "-q", "-am", "Say bye to Hopper (#3)")
+    pr3_head = git(work, "rev-parse", "HEAD")
+    git(work, "checkout", "-q", "main")
+
+    bare = tmp / f"{name}.git"
+    git(tmp, "clone", "-q", "--bare", str(work), str(bare))
+    for number, head in ((1, pr1_head), (2, pr2_head), (3, pr3_head)):
+        git(bare, "update-ref", f"refs/pull/{number}/head", head)
+    return Upstream(work, f"file://{bare}", bare, base, pr1_merge, pr2_head, pr3_head)
+
+
+LOCAL_PATCH = """\
+servebuild fixture patch: print the package version at startup.
+
+Why: proves a local patch file is applied after the upstream PRs.
+Against: toyserve v1.0.0 plus PRs 1 and 2.
+Drop when: never; it is a test fixture.
+---
+diff --git a/toyserve/__main__.py b/toyserve/__main__.py
+--- a/toyserve/__main__.py
++++ b/toyserve/__main__.py
+@@ -1,5 +1,6 @@
+ import argparse
+ 
++from toyserve import __version__
+ from toyserve.greeting import GREETING
+ 
+ 
+@@ -8,6 +9,6 @@ def main():
+     parser.add_argument("--port", type=int, default=30000)
+     args = parser.parse_args()
+-    print(GREETING, args.port)
++    print(GREETING, args.port, "version", __version__, "patched")
+ 
+ 
+ if __name__ == "__main__":
+"""
+
+
+def sha256(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def diff_sha(upstream: Upstream, base: str, commit: str) -> str:
+    out = subprocess.run(["git", "-c", "diff.algorithm=myers", "-c", "core.quotepath=false", "diff",
+                          "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
+                          base, commit], cwd=upstream.bare, capture_output=True, check=True).stdout
+    return sha256(out)
+
+
+def fixture_recipe(upstream: Upstream, **overrides) -> dict:
+    recipe = {
+        "name": "toy",
+        "description": "fixture: same templates and stages as the real recipes, small inputs",
+        "platforms": ["linux/amd64", "linux/arm64"],
+        "python": "3.11",
+        "cuda_arch_list": "9.0a",
+        "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"},
+                  "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
+        "constraints": {"linux/amd64": "constraints/toy.txt", "linux/arm64": "constraints/toy.txt"},
+        "engine": {
+            "name": "toyserve", "version": "1.0.0",
+            "source": {
+                "url": upstream.url, "commit": upstream.base, "tag": "v1.0.0",
+                "patches": [
+                    {"id": "pr-1", "pr": 1, "commit": upstream.pr1_merge,
+                     "sha256": diff_sha(upstream, upstream.pr1_merge + "^1", upstream.pr1_merge)},
+                    {"id": "pr-2", "pr": 2, "commit": upstream.pr2_head, "base": upstream.pr1_merge,
+                     "requires": ["pr-1"],
+                     "sha256": diff_sha(upstream, upstream.pr1_merge, upstream.pr2_head)},
+                    {"id": "local-version-banner", "file": "patches/toy-version-banner.patch",
+                     "sha256": sha256(LOCAL_PATCH)},
+                ],
+            },
+        },
+        "launch": {
+            "cache_dirs": ["/root/.cache/toy"],
+            "profiles": {"toy-serve": {"description": "toy server", "module": "toyserve",
+                                       "args": ["--port", "30000"], "env": {"TOY_MODE": "fast lane"}}},
+        },
+        "expect": {"imports": ["six", "packaging", "toyserve"],
+                   "versions": {"six": "1.17.0", "packaging": "24.2", "toyserve": "1.0.0"}},
+    }
+    recipe.update(overrides)
+    return recipe
+
+
+def make_project(tmp: Path, upstream: Upstream, recipe: dict | None = None, name: str = "toy") -> Path:
+    """A project root with recipes/, constraints/ and patches/, as the real repository has."""
+    root = tmp / "project"
+    (root / "recipes").mkdir(parents=True, exist_ok=True)
+    (root / "constraints").mkdir(exist_ok=True)
+    (root / "patches").mkdir(exist_ok=True)
+    (root / "constraints" / "toy.txt").write_text(FIXTURE_REQUIREMENTS)
+    (root / "patches" / "toy-version-banner.patch").write_text(LOCAL_PATCH)
+    data = recipe or fixture_recipe(upstream)
+    (root / "recipes" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+def copy_real(root: Path, *rel: str) -> None:
+    for r in rel:
+        src = REPO_ROOT / r
+        dst = root / r
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(src, dst)
