@@ -9,6 +9,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+PROFILE_FIELDS = ("description", "module", "args", "extra_args", "env", "dspark_block_size")
+
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -40,6 +42,34 @@ class LaunchProfile(BaseModel):
 
     def argv(self) -> list[str]:
         return ["python", "-m", self.module, *self.args, *self.extra_args]
+
+
+def resolve_profile_bases(profiles: dict) -> dict:
+    """Expand `from: OTHER` profiles: OTHER's fields, the child's env on top, extra_args appended."""
+    if not isinstance(profiles, dict):
+        return profiles
+    out: dict = {}
+
+    def expand(name: str, trail: tuple) -> dict:
+        raw = profiles[name]
+        if not isinstance(raw, dict) or "from" not in raw:
+            return raw
+        parent = raw["from"]
+        if parent not in profiles:
+            raise ValueError(f"profile {name!r}: `from` names unknown profile {parent!r}")
+        if parent in trail:
+            raise ValueError(f"profile {name!r}: cyclic `from`: {' -> '.join(trail + (parent,))}")
+        base = expand(parent, trail + (parent,))
+        child = {k: v for k, v in raw.items() if k != "from"}
+        merged = {k: v for k, v in base.items() if k in PROFILE_FIELDS}
+        merged.update({k: v for k, v in child.items() if k not in ("env", "extra_args")})
+        merged["env"] = {**(base.get("env") or {}), **(child.get("env") or {})}
+        merged["extra_args"] = list(base.get("extra_args") or []) + list(child.get("extra_args") or [])
+        return merged
+
+    for name in profiles:
+        out[name] = expand(name, (name,))
+    return out
 
 
 def _flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:

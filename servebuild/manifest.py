@@ -61,7 +61,7 @@ def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:
         "org.opencontainers.image.version": engine.get("version") or inputs["recipe"]["name"],
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.title": inputs["recipe"]["name"],
-        "org.opencontainers.image.base.name": runtime["ref"],
+        "org.opencontainers.image.base.name": runtime.get("resolved") or runtime["ref"],
         "org.opencontainers.image.base.digest": runtime.get("digest") or runtime.get("id") or "",
         f"{LABEL_PREFIX}.recipe": inputs["recipe"]["name"],
         f"{LABEL_PREFIX}.recipe.sha256": inputs["recipe"]["sha256"],

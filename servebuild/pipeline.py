@@ -18,7 +18,7 @@ from typing import Optional
 
 from .config import Config, load_config, load_mirror_map
 from .engine import BuildRequest, Engine
-from .errors import EngineError, RecipeError
+from .errors import EngineError, RecipeError, SourceError
 from .manifest import inputs_manifest, oci_labels
 from .recipe import PLATFORMS, LoadedRecipe, load_recipe
 from .render import write_context, write_json
@@ -135,6 +135,12 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
                         offline=plan.options.offline, recipe=plan.loaded.file)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     plan.source = cache.prepare(engine.source, plan.loaded.root, plan.build_dir / "work")
+    if engine.install != "pip-source":
+        native = next((p for p in plan.source.patches if not p.python_only), None)
+        if native:
+            raise SourceError(f"patch {native.id} touches native code ({', '.join(native.files[:3])}); "
+                              f"install {engine.install} reuses compiled extensions and cannot carry it, "
+                              f"use install: pip-source", file=plan.loaded.file, field="engine.install")
     return plan.source
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .constraints import check_hashed_requirements
 from .errors import RecipeError
-from .launch import LaunchProfile, validate_profile
+from .launch import LaunchProfile, resolve_profile_bases, validate_profile
 
 PLATFORMS = ("linux/amd64", "linux/arm64")
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
@@ -107,8 +107,6 @@ class PatchEntry(Model):
                 raise ValueError("a local patch needs its `sha256`")
             if self.commit or self.commit_hint or self.base:
                 raise ValueError("a local patch takes no commit, commit_hint or base")
-        if self.pr is not None and self.commit is None and self.commit_hint is None:
-            raise ValueError(f"PR #{self.pr} needs `commit` (full SHA) or `commit_hint` (short, unresolved)")
         return self
 
     @property
@@ -118,6 +116,9 @@ class PatchEntry(Model):
     @property
     def resolved(self) -> bool:
         return self.file is not None or (self.commit is not None and self.sha256 is not None)
+
+    def label(self) -> str:
+        return self.file if self.file else f"PR #{self.pr}"
 
 
 class EngineSource(Model):
@@ -162,9 +163,13 @@ class EngineSource(Model):
 class Engine(Model):
     name: str
     version: str
-    install: Literal["pip-source", "vllm-precompiled"] = "pip-source"
+    # pip-source: build the patched tree; vllm-precompiled: the tree plus the compiled extensions of the
+    # release wheel of the same commit; wheel-overlay: the release wheel with the patched Python files
+    # of `overlay_from` copied over the installed package. The last two take Python-only patches.
+    install: Literal["pip-source", "vllm-precompiled", "wheel-overlay"] = "pip-source"
     source: EngineSource
     precompiled: dict[str, str] = {}  # platform -> hashed requirement file of the release wheel
+    overlay_from: Optional[str] = None  # wheel-overlay: the package directory in the tree, e.g. python/sglang
     native_extensions: list[str] = []  # python modules holding compiled extensions, for arch checks
 
     @field_validator("name")
@@ -186,7 +191,7 @@ class AptPackages(Model):
 
 
 class Launch(Model):
-    user: str = "root"
+    user: str = "0"  # numeric, so the host can resolve it; GPU servers run as root by default
     workdir: str = "/workspace"
     cache_dirs: list[str] = []
     profiles: dict[str, LaunchProfile] = {}
@@ -200,6 +205,13 @@ class Launch(Model):
         if len(set(v)) != len(v):
             raise ValueError("cache_dirs lists a directory twice")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "profiles" in data:
+            data = {**data, "profiles": resolve_profile_bases(data["profiles"])}
+        return data
 
     @model_validator(mode="after")
     def _profiles(self) -> "Launch":
@@ -275,7 +287,9 @@ class Recipe(Model):
         missing = [p for p in self.platforms if p not in self.constraints]
         if missing:
             raise ValueError(f"constraints: no hashed requirement set for {', '.join(missing)}")
-        if self.engine and self.engine.install == "vllm-precompiled":
+        if self.engine and self.engine.install == "wheel-overlay" and not self.engine.overlay_from:
+            raise ValueError("engine.overlay_from: wheel-overlay needs the package directory of the tree")
+        if self.engine and self.engine.install != "pip-source":
             missing = [p for p in self.platforms if p not in self.engine.precompiled]
             if missing:
                 raise ValueError(f"engine.precompiled: no precompiled wheel requirement for {', '.join(missing)}")
