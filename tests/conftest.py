@@ -1,0 +1,64 @@
+"""Shared fixtures. Real parts: git, the Docker engine, PyPI wheels, pinned by hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from support import REPO_ROOT  # noqa: E402
+
+# sglang 0.5.16 x86_64 wheel from PyPI: it holds python/sglang/ of the v0.5.16 tag
+SGLANG_WHEEL = "sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl"
+SGLANG_WHEEL_SHA256 = "d5f345a18953dd35df568ac56bdcb7f5ee910ab39efea4469b714556d1070713"
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("SERVEBUILD_TEST_CACHE", Path.home() / ".cache" / "servebuild-tests"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Path:
+    """The hash-pinned sglang==0.5.16 wheel, downloaded once from PyPI."""
+    dest = cache_dir() / "wheels"
+    wheel = dest / SGLANG_WHEEL
+    if not wheel.exists():
+        req = dest / "sglang.txt"
+        dest.mkdir(parents=True, exist_ok=True)
+        req.write_text(f"sglang==0.5.16 --hash=sha256:{SGLANG_WHEEL_SHA256}\n")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+                        "--only-binary=:all:", "--platform", "manylinux_2_34_x86_64", "--python-version", "3.11",
+                        "-d", str(dest), "-r", str(req)], check=True)
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == SGLANG_WHEEL_SHA256
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def sglang_upstream(sglang_wheel, tmp_path_factory) -> tuple[str, str]:
+    """A git upstream whose tree is v0.5.16's python/sglang, taken from the wheel.
+
+    GitHub is unreachable here; the wheel holds the tag's Python sources, so the tree is the
+    real one for every file the local patches touch.
+    """
+    from support import git
+    work = tmp_path_factory.mktemp("sglang-upstream")
+    with zipfile.ZipFile(sglang_wheel) as zf:
+        for name in zf.namelist():
+            if name.startswith("sglang/") and name.endswith(".py"):
+                target = work / "python" / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(name))
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "sglang v0.5.16 python sources (from the PyPI wheel)")
+    return f"file://{work}", git(work, "rev-parse", "HEAD")
