@@ -1,0 +1,54 @@
+# Rendered by servebuild from recipe torch-cu130-bookworm for linux/amd64. Do not edit: edit the recipe.
+# recipe sha256: 85cd9226dc78a35a3e98c843aa249d451816e8a9a87686de00c6c1036ac5c749
+# ---- build stage: compilers, caches and sources live here only
+FROM servebuild/debian:bookworm-amd64 AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG MAX_JOBS=1
+ARG NVCC_THREADS=1
+ENV DEBIAN_FRONTEND=noninteractive \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    MAX_JOBS=${MAX_JOBS} \
+    NVCC_THREADS=${NVCC_THREADS} \
+    CCACHE_DIR=/root/.cache/ccache \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
+ && python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv
+COPY requirements.txt /opt/servebuild/requirements.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt
+RUN pip freeze --all > /opt/servebuild/packages.txt
+# ---- runtime stage: no compilers, no caches, no source trees
+FROM servebuild/debian:bookworm-amd64 AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3 \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')"
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/servebuild /opt/servebuild
+COPY manifest.json /opt/servebuild/manifest.json
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
+RUN mkdir -p /workspace /root/.cache /root/.triton
+VOLUME ["/root/.cache", "/root/.triton"]
+WORKDIR /workspace
+# hadolint ignore=DL3002
+USER 0
+CMD ["/opt/venv/bin/python"]

@@ -1,0 +1,67 @@
+# Rendered by servebuild from recipe vllm-dspark for linux/arm64. Do not edit: edit the recipe.
+# recipe sha256: 8ec0f3a4123362b4ae200e45e2c0348187588279449b11c3262bdb40266a2bc1
+# ---- build stage: compilers, caches and sources live here only
+FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG MAX_JOBS=1
+ARG NVCC_THREADS=1
+ENV DEBIAN_FRONTEND=noninteractive \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    MAX_JOBS=${MAX_JOBS} \
+    NVCC_THREADS=${NVCC_THREADS} \
+    CCACHE_DIR=/root/.cache/ccache \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
+ && python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv
+COPY requirements.txt /opt/servebuild/requirements.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt
+# ---- engine: vllm 0.26.0 at 568afb3a13806beb53bb2e6bd518269357b237c0 + 1 patch(es), from the pinned source tarball
+ADD source.tar /tmp/
+COPY precompiled.txt /opt/servebuild/precompiled.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && pip download --require-hashes --no-deps -d /tmp/wheels -r /opt/servebuild/precompiled.txt \
+ && VLLM_USE_PRECOMPILED=1 VLLM_PRECOMPILED_WHEEL_LOCATION="$(ls /tmp/wheels/*.whl)" \
+    SETUPTOOLS_SCM_PRETEND_VERSION=0.26.0 \
+    pip install --no-deps --no-build-isolation /tmp/src/. \
+ && rm -rf /tmp/src /tmp/wheels
+RUN pip freeze --all > /opt/servebuild/packages.txt
+# ---- runtime stage: no compilers, no caches, no source trees
+FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates python3 \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')"
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/servebuild /opt/servebuild
+COPY manifest.json /opt/servebuild/manifest.json
+COPY launchers/ /usr/local/bin/
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
+RUN mkdir -p /workspace /root/.cache /root/.triton /root/.tilelang
+VOLUME ["/root/.cache", "/root/.triton", "/root/.tilelang"]
+WORKDIR /workspace
+# hadolint ignore=DL3002
+USER 0
+CMD ["/usr/local/bin/vllm-dspark-1m"]

@@ -1,0 +1,217 @@
+"""Bad input: one line naming file, field and problem; exit code 2; no image tagged.
+
+Each case runs the real CLI (`invoke build`) against the real engine with a tag of its own,
+then asserts that tag does not exist.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import REPO_ROOT
+
+BASE = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())
+PARENT = yaml.safe_load((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
+
+
+def standalone() -> dict:
+    """A full recipe (the sglang one, parent fields folded in) to break one field at a time."""
+    data = copy.deepcopy(PARENT)
+    for key, value in BASE.items():
+        data[key] = copy.deepcopy(value)
+    data.pop("extends")
+    data["name"] = "bad"
+    return data
+
+
+def set_path(data: dict, path: str, value) -> dict:
+    keys = path.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    last = keys[-1]
+    if value is DELETE:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return data
+
+
+DELETE = object()
+PROFILE = "launch.profiles.sglang-native-fp8"
+ARGS = PROFILE + ".args"
+
+
+def args_with(*pairs):
+    args = list(BASE["launch"]["profiles"]["sglang-native-fp8"]["args"])
+    for flag, value in pairs:
+        i = args.index(flag)
+        args[i + 1] = value
+    return args
+
+
+# (id, edits, expected fragments of the one line)
+CASES = [
+    ("unknown-field", [("colour", "red")], ["colour", "unknown field"]),
+    ("unknown-nested-field", [("engine.source.branch", "main")], ["engine.source.branch", "unknown field"]),
+    ("wrong-type-platforms", [("platforms", "linux/arm64")], ["platforms", "valid list"]),
+    ("wrong-type-python", [("python", 3.12)], ["python", "valid string"]),
+    ("short-sha", [("engine.source.commit", "fdebc938")], ["engine.source.commit", "short or malformed"]),
+    ("non-hex-sha", [("engine.source.commit", "z" * 40)], ["engine.source.commit", "not a full 40-hex"]),
+    ("patch-short-commit", [("engine.source.patches.0.commit", "ec741e41")],
+     ["engine.source.patches.0.commit", "short or malformed"]),
+    ("missing-bases", [("bases", DELETE)], ["bases", "required field is missing"]),
+    ("missing-runtime-base", [("bases.runtime", DELETE)], ["bases.runtime", "required"]),
+    ("base-ref-with-digest", [("bases.build.ref", "nvidia/cuda@sha256:" + "a" * 64)],
+     ["bases.build.ref", "put a digest in `digest`"]),
+    ("bad-digest", [("bases.build.digest", "sha256:1234")], ["bases.build.digest", "sha256:<64 hex>"]),
+    ("bad-platform", [("platforms", ["linux/riscv64"])], ["platforms", "unknown platform 'linux/riscv64'"]),
+    ("duplicate-platform", [("platforms", ["linux/arm64", "linux/arm64"])], ["platforms", "listed twice"]),
+    ("no-constraints-for-platform", [("constraints", {"linux/arm64": "constraints/sglang/py3.12-linux-arm64.txt"})],
+     ["no hashed requirement set for linux/amd64"]),
+    ("constraints-file-missing", [("constraints.linux/arm64", "constraints/nope.txt")],
+     ["constraints.linux/arm64", "does not exist"]),
+    ("constraints-not-hashed", [("constraints.linux/arm64", "tests/fixtures/unhashed.txt")],
+     ["constraints.linux/arm64", "has no --hash=sha256"]),
+    ("bad-arch-list", [("cuda_arch_list", "sm90")], ["cuda_arch_list", "not a TORCH_CUDA_ARCH_LIST"]),
+    ("bad-python", [("python", "py3")], ["python", "3.N"]),
+    ("bad-url", [("engine.source.url", "github.com/sgl-project/sglang")], ["engine.source.url", "not a git URL"]),
+    ("bad-install", [("engine.install", "magic")], ["engine.install", "pip-source"]),
+    ("patch-sha256-mismatch", [("engine.source.patches.3.sha256", "0" * 64)],
+     ["engine.source.patches.3.sha256", "patch sha256 mismatch for sglang-adaptive-prefill"]),
+    ("patch-file-missing", [("engine.source.patches.3.file", "patches/nope.patch")],
+     ["engine.source.patches.3.file", "does not exist"]),
+    ("patch-both-kinds", [("engine.source.patches.0.file", "patches/sglang-adaptive-prefill.patch")],
+     ["engine.source.patches.0", "exactly one"]),
+    ("duplicate-patch", [("engine.source.patches.1.pr", 33276)], ["duplicates 'sglang-pr-33276'"]),
+    ("requires-missing", [("engine.source.patches.2.requires", ["sglang-pr-99999"])],
+     ["requires 'sglang-pr-99999', which is not in the stack"]),
+    ("requires-order-or-cycle", [("engine.source.patches.1.requires", ["sglang-pr-33312"])],
+     ["requires 'sglang-pr-33312', which comes later in the stack"]),
+    ("requires-itself", [("engine.source.patches.1.requires", ["sglang-pr-33889"])], ["requires itself"]),
+    ("dspark-below-block-size", [(ARGS, args_with(("--speculative-num-draft-tokens", "5")))],
+     ["below the DSpark block size 5"]),
+    ("dspark-no-block-size", [(PROFILE + ".dspark_block_size", DELETE)], ["needs dspark_block_size"]),
+    ("duplicate-flag", [(PROFILE + ".extra_args", ["--tp-size", "4"])], ["--tp-size is given 2 times"]),
+    ("bad-env-name", [(PROFILE + ".env.bad-name", "1")], ["environment variable name 'bad-name'"]),
+    ("relative-cache-dir", [("launch.cache_dirs", ["cache"])], ["launch.cache_dirs", "absolute path"]),
+    ("profile-from-unknown", [(PROFILE + ".from", "nope")], ["`from` names unknown profile 'nope'"]),
+    ("bad-profile-name", [("launch.profiles.Serve", {"module": "x"})], ["profile name 'Serve'"]),
+]
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), *args], capture_output=True,
+                          text=True, cwd=REPO_ROOT, env={**os.environ, **(env or {})}, timeout=120)
+
+
+def tag_exists(tag: str) -> bool:
+    return subprocess.run(["/usr/bin/docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def assert_one_line_error(proc, fragments, tag):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert not tag_exists(tag)
+
+
+@pytest.mark.parametrize("case_id,edits,fragments", CASES, ids=[c[0] for c in CASES])
+def test_bad_recipe_field(tmp_path, case_id, edits, fragments):
+    data = standalone()
+    for path, value in edits:
+        if path == "colour":
+            data["colour"] = value
+            continue
+        set_path(data, path, value)
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    tag = f"servebuild-test/bad-{case_id}:latest"
+    proc = run_cli("build", "--recipe", str(recipe), "--platform", "linux/arm64", "--tag", tag)
+    assert_one_line_error(proc, ["bad.yaml", *fragments], tag)
+
+
+def write_recipe(dir: Path, name: str, **fields) -> Path:
+    path = dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, **fields}))
+    return path
+
+
+def test_cyclic_extends(tmp_path):
+    write_recipe(tmp_path, "a", extends="b")
+    write_recipe(tmp_path, "b", extends="a")
+    proc = run_cli("build", "--recipe", str(tmp_path / "a.yaml"), "--tag", "servebuild-test/cyclic:1")
+    assert_one_line_error(proc, ["extends", "cyclic extends: a -> b -> a"], "servebuild-test/cyclic:1")
+
+
+def test_extends_unknown_recipe(tmp_path):
+    write_recipe(tmp_path, "a", extends="no-such-parent")
+    proc = run_cli("build", "--recipe", str(tmp_path / "a.yaml"), "--tag", "servebuild-test/ext:1")
+    assert_one_line_error(proc, ["a.yaml", "extends", "unknown recipe 'no-such-parent'"], "servebuild-test/ext:1")
+
+
+def test_unknown_recipe_name():
+    proc = run_cli("build", "--recipe", "no-such-recipe", "--tag", "servebuild-test/unknown:1")
+    assert_one_line_error(proc, ["recipes", "unknown recipe 'no-such-recipe'", "sglang-native-fp8"],
+                          "servebuild-test/unknown:1")
+
+
+def test_invalid_yaml(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\nplatforms: [linux/arm64\n")
+    proc = run_cli("build", "--recipe", str(path), "--tag", "servebuild-test/yaml:1")
+    assert_one_line_error(proc, ["broken.yaml:", "invalid YAML"], "servebuild-test/yaml:1")
+
+
+def test_recipe_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    proc = run_cli("build", "--recipe", str(path), "--tag", "servebuild-test/list:1")
+    assert_one_line_error(proc, ["list.yaml", "YAML mapping"], "servebuild-test/list:1")
+
+
+def test_platform_not_in_recipe():
+    proc = run_cli("build", "--recipe", "torch-cu130", "--platform", "linux/s390x", "--tag", "servebuild-test/p:1")
+    assert_one_line_error(proc, ["--platform", "unknown platform 'linux/s390x'"], "servebuild-test/p:1")
+
+
+def test_missing_ca_bundle():
+    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--ca-bundle", "/nonexistent/ca.pem",
+                   "--tag", "servebuild-test/ca:1")
+    assert_one_line_error(proc, ["--ca-bundle", "/nonexistent/ca.pem"], "servebuild-test/ca:1")
+
+
+def test_bad_tag():
+    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--tag", "Bad Tag!")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--tag" in proc.stderr
+
+
+def test_no_engine_running():
+    tag = "servebuild-test/no-engine:1"
+    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--tag", tag,
+                   env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert_one_line_error(proc, ["engine", "Docker engine not reachable", "start dockerd"], tag)
+
+
+def test_client_without_buildkit(tmp_path):
+    """A docker client whose `build` lacks --secret (no BuildKit) is refused by name."""
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Usage: docker build [OPTIONS] PATH'\n")
+    fake.chmod(0o755)
+    tag = "servebuild-test/no-buildkit:1"
+    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--tag", tag,
+                   env={"SERVEBUILD_DOCKER": str(fake)})
+    assert_one_line_error(proc, ["no docker client with BuildKit", str(fake)], tag)
+

@@ -1,0 +1,143 @@
+"""Recipe loading, inheritance, validation and rendering (pure logic, no engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from servebuild.errors import RecipeError
+from servebuild.launch import launcher_script
+from servebuild.recipe import load_recipe
+from servebuild.render import render_dockerfile
+from support import REPO_ROOT
+
+REAL = ["torch-cu130", "torch-cu130-bookworm", "vllm-dspark", "sglang-native-fp8", "sglang-fused-fp4"]
+GOLDEN = REPO_ROOT / "tests" / "golden"
+
+
+def render(name: str, platform: str) -> str:
+    loaded = load_recipe(name, REPO_ROOT)
+    bases = {s: getattr(loaded.recipe.bases, s).ref.replace("{arch}", platform.split("/")[1])
+             for s in ("build", "runtime")}
+    return render_dockerfile(loaded.recipe, loaded.sha256, platform, bases)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_recipes_load(name):
+    loaded = load_recipe(name, REPO_ROOT)
+    assert loaded.recipe.name == name
+    assert loaded.recipe.cuda_arch_list == "9.0a"
+
+
+def test_default_platform_is_arm64_and_h200_is_amd64():
+    assert load_recipe("torch-cu130", REPO_ROOT).recipe.platforms == ["linux/arm64", "linux/amd64"]
+
+
+def test_extends_inherits_and_overrides():
+    child = load_recipe("vllm-dspark", REPO_ROOT)
+    assert child.recipe.python == "3.12"  # inherited from torch-cu130
+    assert child.recipe.bases.build.ref == "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    assert child.recipe.expect.torchvision_pair is True
+    assert child.recipe.expect.versions["vllm"] == "0.26.0"  # mapping merged with the parent's
+    assert child.recipe.expect.versions["torch"] == "2.11.0"
+    assert [f.display for f in child.chain] == ["recipes/vllm-dspark.yaml", "recipes/torch-cu130.yaml"]
+
+
+def test_vllm_recipe_pins():
+    r = load_recipe("vllm-dspark", REPO_ROOT).recipe
+    assert r.engine.source.commit == "568afb3a13806beb53bb2e6bd518269357b237c0"
+    pr = r.engine.source.patches[0]
+    assert pr.pr == 48993 and pr.commit is None and pr.commit_hint == "f3a920a07640"
+    argv = r.launch.profiles["vllm-dspark-1m"].argv()
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "dspark", "num_speculative_tokens": 6, "draft_sample_method": "greedy"}
+    assert "--no-async-scheduling" in argv and "--enforce-eager" not in argv
+
+
+def test_sglang_stack_order_and_requires():
+    r = load_recipe("sglang-native-fp8", REPO_ROOT).recipe
+    ids = [p.id for p in r.engine.source.patches]
+    assert ids == ["sglang-pr-33276", "sglang-pr-33889", "sglang-pr-33312", "sglang-adaptive-prefill"]
+    assert r.engine.source.patches[2].requires == ["sglang-pr-33889"]
+    env = r.launch.profiles["sglang-native-fp8"].env
+    assert env["SGLANG_DSV4_ADAPTIVE_PREFILL"] == "1"
+    assert env["SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT"] == "738197504"
+
+
+def test_fused_fp4_adds_one_flag_and_nothing_else():
+    native = load_recipe("sglang-native-fp8", REPO_ROOT).recipe.launch.profiles["sglang-native-fp8"]
+    fused_recipe = load_recipe("sglang-fused-fp4", REPO_ROOT).recipe
+    fused = fused_recipe.launch.profiles["sglang-fused-fp4"]
+    assert fused.argv() == native.argv() + ["--enforce-shared-experts-fusion"]
+    assert fused.env == native.env
+    assert "--enforce-shared-experts-fusion" not in native.argv()
+    assert fused_recipe.engine == load_recipe("sglang-native-fp8", REPO_ROOT).recipe.engine
+
+
+def test_launcher_script_exports_env_and_execs():
+    profile = load_recipe("sglang-native-fp8", REPO_ROOT).recipe.launch.profiles["sglang-native-fp8"]
+    script = launcher_script("sglang-native-fp8", profile)
+    assert script.startswith("#!/bin/sh\n")
+    assert "[ -n \"${SGLANG_DSV4_ADAPTIVE_PREFILL+set}\" ] || SGLANG_DSV4_ADAPTIVE_PREFILL=1" in script
+    assert script.rstrip().endswith('--warmups prefill_shapes "$@"')
+    # the script is valid POSIX shell
+    subprocess.run(["sh", "-n", "-c", script], check=True)
+
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("platform", ["linux/arm64", "linux/amd64"])
+def test_golden_dockerfiles(name, platform):
+    text = render(name, platform)
+    golden = GOLDEN / f"{name}.{platform.replace('/', '-')}.Dockerfile"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden.name} differs; UPDATE_GOLDEN=1 after review"
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_render_is_deterministic(name):
+    assert render(name, "linux/arm64") == render(name, "linux/arm64")
+
+
+def test_arch_list_reaches_native_compiles_and_runtime_has_no_compilers():
+    text = render("vllm-dspark", "linux/arm64")
+    build, runtime = text.split("AS runtime", 1)
+    assert 'TORCH_CUDA_ARCH_LIST="9.0a"' in build
+    assert "build-essential" in build and "ccache" in build
+    for absent in ("build-essential", "ccache", "python3-dev", "/tmp/src", "--mount=type=cache,target=/root/.cache/pip"):
+        assert absent not in runtime
+    assert "COPY --from=build /opt/venv /opt/venv" in runtime
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_rendered_dockerfiles_pass_hadolint(name, tmp_path):
+    hadolint = shutil.which("hadolint") or str(REPO_ROOT / ".venv/bin/hadolint")
+    path = tmp_path / "Dockerfile"
+    path.write_text(render(name, "linux/arm64"))
+    proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout
+
+
+def test_cuda_13_0_bases_only():
+    for name in ("torch-cu130", "vllm-dspark", "sglang-native-fp8"):
+        bases = load_recipe(name, REPO_ROOT).recipe.bases
+        assert bases.build.ref.startswith("nvidia/cuda:13.0.") and bases.runtime.ref.startswith("nvidia/cuda:13.0.")
+
+
+def test_error_names_file_field_and_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    data = yaml.safe_load((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
+    data["name"] = "bad"
+    data["engine"] = {"name": "x", "version": "1", "source": {"url": "https://example.invalid/x.git",
+                                                            "commit": "abc1234"}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path), REPO_ROOT)
+    line = str(info.value)
+    assert "bad.yaml:" in line and "engine.source.commit" in line and "not a full 40-hex" in line
+    assert "\n" not in line
