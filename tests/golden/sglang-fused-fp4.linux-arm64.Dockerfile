@@ -40,7 +40,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && cp -a /tmp/src/python/sglang/. "$site/sglang/" \
  && python -m compileall -q "$site/sglang" \
  && rm -rf /tmp/src
-RUN pip freeze --all > /opt/servebuild/packages.txt
+RUN pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stage: no compilers, no caches, no source trees
 FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -28,7 +28,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt
-RUN pip freeze --all > /opt/servebuild/packages.txt
+RUN pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stage: no compilers, no caches, no source trees
 FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

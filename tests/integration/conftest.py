@@ -1,0 +1,81 @@
+"""Integration fixtures: the real Docker engine (BuildKit), bootstrapped bases, fixture builds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from servebuild import bases, pipeline
+from servebuild.engine import Engine
+from servebuild.sources import default_cache_dir
+from support import make_project, make_upstream
+
+HOST_CA = Path(os.environ.get("SERVEBUILD_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
+CREATED_TAGS: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    """The real engine; its absence is a failure here, never a skip."""
+    return Engine()
+
+
+@pytest.fixture(scope="session")
+def base_images(engine) -> dict[str, str]:
+    """Debian bookworm minbase images for both arches, made with debootstrap (no registry)."""
+    out = {}
+    for arch in ("amd64", "arm64"):
+        tag = bases.default_tag("bookworm", arch)
+        if engine.image_id(tag) is None:
+            bases.bootstrap_base(engine, arch, "bookworm", tag, default_cache_dir())
+        out[arch] = tag
+    return out
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory):
+    return make_upstream(tmp_path_factory.mktemp("upstream"))
+
+
+@pytest.fixture(scope="session")
+def project(tmp_path_factory, upstream) -> Path:
+    return make_project(tmp_path_factory.mktemp("fixture"), upstream)
+
+
+def build_fixture(root: Path, engine: Engine, platform: str, tag: str, cache_dir: Path,
+                  recipe: str = "toy", **opts):
+    opts.setdefault("ca_bundle", HOST_CA if HOST_CA.exists() else None)
+    options = pipeline.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)
+    plan = pipeline.make_plan(root, recipe, options)
+    start = time.monotonic()
+    result = pipeline.build(plan, engine)
+    CREATED_TAGS.append(tag)
+    return result, time.monotonic() - start
+
+
+@pytest.fixture(scope="session")
+def fixture_images(engine, base_images, project, tmp_path_factory):
+    """The fixture recipe built for amd64 and for arm64 (QEMU on x86_64 hosts), cold then warm."""
+    cache = tmp_path_factory.mktemp("source-cache")
+    images, timings = {}, {}
+    for platform in ("linux/amd64", "linux/arm64"):
+        arch = platform.split("/")[1]
+        tag = f"servebuild-test/toy:{arch}"
+        result, cold = build_fixture(project, engine, platform, tag, cache, no_cache=True)
+        _, warm = build_fixture(project, engine, platform, tag, cache)
+        images[platform] = result
+        timings[platform] = (cold, warm)
+    print("\nfixture build times (cold no-cache / warm):",
+          {p: f"{c:.1f}s / {w:.1f}s" for p, (c, w) in timings.items()})
+    return images
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for tag in CREATED_TAGS:
+        subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
+    if os.environ.get("SERVEBUILD_TEST_PRUNE") == "1":
+        subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)

@@ -1,0 +1,130 @@
+"""Build the fixture recipe on the real engine for amd64 and arm64 and check what came out.
+
+The fixture uses the same templates and stages as the real recipes: a bootstrapped base, a
+local git upstream with a three-entry patch stack, hash-pinned PyPI wheels, a launch profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tarfile
+import uuid
+
+import pytest
+
+from servebuild.manifest import manifest_sha256
+from integration.conftest import HOST_CA, build_fixture
+
+DOCKER = "/usr/bin/docker"
+PLATFORMS = {"linux/amd64": ("x86_64", 0x3E), "linux/arm64": ("aarch64", 0xB7)}
+
+
+def docker(*args: str) -> str:
+    return subprocess.run([DOCKER, *args], check=True, capture_output=True, text=True).stdout
+
+
+def run(tag: str, platform: str, *cmd: str) -> str:
+    return docker("run", "--rm", "--network", "none", "--platform", platform, tag, *cmd)
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_manifest_records_inputs_and_outputs(fixture_images, upstream, platform):
+    result = fixture_images[platform]
+    manifest = json.loads(result.manifest_path.read_text())
+    assert manifest["platform"] == platform
+    assert manifest["recipe"]["name"] == "toy" and len(manifest["recipe"]["sha256"]) == 64
+    source = manifest["engine"]["source"]
+    assert source["url"] == upstream.url and source["commit"] == upstream.base
+    assert [p["id"] for p in source["patches"]] == ["pr-1", "pr-2", "local-version-banner"]
+    assert all(len(p["sha256"]) == 64 and p["python_only"] for p in source["patches"])
+    assert source["patches"][0]["files"] == ["toyserve/greeting.py"]
+    assert len(source["tarball_sha256"]) == 64
+    assert manifest["constraints"]["path"] == "constraints/toy.txt"
+    assert set(manifest["build_args"]) == {"MAX_JOBS", "NVCC_THREADS"}
+    assert manifest["bases"]["runtime"]["resolved"] == f"servebuild/debian:bookworm-{platform.split('/')[1]}"
+    outputs = manifest["outputs"]
+    assert outputs["image_id"] == docker("image", "inspect", "--format", "{{.Id}}", result.tag).strip()
+    assert {"six==1.17.0", "packaging==24.2", "toyserve==1.0.0"} <= set(outputs["packages"])
+    # the copy inside the image is the inputs part, byte for byte what the labels summarize
+    inside = json.loads(run(result.tag, platform, "cat", "/opt/servebuild/manifest.json"))
+    assert inside == {k: v for k, v in manifest.items() if k != "outputs"}
+    labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", result.tag))
+    assert labels["io.servebuild.manifest.sha256"] == manifest_sha256(inside)
+    assert labels["org.opencontainers.image.revision"] == upstream.base
+    assert labels["org.opencontainers.image.source"] == upstream.url
+    assert labels["org.opencontainers.image.version"] == "1.0.0"
+    assert labels["org.opencontainers.image.base.digest"] == manifest["bases"]["runtime"]["id"]
+    assert labels["io.servebuild.patches"] == "pr-1,pr-2,local-version-banner"
+    assert labels["org.opencontainers.image.created"] == outputs["created"]
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_launch_command_runs_the_patched_server(fixture_images, platform):
+    tag = fixture_images[platform].tag
+    assert run(tag, platform, "toy-serve", "--port", "8").strip() == "hello, hopper 8 version 1.0.0 patched"
+    assert "usage: toyserve" in run(tag, platform, "toy-serve", "--help")
+    # the launcher's environment lines, with its final exec swapped for `env`
+    show_env = "sed 's/^exec .*/env/' /usr/local/bin/toy-serve | sh"
+    assert "TOY_MODE=fast lane" in run(tag, platform, "sh", "-c", show_env).splitlines()
+    assert "TOY_MODE=caller" in run(tag, platform, "sh", "-c", "TOY_MODE=caller; export TOY_MODE; " + show_env)
+    # the default command is the launch profile
+    assert run(tag, platform).strip() == "hello, hopper 30000 version 1.0.0 patched"
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_architecture(fixture_images, platform, tmp_path):
+    tag = fixture_images[platform].tag
+    machine, elf_machine = PLATFORMS[platform]
+    assert run(tag, platform, "uname", "-m").strip() == machine
+    assert docker("image", "inspect", "--format", "{{.Architecture}}", tag).strip() == platform.split("/")[1]
+    binary = run(tag, platform, "readlink", "-f", "/opt/venv/bin/python").strip()
+    container = docker("create", "--platform", platform, tag).strip()
+    try:
+        docker("cp", f"{container}:{binary}", str(tmp_path / "python"))
+    finally:
+        docker("rm", "-f", container)
+    header = (tmp_path / "python").read_bytes()[:20]
+    assert header[:4] == b"\x7fELF"
+    assert int.from_bytes(header[18:20], "little") == elf_machine
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_runtime_stage_has_no_compilers_or_sources(fixture_images, platform):
+    tag = fixture_images[platform].tag
+    out = run(tag, platform, "sh", "-c", "for x in gcc cc git; do command -v $x; done; ls /tmp/src 2>&1; true")
+    assert "/gcc" not in out and "/git" not in out and "No such file" in out
+
+
+def test_ca_secret_is_in_no_layer_or_history(engine, base_images, project, tmp_path):
+    """The CA bundle passed as a BuildKit secret must not appear in any layer or history entry."""
+    marker = f"servebuild-secret-marker-{uuid.uuid4().hex}"
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text((HOST_CA.read_text() if HOST_CA.exists() else "") + f"\n# {marker}\n")
+    tag = "servebuild-test/toy-secret:amd64"
+    result, _ = build_fixture(project, engine, "linux/amd64", tag, tmp_path / "cache", ca_bundle=bundle,
+                              no_cache=True)
+    # the build did use the secret: pip ran in the step that mounts it
+    log = result.log_path.read_text()
+    assert "--secret id=ca,src=" in log and "Successfully installed" in log
+    archive = tmp_path / "image.tar"
+    docker("save", "-o", str(archive), tag)
+    needle = marker.encode()
+    checked = 0
+    with tarfile.open(archive) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            data = outer.extractfile(member).read()
+            assert needle not in data, f"secret found in {member.name}"
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=__import__("io").BytesIO(data)) as layer:
+                    for entry in layer.getmembers():
+                        if entry.isfile():
+                            assert needle not in layer.extractfile(entry).read(), entry.name
+                            checked += 1
+    assert checked > 100  # the layers were really read
+    history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", tag)
+    assert marker not in history and "ca.pem" not in history
+    assert hashlib.sha256(bundle.read_bytes()).hexdigest() not in json.dumps(json.loads(result.manifest_path.read_text()))
