@@ -131,3 +131,48 @@ def binfmt(c):
             raise Exit(f"error: {' '.join(cmd)} failed: {proc.stderr.strip()} "
                        f"(apt-get install qemu-user-static binfmt-support)", code=2)
     print("qemu-aarch64: " + Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").read_text().splitlines()[0])
+
+
+@task(help={"recipe": "recipe whose expectations to check (default: read the manifest in the image)",
+            "image": "image to test (default: the recipe's default tag for this host)",
+            "hosts": "test a host instead of an image: local://, ssh://user@host, docker://container",
+            "platform": "platform of the recipe's image to test",
+            "require_gpu": "fail, rather than skip, the GPU checks when no GPU is visible",
+            "python": "python on the host under test (hosts mode; default python3)",
+            "network": "give the test container network (default: none)"})
+@one_line_errors
+def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
+               network=False):
+    """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
+    from servebuild import pipeline, smoke
+    from servebuild.recipe import load_recipe
+    loaded = load_recipe(recipe, ROOT) if recipe else None
+    if hosts:
+        if loaded is None:
+            raise Exit("error: --recipe: --hosts needs --recipe to say what to expect", code=2)
+        out_dir = ROOT / "build" / loaded.recipe.name / "smoke-hosts"
+        code = smoke.run_suite(hosts, smoke.expectations(loaded, None, image=False), out_dir,
+                               require_gpu=require_gpu, python=python)
+    else:
+        from servebuild.engine import Engine
+        if image is None:
+            if loaded is None:
+                raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
+            image = pipeline.make_plan(ROOT, recipe, _options(platform=platform)).tag
+        name = loaded.recipe.name if loaded else image.replace("/", "_").replace(":", "_")
+        out_dir = ROOT / "build" / name / "smoke"
+        code = smoke.test_image(Engine(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
+    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
+    if code != 0:
+        raise Exit(code=1)
+
+
+@task(help={"recipe": "recipe name", "output": "where to write the expectations JSON"})
+@one_line_errors
+def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
+    """Write the smoke suite's expectations for a host run (for machines without this project)."""
+    from servebuild import smoke
+    from servebuild.recipe import load_recipe
+    data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
+    Path(output).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(output)

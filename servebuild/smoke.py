@@ -1,0 +1,113 @@
+"""Run the testinfra smoke suite (tests/image) against an image or any host testinfra reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from .engine import Engine
+from .errors import SmokeError
+from .manifest import MANIFEST_PATH
+from .recipe import LoadedRecipe
+
+SUITE = Path(__file__).resolve().parent.parent / "tests" / "image"
+
+
+def expectations(loaded: Optional[LoadedRecipe], manifest: Optional[dict], image: bool,
+                 labels: Optional[dict] = None, volumes: Optional[list] = None) -> dict:
+    """What the suite checks, from the recipe (preferred) or the manifest inside the image."""
+    if loaded is not None:
+        r = loaded.recipe
+        expect = r.expect.model_dump(mode="json")
+        name, profiles = r.name, sorted(r.launch.profiles)
+        launch = {"user": r.launch.user, "workdir": r.launch.workdir, "cache_dirs": r.launch.cache_dirs}
+        source = {"source_commit": r.engine.source.commit if r.engine else None,
+                  "patches": [p.id for p in r.engine.source.patches] if r.engine else []}
+    elif manifest is not None:
+        expect = manifest["expect"]
+        name, profiles = manifest["recipe"]["name"], manifest["launch"]["profiles"]
+        launch = {k: manifest["launch"][k] for k in ("user", "workdir", "cache_dirs")}
+        src = (manifest.get("engine") or {}).get("source") or {}
+        source = {"source_commit": src.get("commit"), "patches": [p["id"] for p in src.get("patches", [])]}
+    else:
+        raise SmokeError("need a recipe or an image with a servebuild manifest", field="--recipe")
+    return {**expect, **launch, "recipe": name, "profiles": profiles if image else [],
+            "image": image, "python": "/opt/venv/bin/python" if image else None,
+            "manifest_path": MANIFEST_PATH, "manifest": {"recipe": name, **source},
+            "labels": labels, "volumes": volumes or []}
+
+
+def find_cuobjdump() -> Optional[str]:
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
+    try:
+        import nvidia  # the nvidia-cuda-cuobjdump wheel
+        for root in getattr(nvidia, "__path__", []):
+            for candidate in Path(root).glob("*/bin/cuobjdump"):
+                return str(candidate)
+    except ImportError:
+        pass
+    return None
+
+
+def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False,
+              python: Optional[str] = None, extra: tuple[str, ...] = ()) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    expect_path = out_dir / "smoke-expect.json"
+    expect_path.write_text(json.dumps(expect, indent=2, sort_keys=True) + "\n")
+    cmd = [sys.executable, "-m", "pytest", str(SUITE), f"--hosts={hosts}", f"--expect={expect_path}",
+           f"--junitxml={out_dir / 'smoke-junit.xml'}", "-p", "no:cacheprovider", "-q",
+           f"--rootdir={SUITE}", "-o", "testpaths=", "-o", "addopts="]
+    cuobjdump = find_cuobjdump()
+    if cuobjdump:
+        cmd.append(f"--cuobjdump={cuobjdump}")
+    if require_gpu:
+        cmd.append("--require-gpu")
+    if python:
+        cmd.append(f"--python={python}")
+    cmd += list(extra)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    return subprocess.run(cmd, env=env).returncode
+
+
+def has_nvidia_runtime(engine: Engine) -> bool:
+    info = engine.info()
+    return "nvidia" in (info.get("Runtimes") or {})
+
+
+def test_image(engine: Engine, image: str, loaded: Optional[LoadedRecipe], out_dir: Path,
+               require_gpu: bool = False, network: bool = False, extra: tuple[str, ...] = ()) -> int:
+    """Start a throwaway container of `image`, run the suite in it, remove it."""
+    if engine.image_id(image) is None:
+        raise SmokeError(f"image {image} is not in the engine; build it first (invoke build)", field="--image")
+    info = engine.image_inspect(image)
+    labels = info.get("Config", {}).get("Labels") or {}
+    volumes = sorted((info.get("Config", {}).get("Volumes") or {}).keys())
+    manifest = None
+    if loaded is None:
+        raw = engine.run("run", "--rm", "--network", "none", "--entrypoint", "cat", image, MANIFEST_PATH,
+                         check=False)
+        if raw.returncode != 0:
+            raise SmokeError(f"{image} has no {MANIFEST_PATH}; pass --recipe to say what to expect",
+                             field="--image")
+        manifest = json.loads(raw.stdout)
+    expect = expectations(loaded, manifest, image=True, labels=labels, volumes=volumes)
+    name = f"servebuild-smoke-{uuid.uuid4().hex[:12]}"
+    args = ["run", "-d", "--name", name, "--platform", f"linux/{info.get('Architecture')}",
+            "--entrypoint", "sleep"]
+    if not network:
+        args += ["--network", "none"]
+    if has_nvidia_runtime(engine):
+        args += ["--gpus", "all"]
+    engine.run(*args, image, "infinity")
+    try:
+        return run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
+    finally:
+        engine.run("rm", "-f", name, check=False)
