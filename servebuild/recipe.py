@@ -240,6 +240,7 @@ class Recipe(Model):
     cuda_arch_list: str = "9.0a"
     bases: Bases
     constraints: dict[str, str]
+    wheels: list[str] = []  # local wheel files (air-gapped sites, local builds); still hash-checked
     apt: AptPackages = AptPackages()
     engine: Optional[Engine] = None
     build: BuildResources = BuildResources()
@@ -471,6 +472,9 @@ def _check_files(loaded: LoadedRecipe) -> None:
         problem = check_hashed_requirements(path)
         if problem:
             raise _where(loaded, ("constraints", platform), f"{rel}: {problem}")
+    for i, rel in enumerate(r.wheels):
+        if not rel.endswith(".whl") or not (loaded.root / rel).is_file():
+            raise _where(loaded, ("wheels", i), f"{rel} is not an existing .whl file")
     if r.engine:
         for platform, rel in sorted(r.engine.precompiled.items()):
             path = loaded.root / rel

@@ -51,7 +51,11 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     context.mkdir(parents=True)
     (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases))
     shutil.copyfile(loaded.root / recipe.constraints[platform], context / "requirements.txt")
-    if recipe.engine and recipe.engine.install == "vllm-precompiled":
+    if recipe.wheels:
+        (context / "wheels").mkdir()
+        for rel in recipe.wheels:
+            shutil.copyfile(loaded.root / rel, context / "wheels" / Path(rel).name)
+    if recipe.engine and recipe.engine.install != "pip-source":
         shutil.copyfile(loaded.root / recipe.engine.precompiled[platform], context / "precompiled.txt")
     if recipe.engine:
         assert source_tarball is not None, "an engine recipe needs its source tarball"

@@ -56,7 +56,7 @@ class Upstream:
     pr3_head: str       # a PR that needs PR 2 to apply
 
 
-def make_upstream(tmp: Path, name: str = "toyserve") -> Upstream:
+def make_upstream(tmp: Path, name: str = "toyserve", extra: dict[str, bytes] | None = None) -> Upstream:
     work = tmp / f"{name}-work"
     work.mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
@@ -68,7 +68,13 @@ def make_upstream(tmp: Path, name: str = "toyserve") -> Upstream:
         [project]
         name = "{name}"
         version = "1.0.0"
+
+        [tool.setuptools.package-data]
+        {name} = ["*.so"]
         """)
+    for rel, data in (extra or {}).items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(data)
     write(work / name / "__init__.py", '__version__ = "1.0.0"\n')
     write(work / name / "greeting.py", 'GREETING = "hello"\n')
     write(work / name / "__main__.py", f"""\
@@ -220,3 +226,42 @@ def copy_real(root: Path, *rel: str) -> None:
             shutil.copytree(src, dst, dirs_exist_ok=True)
         else:
             shutil.copyfile(src, dst)
+
+
+def requirement_blocks(path: Path, names: set[str]) -> str:
+    """The hashed entries for `names` out of a uv-compiled requirement set."""
+    out, keep = [], False
+    for line in path.read_text().splitlines():
+        if line and not line.startswith((" ", "#")):
+            keep = line.split("==", 1)[0].lower() in names
+        if keep and not line.lstrip().startswith("#"):
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def local_torch_cpu_wheel() -> Path:
+    """The CPU torch 2.13.0 wheel this machine kind keeps on disk (PIP_FIND_LINKS)."""
+    for folder in filter(None, [os.environ.get("PIP_FIND_LINKS"), "/opt/wheels"]):
+        for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-cp311-*x86_64.whl")):
+            return wheel
+    raise FileNotFoundError("torch-2.13.0+cpu wheel not found in $PIP_FIND_LINKS or /opt/wheels")
+
+
+SM_KERNEL = """\
+__global__ void scale(float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+extern "C" void launch(float *x, float a, int n) { scale<<<(n + 255) / 256, 256>>>(x, a, n); }
+"""
+
+
+def compile_kernel(out: Path, arch: str) -> Path:
+    """A real CUDA shared object built by this host's nvcc for one SASS arch (e.g. sm_80)."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    src = out.with_suffix(".cu")
+    src.write_text(SM_KERNEL)
+    number = arch.removeprefix("sm_")
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-gencode=arch=compute_{number},code={arch}",
+                    str(src), "-o", str(out)], check=True, capture_output=True)
+    return out

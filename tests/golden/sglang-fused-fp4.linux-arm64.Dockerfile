@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 985041b725da1c8b4cdff8c820ea3fc348664c539b84aaad95a56d16ff108fff
+# recipe sha256: 09190a87eb3a8e6e5abf174dd3398857e9b94ae79869ff4029db1e6cd168e295
 # ---- build stage: compilers, caches and sources live here only
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: bd2288a8826fd98c6cfea2b0156591f20d94eb8ea7bdf6ed65cb0cce9de6517e
+# recipe sha256: d728a0803baccecead28f50ac17f1c124067c84579921c65b005b84fc046a303
 # ---- build stage: compilers, caches and sources live here only
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

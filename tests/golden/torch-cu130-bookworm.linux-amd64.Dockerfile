@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe torch-cu130-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 85cd9226dc78a35a3e98c843aa249d451816e8a9a87686de00c6c1036ac5c749
+# recipe sha256: ad7a29731fd4377be931b041196116c916042bfaf748197497ef805606b30660
 # ---- build stage: compilers, caches and sources live here only
 FROM servebuild/debian:bookworm-amd64 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe torch-cu130 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: cc41784d7654bb79c512a27079ffe4237f386a3d08676ac99d0b4046f0dfa05f
+# recipe sha256: dd1b4fdd178d1d0b878778781dd91463f4ff059f810eda4b2d974f0be165d49c
 # ---- build stage: compilers, caches and sources live here only
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

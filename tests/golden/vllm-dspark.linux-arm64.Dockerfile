@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 8ec0f3a4123362b4ae200e45e2c0348187588279449b11c3262bdb40266a2bc1
+# recipe sha256: c4bc03c6225c1063d95737f06f74cc110fc35b2c2f02d55e8a6fe43bd995810e
 # ---- build stage: compilers, caches and sources live here only
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -183,7 +183,9 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def gpus(py, require_gpu):
+def gpus(py, require_gpu, expect):
+    if not (expect.get("cuda") or "torch" in (expect.get("imports") or [])):
+        pytest.skip("the recipe has no torch/CUDA stack to exercise a GPU with")
     result = py(GPU_PROBE)
     assert result.rc == 0, f"GPU probe failed: {lines_of(result).splitlines()[-1:]}"
     out = json.loads(result.stdout.strip().splitlines()[-1])
