@@ -64,7 +64,7 @@ def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False
     expect_path.write_text(json.dumps(expect, indent=2, sort_keys=True) + "\n")
     cmd = [sys.executable, "-m", "pytest", str(SUITE), f"--hosts={hosts}", f"--expect={expect_path}",
            f"--junitxml={out_dir / 'smoke-junit.xml'}", "-p", "no:cacheprovider", "-q",
-           f"--rootdir={SUITE}", "-o", "testpaths=", "-o", "addopts="]
+           f"--rootdir={SUITE}", f"--confcutdir={SUITE}", "-o", "testpaths=", "-o", "addopts="]
     cuobjdump = find_cuobjdump()
     if cuobjdump:
         cmd.append(f"--cuobjdump={cuobjdump}")

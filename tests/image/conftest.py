@@ -100,7 +100,8 @@ def pytest_runtest_logreport(report):
             text = getattr(report, "longreprtext", "") or ""
             errors = [line[2:].strip() for line in text.splitlines() if line.startswith("E ")]
             detail = errors[0] if errors else (text.strip().splitlines() or [""])[-1]
-        check = re.sub(r"-?(docker|local|ssh|paramiko|podman)://[^\]]*", "", report.nodeid.split("::", 1)[-1])
+        check = re.sub(r"-?((docker|local|ssh|paramiko|podman)://[^\]]*|local)(?=\])", "",
+                       report.nodeid.split("::", 1)[-1])
         RESULTS.append((check.replace("[]", ""), report.outcome, detail))
 
 
