@@ -34,11 +34,13 @@ def _path(value):
 
 
 def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
-             mirror_map=None, offline=False, cache_from=None):
+             mirror_map=None, offline=False, cache_from=None, locked=False):
+    import os
     from servebuild.pipeline import BuildOptions
+    ca_bundle = ca_bundle or os.environ.get("SERVEBUILD_CA_BUNDLE")
     return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
                         ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
-                        offline=offline, cache_from=tuple(cache_from or ()))
+                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked)
 
 
 @task(help={"recipe": "recipe name or path"})
@@ -68,16 +70,17 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
             "netrc": "netrc with index tokens (a BuildKit secret, in no layer)",
             "mirror_map": "YAML file rewriting base image references",
             "offline": "use only the source cache for git sources",
-            "cache_from": "image to use as a cache source (repeatable)"},
+            "cache_from": "image to use as a cache source (repeatable)",
+            "locked": "build exactly what the lock file next to the recipe pins; refuse if stale"},
       iterable=["cache_from"])
 @one_line_errors
 def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry_run=False,
-          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None):
+          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False):
     """Build a recipe into an image through the Docker engine with BuildKit."""
     from servebuild import pipeline
     from servebuild.engine import Engine
     plan = pipeline.make_plan(ROOT, recipe, _options(platform, tag, no_cache, dry_run, ca_bundle, netrc,
-                                                     mirror_map, offline, cache_from))
+                                                     mirror_map, offline, cache_from, locked))
     if dry_run:
         print(pipeline.dry_run(plan))
         return
@@ -88,13 +91,14 @@ def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry
     print(f"  log:      {result.log_path}")
 
 
-@task(help={"recipe": "recipe name or path", "offline": "do not touch the network"})
+@task(help={"recipe": "recipe name or path", "offline": "do not touch the network",
+            "locked": "fetch what the lock file pins"})
 @one_line_errors
-def fetch(c, recipe=DEFAULT_RECIPE, offline=False):
+def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
     """Mirror the recipe's sources, apply its patch stack and write the source tarball."""
     import time
     from servebuild import pipeline
-    plan = pipeline.make_plan(ROOT, recipe, _options(offline=offline))
+    plan = pipeline.make_plan(ROOT, recipe, _options(offline=offline, locked=locked))
     start = time.monotonic()
     source = pipeline.fetch_sources(plan)
     if source is None:
@@ -176,3 +180,31 @@ def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
     Path(output).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(output)
+
+
+@task(help={"recipe": "recipe name or path", "offline": "resolve from the source cache only"})
+@one_line_errors
+def lock(c, recipe=DEFAULT_RECIPE, offline=False):
+    """Resolve commits, diff hashes and base digests; write RECIPE.lock.yaml next to the recipe."""
+    import time
+    from servebuild import lock as locking
+    from servebuild.config import load_config
+    from servebuild.engine import Engine
+    from servebuild.errors import EngineError
+    from servebuild.recipe import load_recipe
+    from servebuild.sources import SourceCache, default_cache_dir
+    loaded = load_recipe(recipe, ROOT)
+    try:
+        engine = Engine()
+        ids = {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
+    except EngineError:
+        ids = {}
+    cache = SourceCache(default_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
+    start = time.monotonic()
+    data = locking.compute_lock(loaded, cache, ids, ROOT / "build" / loaded.recipe.name / "lock-work")
+    path = locking.lock_path(loaded)
+    locking.write_lock(path, data)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
+          f"in {time.monotonic() - start:.1f}s")
+    for item in data["unresolved"]:
+        print(f"  unresolved: {item}")

@@ -53,6 +53,7 @@ class BuildOptions:
     cache_dir: Optional[Path] = None
     cache_from: tuple[str, ...] = ()
     echo: bool = True
+    locked: bool = False
 
 
 @dataclass
@@ -90,6 +91,9 @@ def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
 def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     """Load and validate everything that can be checked without the engine."""
     loaded = load_recipe(recipe_name, root)
+    if options.locked:
+        from .lock import apply_lock, read_lock
+        loaded = apply_lock(loaded, read_lock(loaded))
     recipe = loaded.recipe
     platform = options.platform or (host_platform_name() if host_platform_name() in recipe.platforms
                                     else recipe.platforms[0])

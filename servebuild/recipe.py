@@ -360,18 +360,16 @@ def deep_merge(parent: Any, child: Any) -> Any:
 class LoadedRecipe:
     """A validated recipe plus the chain of files it came from."""
 
-    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path):
+    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None):
         self.recipe = recipe
         self.chain = chain  # child first
         self.root = root
+        # the hash of the recipe as written (a locked copy keeps its recipe's hash)
+        self.sha256 = sha256 or hashlib.sha256(recipe.canonical_json().encode()).hexdigest()
 
     @property
     def file(self) -> str:
         return self.chain[0].display
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.recipe.canonical_json().encode()).hexdigest()
 
 
 def recipe_path(name_or_path: str, recipes_dir: Path) -> Path:

@@ -105,6 +105,14 @@ class SourceCache:
             raise SourceError(f"fetching {remote} failed: {detail}", file=self.recipe,
                               field="engine.source.url")
 
+    def _set_head(self, repo: Path, url: str) -> None:
+        """Point HEAD at the upstream's default branch, as a clone would."""
+        remote = self.mirrors.get(url, url)
+        out = git("ls-remote", "--symref", remote, "HEAD", cwd=repo, check=False).stdout.decode()
+        m = re.search(r"^ref: (refs/heads/\S+)\tHEAD", out, re.M)
+        if m:
+            git("symbolic-ref", "HEAD", m.group(1), cwd=repo)
+
     def mirror(self, url: str, commits: list[str]) -> Path:
         """Make sure the bare mirror of `url` holds every commit in `commits`."""
         repo = self.repo_dir(url)
@@ -122,6 +130,7 @@ class SourceCache:
             try:
                 git("init", "--quiet", "--bare", str(tmp))
                 self._fetch_into(tmp, url)
+                self._set_head(tmp, url)
                 tmp.rename(repo)  # atomic: an interrupted fetch never leaves a half mirror in place
             finally:
                 if tmp.exists():
@@ -280,15 +289,3 @@ class SourceCache:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info
-
-    def read_tarball(self, digest: str) -> Path:
-        """A cached tarball, checked against its name; a corrupted one is removed and reported."""
-        path = self.root / "tarballs" / f"{digest}.tar"
-        if not path.exists():
-            raise SourceError(f"source tarball {digest} is not in the cache", file=self.recipe)
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
-        if actual != digest:
-            path.unlink()
-            raise SourceError(f"cached source tarball {path.name} was corrupted (hashes to {actual}); "
-                              f"it was removed, run fetch again", file=self.recipe)
-        return path

@@ -1,0 +1,240 @@
+"""Lock files: what a recipe leaves floating, resolved and hashed, next to the recipe.
+
+`lock` resolves PR numbers and short SHAs to full commits, hashes every diff, records base
+image digests and the hashes of the requirement sets. What cannot be resolved here (an
+unreachable GitHub or registry) stays explicitly unresolved with the reason; nothing is guessed.
+`build --locked` refuses a missing, stale or unresolved lock, naming the entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from .errors import SourceError
+from .recipe import LoadedRecipe, PatchEntry
+from .sources import SourceCache
+
+LOCK_VERSION = 1
+MANIFEST_ACCEPT = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"])
+
+
+def lock_path(loaded: LoadedRecipe) -> Path:
+    path = loaded.chain[0].path
+    return path.with_name(path.stem + ".lock.yaml")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def file_hashes(loaded: LoadedRecipe) -> dict[str, str]:
+    r = loaded.recipe
+    files = set(r.constraints.values()) | set(r.wheels)
+    if r.engine:
+        files |= set(r.engine.precompiled.values())
+        files |= {e.file for e in r.engine.source.patches if e.file}
+    return {rel: _sha(loaded.root / rel) for rel in sorted(files)}
+
+
+# ------------------------------------------------------------------ base images
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+    first = name.split("/")[0]
+    if "." in first or ":" in first or first == "localhost":
+        registry, repo = first, name.split("/", 1)[1]
+    else:
+        registry, repo = "registry-1.docker.io", name if "/" in name else f"library/{name}"
+    return registry, repo, tag
+
+
+def registry_digest(ref: str, timeout: float = 10.0) -> str:
+    """Digest of `ref` from its registry's HTTP API (anonymous token where the registry asks for one)."""
+    registry, repo, tag = split_ref(ref)
+    scheme = "http" if registry.startswith(("127.", "localhost")) else "https"
+    url = f"{scheme}://{registry}/v2/{repo}/manifests/{tag}"
+    ctx = ssl.create_default_context()
+    headers = {"Accept": MANIFEST_ACCEPT}
+    for attempt in range(2):
+        req = urllib.request.Request(url, method="HEAD", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+                digest = resp.headers.get("Docker-Content-Digest")
+                if not digest:
+                    raise SourceError(f"{registry} gave no digest for {ref}")
+                return digest
+        except urllib.error.HTTPError as exc:
+            challenge = exc.headers.get("WWW-Authenticate", "")
+            if exc.code == 401 and attempt == 0 and challenge.startswith("Bearer"):
+                params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+                token_url = f"{params['realm']}?service={params.get('service', '')}&scope={params.get('scope', '')}"
+                with urllib.request.urlopen(token_url, timeout=timeout, context=ctx) as resp:
+                    token = json.load(resp).get("token")
+                headers["Authorization"] = f"Bearer {token}"
+                continue
+            raise
+    raise SourceError(f"{registry} refused anonymous access to {ref}")
+
+
+def resolve_base(ref: str, local_id: Optional[str]) -> dict:
+    if "{arch}" in ref:
+        return {"ref": ref, "digest": None, "resolved": True,
+                "note": "per-arch local image; its id is recorded in each build manifest"}
+    try:
+        return {"ref": ref, "digest": registry_digest(ref), "resolved": True}
+    except Exception as exc:  # unreachable registry, DNS, TLS, auth: all mean "not resolved here"
+        reason = f"registry unreachable from here ({type(exc).__name__}: {str(exc)[:120]})"
+        if local_id:
+            return {"ref": ref, "digest": None, "resolved": True, "local_id": local_id, "note": reason}
+        return {"ref": ref, "digest": None, "resolved": False, "reason": reason}
+
+
+# ------------------------------------------------------------------ patches
+
+def find_pr_commit(cache: SourceCache, repo: Path, entry: PatchEntry) -> tuple[Optional[str], Optional[str], str]:
+    """(commit, base, how) for a PR entry, from the mirrored upstream."""
+    if entry.commit:
+        return entry.commit, entry.base, "pinned in recipe"
+    if entry.commit_hint:
+        full = cache.resolve(repo, entry.commit_hint)
+        if full is None:
+            raise SourceError(f"commit_hint {entry.commit_hint} of {entry.id} (PR #{entry.pr}) is not in the "
+                              f"upstream", field=f"engine.source.patches.{entry.id}.commit_hint")
+        return full, entry.base, f"commit_hint {entry.commit_hint}"
+    from .sources import git
+    log = git("log", "--all", "--format=%H %s", "-E", f"--grep=\\(#{entry.pr}\\)$", cwd=repo, check=False)
+    for line in log.stdout.decode().splitlines():
+        sha, subject = line.split(" ", 1)
+        if subject.endswith(f"(#{entry.pr})") and not git("rev-parse", f"{sha}^2", cwd=repo,
+                                                             check=False).returncode == 0:
+            branch = cache.resolve(repo, "HEAD")
+            merged = branch and git("merge-base", "--is-ancestor", sha, branch, cwd=repo,
+                                    check=False).returncode == 0
+            if merged:
+                return sha, None, "squash-merge commit on the default branch"
+    head = cache.resolve(repo, f"refs/pull/{entry.pr}/head")
+    if head:
+        base = git("merge-base", "HEAD", head, cwd=repo).stdout.decode().strip()
+        return head, base, f"refs/pull/{entry.pr}/head against its merge-base"
+    raise SourceError(f"PR #{entry.pr} ({entry.id}) found neither as a squash-merge commit nor as "
+                      f"refs/pull/{entry.pr}/head upstream", field=f"engine.source.patches.{entry.id}")
+
+
+def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str, Optional[str]],
+                 work: Path) -> dict:
+    r = loaded.recipe
+    unresolved: list[str] = []
+    bases = {}
+    for stage in ("build", "runtime"):
+        base = getattr(r.bases, stage)
+        entry = ({"ref": base.ref, "digest": base.digest, "resolved": True, "note": "pinned in recipe"}
+                 if base.digest else resolve_base(base.ref, engine_ids.get(base.ref)))
+        if not entry["resolved"]:
+            unresolved.append(f"bases.{stage}: {entry['reason']}")
+        bases[stage] = entry
+    lock: dict = {"lock_version": LOCK_VERSION, "recipe": r.name, "recipe_sha256": loaded.sha256,
+                  "files": file_hashes(loaded), "bases": bases, "source": None, "unresolved": []}
+    if r.engine:
+        src = r.engine.source
+        patches = []
+        try:
+            repo = cache.mirror(src.url, [src.commit])
+        except SourceError as exc:
+            repo = None
+            for e in src.patches:
+                if e.pr is not None and not e.resolved:
+                    unresolved.append(f"engine.source.patches.{e.id}: {exc.problem}")
+            patches = [_entry_dict(e, e.commit, e.base, e.sha256, "local file" if e.file else "unresolved: upstream unreachable")
+                       for e in src.patches]
+        if repo is not None:
+            resolved_entries = []
+            for e in src.patches:
+                if e.pr is None:
+                    resolved_entries.append(e)
+                    continue
+                commit, base, how = find_pr_commit(cache, repo, e)
+                resolved_entries.append(e.model_copy(update={"commit": commit, "base": base}))
+                patches.append(how)
+            prepared = cache.prepare(src.model_copy(update={"patches": resolved_entries}), loaded.root, work)
+            hows = iter(patches)
+            patches = []
+            for e, applied in zip(resolved_entries, prepared.patches):
+                how = next(hows) if e.pr is not None else "local file"
+                d = _entry_dict(e, e.commit, e.base, applied.sha256, how)
+                d.update({"files": applied.files, "python_only": applied.python_only})
+                patches.append(d)
+            lock["source"] = {"url": src.url, "commit": src.commit, "tarball_sha256": prepared.tarball_sha256}
+        else:
+            lock["source"] = {"url": src.url, "commit": src.commit, "tarball_sha256": None}
+        lock["patches"] = patches
+    lock["unresolved"] = unresolved
+    return lock
+
+
+def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:
+    return {"id": e.id, "pr": e.pr, "file": e.file, "commit": commit, "commit_hint": e.commit_hint, "base": base,
+            "sha256": sha256, "requires": e.requires, "resolved_by": how}
+
+
+def write_lock(path: Path, lock: dict) -> None:
+    header = ("# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
+              "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(header + yaml.safe_dump(lock, sort_keys=True, width=120))
+    tmp.rename(path)
+
+
+def read_lock(loaded: LoadedRecipe) -> dict:
+    """The lock for `loaded`, checked: present, current and fully resolved."""
+    path = lock_path(loaded)
+    display = str(path.relative_to(loaded.root)) if path.is_relative_to(loaded.root) else str(path)
+    if not path.exists():
+        raise SourceError(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
+    lock = yaml.safe_load(path.read_text())
+    if lock.get("recipe_sha256") != loaded.sha256:
+        raise SourceError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked; "
+                          f"run `invoke lock` again", file=display, field="recipe_sha256")
+    for rel, digest in (lock.get("files") or {}).items():
+        actual = _sha(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
+        if actual != digest:
+            raise SourceError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
+                              file=display, field=f"files.{rel}")
+    if lock.get("unresolved"):
+        raise SourceError(f"lock has unresolved entries, first: {lock['unresolved'][0]}", file=display,
+                          field="unresolved")
+    return lock
+
+
+def apply_lock(loaded: LoadedRecipe, lock: dict) -> LoadedRecipe:
+    """A copy of the recipe with the lock's commits, bases and diff hashes filled in."""
+    r = loaded.recipe
+    update: dict = {}
+    bases = {}
+    for stage in ("build", "runtime"):
+        base = getattr(r.bases, stage)
+        digest = lock["bases"][stage].get("digest")
+        bases[stage] = base.model_copy(update={"digest": digest}) if digest else base
+    update["bases"] = r.bases.model_copy(update=bases)
+    if r.engine:
+        by_id = {p["id"]: p for p in lock.get("patches") or []}
+        patches = []
+        for e in r.engine.source.patches:
+            p = by_id.get(e.id)
+            if p is None:
+                raise SourceError(f"lock has no entry for patch {e.id}; run `invoke lock` again",
+                                  file=loaded.recipe.name, field=f"patches.{e.id}")
+            patches.append(e.model_copy(update={"commit": p["commit"], "base": p["base"], "sha256": p["sha256"]}))
+        source = r.engine.source.model_copy(update={"patches": patches})
+        update["engine"] = r.engine.model_copy(update={"source": source})
+    return LoadedRecipe(r.model_copy(update=update), loaded.chain, loaded.root, sha256=loaded.sha256)
