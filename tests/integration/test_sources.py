@@ -1,0 +1,278 @@
+"""Pinned, verified, hermetic sources against real git upstreams made by the tests.
+
+GitHub is unreachable here: upstreams are local bare repositories with GitHub's layout
+(squash-merge commits on main, `refs/pull/N/head`), served over file:// and a `git daemon`
+on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from integration.conftest import build_fixture
+from servebuild import lock as locking
+from servebuild.errors import SourceError
+from servebuild.recipe import EngineSource, PatchEntry, load_recipe
+from servebuild.sources import SourceCache
+from support import REPO_ROOT, diff_sha, fixture_recipe, make_project, make_upstream
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def daemon_upstream(tmp_path):
+    """The upstream served by a real `git daemon` on 127.0.0.1."""
+    up = make_upstream(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={tmp_path}",
+                             "--listen=127.0.0.1", f"--port={port}", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"git://127.0.0.1:{port}/{up.bare.name}"
+    for _ in range(50):
+        if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("git daemon did not come up")
+    yield up, url, proc
+    proc.kill()
+    proc.wait()
+
+
+def source(up, url=None, patches=None) -> EngineSource:
+    data = fixture_recipe(up)["engine"]["source"]
+    if url:
+        data["url"] = url
+    if patches is not None:
+        data["patches"] = patches
+    return EngineSource.model_validate(data)
+
+
+def test_fetch_applies_three_entry_stack_over_git_daemon(daemon_upstream, tmp_path):
+    up, url, _ = daemon_upstream
+    root = make_project(tmp_path, up)
+    start = time.monotonic()
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    cold = cache.prepare(source(up, url), root, tmp_path / "w1")
+    cold_s = time.monotonic() - start
+    start = time.monotonic()
+    warm = cache.prepare(source(up, url), root, tmp_path / "w2")
+    warm_s = time.monotonic() - start
+    print(f"\nfetch over git daemon: cold {cold_s:.2f}s, warm {warm_s:.2f}s")
+    assert [p.id for p in cold.patches] == ["pr-1", "pr-2", "local-version-banner"]
+    assert cold.tarball_sha256 == warm.tarball_sha256
+    tree = tmp_path / "w2" / "tree"
+    assert (tree / "toyserve/greeting.py").read_text() == 'GREETING = "hello, hopper"\nFAREWELL = "bye"\n'
+    assert "patched" in (tree / "toyserve/__main__.py").read_text()
+
+
+def test_tarball_is_bit_identical_across_caches_days_and_umasks(upstream, project, tmp_path):
+    """Two fetches into two caches, with a different clock, time zone and umask: same bytes."""
+    script = (
+        "import sys; from pathlib import Path; sys.path[:0] = [sys.argv[1]];"
+        "from servebuild.recipe import EngineSource; from servebuild.sources import SourceCache;"
+        "import json; src = EngineSource.model_validate(json.loads(sys.argv[2]));"
+        "p = SourceCache(Path(sys.argv[3]), recipe='toy').prepare(src, Path(sys.argv[4]), Path(sys.argv[5]));"
+        "print(p.tarball_sha256)")
+    data = json.dumps(fixture_recipe(upstream)["engine"]["source"])
+    digests = []
+    for i, (tz, umask) in enumerate((("UTC", 0o022), ("Asia/Tokyo", 0o077))):
+        env = {**os.environ, "TZ": tz}
+        out = subprocess.run(["sh", "-c", f"umask {umask:o}; exec \"$@\"", "sh", sys.executable, "-c", script,
+                              str(REPO_ROOT), data, str(tmp_path / f"cache{i}"), str(project), str(tmp_path / f"w{i}")],
+                             env=env, capture_output=True, text=True, check=True)
+        digests.append(out.stdout.strip())
+        time.sleep(1.1)  # a different wall-clock second for every file the checkout writes
+    assert digests[0] == digests[1] and len(digests[0]) == 64
+
+
+def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, tmp_path):
+    """lock resolves a short hint and a bare PR number; build --locked; upstream deleted; --offline rebuild."""
+    up = make_upstream(tmp_path)
+    recipe = fixture_recipe(up, platforms=["linux/amd64"])
+    patches = recipe["engine"]["source"]["patches"]
+    patches[0] = {"id": "pr-1", "pr": 1, "commit_hint": up.pr1_merge[:10]}
+    patches[1] = {"id": "pr-2", "pr": 2, "requires": ["pr-1"]}  # found as refs/pull/2/head
+    root = make_project(tmp_path, up, recipe)
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    loaded = load_recipe("toy", root)
+
+    with pytest.raises(SourceError, match="no lock file; run `invoke lock --recipe toy`"):
+        locking.read_lock(loaded)
+    data = locking.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
+    locking.write_lock(locking.lock_path(loaded), data)
+    assert data["unresolved"] == []
+    by_id = {p["id"]: p for p in data["patches"]}
+    assert by_id["pr-1"]["commit"] == up.pr1_merge
+    assert by_id["pr-2"]["commit"] == up.pr2_head and by_id["pr-2"]["base"] == up.pr1_merge
+    assert by_id["pr-2"]["sha256"] == diff_sha(up, up.pr1_merge, up.pr2_head)
+    assert by_id["pr-1"]["python_only"] is True
+
+    tag = "servebuild-test/toy-locked:amd64"
+    first, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache", locked=True)
+    first_manifest = json.loads(first.manifest_path.read_text())
+    shutil.rmtree(up.bare)  # the upstream is gone
+    second, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache", locked=True, offline=True)
+    manifest = json.loads(second.manifest_path.read_text())
+    assert manifest["engine"]["source"]["patches"][1]["commit"] == up.pr2_head
+    assert manifest["recipe"]["sha256"] == loaded.sha256  # the recipe as written, not the locked copy
+    # the same inputs went in (only the created timestamp and image id differ)
+    assert {k: v for k, v in manifest.items() if k != "outputs"} == \
+        {k: v for k, v in first_manifest.items() if k != "outputs"}
+
+    # a recipe change makes the lock stale, named as such, and nothing is tagged
+    data_recipe = yaml.safe_load((root / "recipes/toy.yaml").read_text())
+    data_recipe["description"] = "changed after lock"
+    (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
+    with pytest.raises(SourceError, match="lock is stale: recipe toy changed"):
+        build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-stale:amd64", tmp_path / "cache",
+                      locked=True, offline=True)
+    assert engine.image_id("servebuild-test/toy-stale:amd64") is None
+
+
+def test_unresolved_lock_is_refused_naming_the_entry(tmp_path):
+    loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
+    with pytest.raises(SourceError) as info:
+        locking.read_lock(loaded)
+    assert "recipes/sglang-native-fp8.lock.yaml" in str(info.value)
+    assert "unresolved entries, first: bases.build" in str(info.value)
+
+
+def test_committed_locks_list_what_is_unknown_here():
+    lock = yaml.safe_load((REPO_ROOT / "recipes/vllm-dspark.lock.yaml").read_text())
+    entry = next(p for p in lock["patches"] if p["id"] == "vllm-pr-48993")
+    assert entry["commit"] is None and entry["commit_hint"] == "f3a920a07640" and entry["sha256"] is None
+    assert any("vllm-pr-48993" in u for u in lock["unresolved"])
+    sglang = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.lock.yaml").read_text())
+    ids = {u.split(":")[0] for u in sglang["unresolved"]}
+    assert {"engine.source.patches.sglang-pr-33889", "engine.source.patches.sglang-pr-33312",
+            "engine.source.patches.sglang-pr-33276"} <= ids
+
+
+# ------------------------------------------------------------------ errors: one line, nothing half-done
+
+
+def no_leftovers(cache_root: Path) -> None:
+    leftovers = [p.name for p in (cache_root / "git").iterdir() if not p.name.endswith(".git")]
+    leftovers += [p.name for p in (cache_root / "tarballs").iterdir() if not p.name.endswith(".tar")]
+    assert leftovers == [], leftovers
+
+
+def expect_error(src, root, tmp_path, *fragments, offline=False, mirrors=None):
+    cache = SourceCache(tmp_path / "cache", mirrors=mirrors, offline=offline, recipe="recipes/toy.yaml")
+    with pytest.raises(SourceError) as info:
+        cache.prepare(src, root, tmp_path / "work")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("recipes/toy.yaml")
+    for f in fragments:
+        assert f in line, line
+    no_leftovers(tmp_path / "cache")
+    return line
+
+
+def test_commit_not_found_upstream(upstream, project, tmp_path):
+    src = source(upstream).model_copy(update={"commit": "1" * 40})
+    expect_error(src, project, tmp_path, f"commit {'1' * 40} not found in {upstream.url}")
+
+
+def test_patch_sha256_mismatch(upstream, project, tmp_path):
+    patches = fixture_recipe(upstream)["engine"]["source"]["patches"]
+    patches[1]["sha256"] = "f" * 64
+    expect_error(source(upstream, patches=patches), project, tmp_path,
+                 "patch sha256 mismatch for pr-2 (PR #2 at", "recorded " + "f" * 64)
+
+
+def test_patch_does_not_apply_names_patch_file_and_hunk(upstream, project, tmp_path):
+    """PR 3 was written on top of PR 2; without PR 2 in the stack its hunk cannot apply."""
+    patches = [{"id": "pr-3", "pr": 3, "commit": upstream.pr3_head, "base": upstream.pr2_head}]
+    expect_error(source(upstream, patches=patches), project, tmp_path,
+                 "patch pr-3 does not apply: file toyserve/greeting.py", "an earlier entry of the stack may be missing")
+
+
+def test_requires_not_satisfied_is_a_validation_error(upstream):
+    patches = [{"id": "pr-2", "pr": 2, "commit": upstream.pr2_head, "base": upstream.pr1_merge, "requires": ["pr-1"]}]
+    with pytest.raises(ValueError, match="requires 'pr-1', which is not in the stack"):
+        source(upstream, patches=patches)
+
+
+def test_unreachable_upstream_names_host_and_way_out(project, upstream, tmp_path):
+    url = f"git://127.0.0.1:{free_port()}/toyserve.git"
+    line = expect_error(source(upstream, url), project, tmp_path, "upstream 127.0.0.1 is unreachable",
+                        "--offline", "git_mirrors")
+    assert url in line
+
+
+def test_mirror_config_reaches_an_unreachable_upstream(upstream, project, tmp_path):
+    url = "https://github.invalid/toy/toyserve.git"
+    cache = SourceCache(tmp_path / "cache", mirrors={url: str(upstream.bare)}, recipe="toy")
+    prepared = cache.prepare(source(upstream, url), project, tmp_path / "w")
+    assert prepared.url == url and len(prepared.patches) == 3
+
+
+def test_offline_without_cache_is_refused(upstream, project, tmp_path):
+    expect_error(source(upstream), project, tmp_path, "is not in the source cache and --offline was given",
+                 offline=True)
+
+
+def test_interrupted_fetch_leaves_cache_usable(upstream, project, tmp_path, monkeypatch):
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    real = SourceCache._fetch_into
+
+    def interrupted(self, repo, url):
+        real(self, repo, url)
+        raise KeyboardInterrupt  # as if the user pressed ^C after the objects arrived
+
+    monkeypatch.setattr(SourceCache, "_fetch_into", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        cache.prepare(source(upstream), project, tmp_path / "w")
+    no_leftovers(tmp_path / "cache")
+    assert not cache.repo_dir(upstream.url).exists()
+    monkeypatch.setattr(SourceCache, "_fetch_into", real)
+    assert len(cache.prepare(source(upstream), project, tmp_path / "w").patches) == 3
+
+
+def test_corrupted_cache_entry_is_detected(upstream, project, tmp_path):
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    first = cache.prepare(source(upstream), project, tmp_path / "w")
+    repo = cache.repo_dir(upstream.url)
+    shutil.rmtree(repo / "objects")
+    offline = SourceCache(tmp_path / "cache", offline=True, recipe="recipes/toy.yaml")
+    with pytest.raises(SourceError, match="is corrupted; run fetch without --offline"):
+        offline.prepare(source(upstream), project, tmp_path / "w")
+    again = cache.prepare(source(upstream), project, tmp_path / "w")  # refetched
+    assert again.tarball_sha256 == first.tarball_sha256
+
+
+def test_precompiled_install_refuses_native_patches(engine, base_images, tmp_path):
+    up = make_upstream(tmp_path, extra={"csrc/kernel.cu": b"// v1\n"})
+    work = up.path
+    from support import git
+    git(work, "checkout", "-q", "-b", "native")
+    (work / "csrc/kernel.cu").write_text("// v2\n")
+    git(work, "commit", "-q", "-am", "Tune kernel (#9)")
+    git(up.bare, "fetch", "-q", str(work), "native:refs/pull/9/head")
+    recipe = fixture_recipe(up, platforms=["linux/amd64"])
+    recipe["engine"]["install"] = "wheel-overlay"
+    recipe["engine"]["overlay_from"] = "toyserve"
+    recipe["engine"]["precompiled"] = {"linux/amd64": "constraints/toy.txt"}
+    recipe["engine"]["source"]["patches"] = [{"id": "pr-9", "pr": 9, "commit": git(work, "rev-parse", "HEAD")}]
+    root = make_project(tmp_path, up, recipe)
+    tag = "servebuild-test/toy-native:amd64"
+    with pytest.raises(SourceError, match=r"patch pr-9 touches native code \(csrc/kernel.cu\)"):
+        build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
+    assert engine.image_id(tag) is None
