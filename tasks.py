@@ -208,3 +208,37 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
           f"in {time.monotonic() - start:.1f}s")
     for item in data["unresolved"]:
         print(f"  unresolved: {item}")
+
+
+@task(help={"recipe": "recipe to build and prove (default torch-cu130-bookworm: needs no registry)",
+            "platform": "platform (default: this host's)"})
+@one_line_errors
+def main(c, recipe="torch-cu130-bookworm", platform=None):
+    """The main job: base image, build, smoke verdict, on a machine with PyPI but no registry."""
+    import os
+    from servebuild import bases, pipeline, smoke
+    from servebuild.engine import Engine
+    from servebuild.recipe import load_recipe
+    from servebuild.sources import default_cache_dir
+    engine = Engine()
+    loaded = load_recipe(recipe, ROOT)
+    platform = platform or pipeline.host_platform_name()
+    arch = platform.split("/")[1]
+    for stage in ("build", "runtime"):
+        ref = getattr(loaded.recipe.bases, stage).ref
+        if ref.startswith("servebuild/debian:") and engine.image_id(ref.replace("{arch}", arch)) is None:
+            suite = ref.split(":", 1)[1].split("-", 1)[0]
+            print(f"==> bootstrap-base {suite} {arch}")
+            bases.bootstrap_base(engine, arch, suite, ref.replace("{arch}", arch), default_cache_dir())
+    ca = os.environ.get("SERVEBUILD_CA_BUNDLE") or (
+        "/etc/ssl/certs/ca-certificates.crt" if Path("/etc/ssl/certs/ca-certificates.crt").exists() else None)
+    print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
+    plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, ca_bundle=ca))
+    result = pipeline.build(plan, engine)
+    print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
+    print(f"==> test-image {result.tag}")
+    out_dir = ROOT / "build" / recipe / "smoke"
+    code = smoke.test_image(engine, result.tag, loaded, out_dir)
+    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
+    if code != 0:
+        raise Exit(code=1)
