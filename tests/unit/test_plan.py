@@ -1,0 +1,71 @@
+"""Planning a build without an engine: platforms, tags, mirror maps, dry runs, build resources."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from servebuild.errors import RecipeError
+from servebuild.pipeline import BuildOptions, make_plan
+from servebuild.recipe import BuildResources
+from servebuild.resources import derive
+from support import REPO_ROOT
+
+
+def test_mirror_map_rewrites_base_references(tmp_path):
+    mirror = tmp_path / "mirrors.yaml"
+    mirror.write_text('images:\n  "nvidia/cuda:13.0.2-devel-ubuntu24.04": "127.0.0.1:5000/cuda:13.0.2-devel"\n')
+    plan = make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/arm64", mirror_map=mirror))
+    assert plan.bases == {"build": "127.0.0.1:5000/cuda:13.0.2-devel",
+                          "runtime": "nvidia/cuda:13.0.2-runtime-ubuntu24.04"}
+
+
+def test_mirror_map_from_environment(monkeypatch):
+    monkeypatch.setenv("SERVEBUILD_IMAGE_MIRRORS", "nvidia/cuda:13.0.2-runtime-ubuntu24.04=local/rt:1")
+    plan = make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64"))
+    assert plan.bases["runtime"] == "local/rt:1"
+
+
+def test_bad_mirror_map_is_one_line(tmp_path):
+    mirror = tmp_path / "mirrors.yaml"
+    mirror.write_text("nvidia/cuda: x\n")
+    with pytest.raises(RecipeError, match="mirrors.yaml: images: a mirror map needs an `images:` mapping"):
+        make_plan(REPO_ROOT, "torch-cu130", BuildOptions(mirror_map=mirror))
+
+
+def test_arch_placeholder_and_default_tag():
+    plan = make_plan(REPO_ROOT, "torch-cu130-bookworm", BuildOptions(platform="linux/arm64"))
+    assert plan.bases["build"] == "servebuild/debian:bookworm-arm64"
+    assert plan.tag == "servebuild/torch-cu130-bookworm:arm64"
+    assert plan.build_dir == REPO_ROOT / "build/torch-cu130-bookworm/linux-arm64"
+
+
+def test_build_resources_derived_unless_pinned():
+    gib = 1 << 30
+    assert derive(72, 480 * gib, BuildResources()) == {"MAX_JOBS": "18", "NVCC_THREADS": "4"}
+    assert derive(2, 24 * gib, BuildResources()) == {"MAX_JOBS": "2", "NVCC_THREADS": "1"}
+    assert derive(72, 480 * gib, BuildResources(max_jobs=3, nvcc_threads=2)) == {"MAX_JOBS": "3", "NVCC_THREADS": "2"}
+
+
+def test_dry_run_needs_no_engine(tmp_path):
+    """--dry-run renders the context and prints the command; a dead DOCKER_HOST does not matter."""
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), "build", "--recipe",
+                           "torch-cu130", "--platform", "linux/arm64", "--dry-run"], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 0, proc.stderr
+    assert "would build torch-cu130 for linux/arm64 as servebuild/torch-cu130:arm64" in proc.stdout
+    assert "--build-arg MAX_JOBS=" in proc.stdout
+    context = REPO_ROOT / "build/torch-cu130/linux-arm64/context"
+    assert (context / "Dockerfile").read_text() == (REPO_ROOT / "tests/golden/torch-cu130.linux-arm64.Dockerfile").read_text()
+    assert (context / "requirements.txt").read_bytes() == (REPO_ROOT / "constraints/torch-cu130/py3.12-linux-arm64.txt").read_bytes()
+
+
+def test_render_cli_prints_the_golden_dockerfile():
+    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), "render", "--recipe",
+                           "sglang-fused-fp4", "--platform", "linux/amd64"], capture_output=True, text=True,
+                          cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (REPO_ROOT / "tests/golden/sglang-fused-fp4.linux-amd64.Dockerfile").read_text()
