@@ -10,6 +10,8 @@ command -v /usr/bin/docker >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 [ -e /usr/bin/qemu-aarch64-static ] || need_apt+=(qemu-user-static binfmt-support)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need_apt+=(apache2-utils)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
