@@ -68,7 +68,9 @@ def bootstrap_base(engine: Engine, arch: str, suite: str, tag: str, cache_dir: P
     tarball = rootfs_tarball(arch, suite, cache_dir, mirror)
     context = Path(tempfile.mkdtemp(prefix="base-context."))
     try:
-        os.link(tarball, context / "rootfs.tar") if _same_fs(tarball, context) else \
+        if _same_fs(tarball, context):
+            os.link(tarball, context / "rootfs.tar")
+        else:
             shutil.copyfile(tarball, context / "rootfs.tar")
         (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
         request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,7 +82,6 @@ class Engine:
     # -- facts about the engine
 
     def info(self) -> dict:
-        import json
         return json.loads(self.run("info", "--format", "{{json .}}").stdout)
 
     def image_id(self, ref: str) -> Optional[str]:
@@ -89,7 +89,6 @@ class Engine:
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     def image_inspect(self, ref: str) -> dict:
-        import json
         return json.loads(self.run("image", "inspect", ref).stdout)[0]
 
     # -- building

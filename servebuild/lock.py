@@ -146,40 +146,38 @@ def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str,
     lock: dict = {"lock_version": LOCK_VERSION, "recipe": r.name, "recipe_sha256": loaded.sha256,
                   "files": file_hashes(loaded), "bases": bases, "source": None, "unresolved": []}
     if r.engine:
-        src = r.engine.source
-        patches = []
-        try:
-            repo = cache.mirror(src.url, [src.commit])
-        except SourceError as exc:
-            repo = None
-            for e in src.patches:
-                if e.pr is not None and not e.resolved:
-                    unresolved.append(f"engine.source.patches.{e.id}: {exc.problem}")
-            patches = [_entry_dict(e, e.commit, e.base, e.sha256, "local file" if e.file else "unresolved: upstream unreachable")
-                       for e in src.patches]
-        if repo is not None:
-            resolved_entries = []
-            for e in src.patches:
-                if e.pr is None:
-                    resolved_entries.append(e)
-                    continue
-                commit, base, how = find_pr_commit(cache, repo, e)
-                resolved_entries.append(e.model_copy(update={"commit": commit, "base": base}))
-                patches.append(how)
-            prepared = cache.prepare(src.model_copy(update={"patches": resolved_entries}), loaded.root, work)
-            hows = iter(patches)
-            patches = []
-            for e, applied in zip(resolved_entries, prepared.patches):
-                how = next(hows) if e.pr is not None else "local file"
-                d = _entry_dict(e, e.commit, e.base, applied.sha256, how)
-                d.update({"files": applied.files, "python_only": applied.python_only})
-                patches.append(d)
-            lock["source"] = {"url": src.url, "commit": src.commit, "tarball_sha256": prepared.tarball_sha256}
-        else:
-            lock["source"] = {"url": src.url, "commit": src.commit, "tarball_sha256": None}
-        lock["patches"] = patches
+        lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
     lock["unresolved"] = unresolved
     return lock
+
+
+def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved: list[str]):
+    """(source, patches) of the lock: commits found upstream, diffs applied and hashed."""
+    src = loaded.recipe.engine.source
+    try:
+        repo = cache.mirror(src.url, [src.commit])
+    except SourceError as exc:
+        unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in src.patches
+                       if e.pr is not None and not e.resolved]
+        patches = [_entry_dict(e, e.commit, e.base, e.sha256,
+                               "local file" if e.file else "unresolved: upstream unreachable") for e in src.patches]
+        return {"url": src.url, "commit": src.commit, "tarball_sha256": None}, patches
+    entries, hows = [], []
+    for e in src.patches:
+        if e.pr is None:
+            entries.append(e)
+            hows.append("local file")
+            continue
+        commit, base, how = find_pr_commit(cache, repo, e)
+        entries.append(e.model_copy(update={"commit": commit, "base": base}))
+        hows.append(how)
+    prepared = cache.prepare(src.model_copy(update={"patches": entries}), loaded.root, work)
+    patches = []
+    for e, how, applied in zip(entries, hows, prepared.patches):
+        d = _entry_dict(e, e.commit, e.base, applied.sha256, how)
+        d.update({"files": applied.files, "python_only": applied.python_only})
+        patches.append(d)
+    return {"url": src.url, "commit": src.commit, "tarball_sha256": prepared.tarball_sha256}, patches
 
 
 def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:

@@ -7,7 +7,6 @@ after its manifest is written, so a failure never leaves a tagged image or a hal
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform as host_platform
 import re
@@ -67,6 +66,7 @@ class BuildPlan:
     options: BuildOptions
     config: Config
     source: Optional[PreparedSource] = None
+    lock: Optional[dict] = None
     context: Optional[Path] = None
     build_args: dict[str, str] = field(default_factory=dict)
     manifest_inputs: dict = field(default_factory=dict)
@@ -91,9 +91,11 @@ def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
 def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     """Load and validate everything that can be checked without the engine."""
     loaded = load_recipe(recipe_name, root)
+    lock = None
     if options.locked:
         from .lock import apply_lock, read_lock
-        loaded = apply_lock(loaded, read_lock(loaded))
+        lock = read_lock(loaded)
+        loaded = apply_lock(loaded, lock)
     recipe = loaded.recipe
     platform = options.platform or (host_platform_name() if host_platform_name() in recipe.platforms
                                     else recipe.platforms[0])
@@ -128,7 +130,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     build_root = options.build_root or root / "build"
     return BuildPlan(loaded=loaded, platform=platform, bases=bases,
                      build_dir=build_root / recipe.name / slug(platform), tag=tag, secrets=secrets,
-                     options=options, config=config)
+                     options=options, config=config, lock=lock)
 
 
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
@@ -164,6 +166,10 @@ def resolve_bases(plan: BuildPlan, engine: Engine) -> dict[str, dict]:
         if info.get("Architecture") != want_arch:
             raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
                               f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
+        locked_id = ((plan.lock or {}).get("bases", {}).get(stage) or {}).get("local_id")
+        if locked_id and locked_id != info["Id"]:
+            raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
+                              f"run `invoke lock` again", file=plan.loaded.file, field=f"bases.{stage}")
         repo_digest = next((d.split("@", 1)[1] for d in info.get("RepoDigests") or [] if "@" in d), None)
         original = getattr(plan.loaded.recipe.bases, stage)
         out[stage] = {"ref": original.ref, "resolved": ref, "id": info["Id"], "digest": repo_digest}
@@ -239,6 +245,3 @@ def _emulation_ready(platform: str) -> bool:
     entry = Path("/proc/sys/fs/binfmt_misc") / name
     return entry.exists() and entry.read_text().startswith("enabled")
 
-
-def load_manifest(path: Path) -> dict:
-    return json.loads(path.read_text())

@@ -128,7 +128,10 @@ class EngineSource(Model):
     subdir: str = "."  # the directory of the tree that pip installs
     patches: list[PatchEntry] = []
 
-    _commit = field_validator("commit")(classmethod(lambda cls, v: full_sha(v)))
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str) -> str:
+        return full_sha(v)
 
     @field_validator("url")
     @classmethod
@@ -456,38 +459,34 @@ def _place(chain: list[RecipeFile], loc: tuple, message: str) -> RecipeError:
     return RecipeError(message, file=chain[0].display, field=field)
 
 
-def _where(loaded: LoadedRecipe, loc: tuple, message: str) -> RecipeError:
-    return _place(loaded.chain, loc, message)
-
-
 def _check_files(loaded: LoadedRecipe) -> None:
     """Files the recipe names must exist and match their recorded hashes."""
     r = loaded.recipe
     for platform, rel in sorted(r.constraints.items()):
         path = loaded.root / rel
         if not path.is_file():
-            raise _where(loaded, ("constraints", platform), f"file {rel} does not exist")
+            raise _place(loaded.chain, ("constraints", platform), f"file {rel} does not exist")
         problem = check_hashed_requirements(path)
         if problem:
-            raise _where(loaded, ("constraints", platform), f"{rel}: {problem}")
+            raise _place(loaded.chain, ("constraints", platform), f"{rel}: {problem}")
     for i, rel in enumerate(r.wheels):
         if not rel.endswith(".whl") or not (loaded.root / rel).is_file():
-            raise _where(loaded, ("wheels", i), f"{rel} is not an existing .whl file")
+            raise _place(loaded.chain, ("wheels", i), f"{rel} is not an existing .whl file")
     if r.engine:
         for platform, rel in sorted(r.engine.precompiled.items()):
             path = loaded.root / rel
             problem = f"file {rel} does not exist" if not path.is_file() else check_hashed_requirements(path)
             if problem:
-                raise _where(loaded, ("engine", "precompiled", platform), problem)
+                raise _place(loaded.chain, ("engine", "precompiled", platform), problem)
         for i, entry in enumerate(r.engine.source.patches):
             if entry.file is None:
                 continue
             path = loaded.root / entry.file
             loc = ("engine", "source", "patches", i, "file")
             if not path.is_file():
-                raise _where(loaded, loc, f"patch file {entry.file} does not exist")
+                raise _place(loaded.chain, loc, f"patch file {entry.file} does not exist")
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             if digest != entry.sha256:
-                raise _where(loaded, ("engine", "source", "patches", i, "sha256"),
+                raise _place(loaded.chain, ("engine", "source", "patches", i, "sha256"),
                              f"patch sha256 mismatch for {entry.id}: recipe says {entry.sha256}, "
                              f"{entry.file} hashes to {digest}")

@@ -7,7 +7,6 @@ same suite runs against an image (docker backend), a GPU host (local backend) or
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
