@@ -34,13 +34,13 @@ def _path(value):
 
 
 def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
-             mirror_map=None, offline=False, cache_from=None, locked=False):
+             mirror_map=None, offline=False, cache_from=None, locked=False, variant=None):
     import os
     from servebuild.pipeline import BuildOptions
     ca_bundle = ca_bundle or os.environ.get("SERVEBUILD_CA_BUNDLE")
     return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
                         ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
-                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked)
+                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant)
 
 
 @task(help={"recipe": "recipe name or path"})
@@ -71,16 +71,17 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
             "mirror_map": "YAML file rewriting base image references",
             "offline": "use only the source cache for git sources",
             "cache_from": "image to use as a cache source (repeatable)",
-            "locked": "build exactly what the lock file next to the recipe pins; refuse if stale"},
+            "locked": "build exactly what the lock file next to the recipe pins; refuse if stale",
+            "variant": "build one A/B variant of the recipe (see `invoke bisect`)"},
       iterable=["cache_from"])
 @one_line_errors
 def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry_run=False,
-          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False):
+          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False, variant=None):
     """Build a recipe into an image through the Docker engine with BuildKit."""
     from servebuild import pipeline
     from servebuild.engine import Engine
     plan = pipeline.make_plan(ROOT, recipe, _options(platform, tag, no_cache, dry_run, ca_bundle, netrc,
-                                                     mirror_map, offline, cache_from, locked))
+                                                     mirror_map, offline, cache_from, locked, variant))
     if dry_run:
         print(pipeline.dry_run(plan))
         return
@@ -242,3 +243,36 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
     if code != 0:
         raise Exit(code=1)
+
+
+@task(help={"recipe": "recipe with `variants`", "variants": "comma-separated subset (default: all)",
+            "platform": "platform (default: this host's if the recipe has it)",
+            "locked": "build what the lock pins", "offline": "sources from the cache only",
+            "ca_bundle": "extra CA bundle for pip (BuildKit secret)"})
+@one_line_errors
+def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None):
+    """Build isolated A/B images, one per variant (a subset of the patch stack); they share every layer they can."""
+    import time
+    from servebuild import pipeline
+    from servebuild.engine import Engine
+    from servebuild.recipe import load_recipe
+    loaded = load_recipe(recipe, ROOT)
+    names = variants.split(",") if variants else list(loaded.recipe.variants)
+    if not names:
+        raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
+    plans = [pipeline.make_plan(ROOT, recipe, _options(platform=platform, locked=locked, offline=offline,
+                                                       ca_bundle=ca_bundle, variant=name)) for name in names]
+    engine = Engine()
+    rows, first_layers = [], None
+    for name, plan in zip(names, plans):
+        start = time.monotonic()
+        result = pipeline.build(plan, engine)
+        layers = engine.image_inspect(result.image_id)["RootFS"]["Layers"]
+        first_layers = first_layers or layers
+        shared = next((i for i, (a, b) in enumerate(zip(first_layers, layers)) if a != b),
+                      min(len(first_layers), len(layers)))
+        patches = ",".join(p.id for p in plan.loaded.recipe.engine.source.patches) or "(none)"
+        rows.append((name, result.tag, f"{time.monotonic() - start:.0f}s", f"{shared}/{len(layers)}", patches))
+    print(f"{'variant':<20} {'tag':<48} {'time':>6} {'shared':>7}  patches")
+    for row in rows:
+        print(f"{row[0]:<20} {row[1]:<48} {row[2]:>6} {row[3]:>7}  {row[4]}")

@@ -21,7 +21,7 @@ import yaml
 
 from .errors import SourceError
 from .recipe import LoadedRecipe, PatchEntry
-from .sources import SourceCache
+from .sources import NATIVE, SourceCache
 
 LOCK_VERSION = 1
 MANIFEST_ACCEPT = ", ".join([
@@ -152,31 +152,37 @@ def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str,
 
 
 def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved: list[str]):
-    """(source, patches) of the lock: commits found upstream, diffs applied and hashed."""
+    """(source, patches) of the lock: every entry, optional ones too, found upstream and hashed;
+    the default stack applied in order to prove it applies."""
     src = loaded.recipe.engine.source
+    everything = src.patches + src.optional_patches
     try:
         repo = cache.mirror(src.url, [src.commit])
     except SourceError as exc:
-        unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in src.patches
+        unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in everything
                        if e.pr is not None and not e.resolved]
         patches = [_entry_dict(e, e.commit, e.base, e.sha256,
-                               "local file" if e.file else "unresolved: upstream unreachable") for e in src.patches]
+                               "local file" if e.file else "unresolved: upstream unreachable") for e in everything]
         return {"url": src.url, "commit": src.commit, "tarball_sha256": None}, patches
-    entries, hows = [], []
-    for e in src.patches:
+    resolved, hows = {}, {}
+    for e in everything:
         if e.pr is None:
-            entries.append(e)
-            hows.append("local file")
+            resolved[e.id], hows[e.id] = e, "local file"
             continue
         commit, base, how = find_pr_commit(cache, repo, e)
-        entries.append(e.model_copy(update={"commit": commit, "base": base}))
-        hows.append(how)
-    prepared = cache.prepare(src.model_copy(update={"patches": entries}), loaded.root, work)
+        resolved[e.id], hows[e.id] = e.model_copy(update={"commit": commit, "base": base}), how
+    work.mkdir(parents=True, exist_ok=True)
     patches = []
-    for e, how, applied in zip(entries, hows, prepared.patches):
-        d = _entry_dict(e, e.commit, e.base, applied.sha256, how)
-        d.update({"files": applied.files, "python_only": applied.python_only})
+    for e in resolved.values():
+        diff = cache.entry_diff(repo, e, loaded.root)
+        (work / f"{e.id}.diff").write_bytes(diff)
+        files = cache.diff_files(e, work / f"{e.id}.diff")
+        d = _entry_dict(e, e.commit, e.base, hashlib.sha256(diff).hexdigest(), hows[e.id])
+        d.update({"files": files, "python_only": not any(NATIVE.search(f) for f in files),
+                  "optional": e.id not in {p.id for p in src.patches}})
         patches.append(d)
+    stack = [resolved[e.id] for e in src.patches]
+    prepared = cache.prepare(src.model_copy(update={"patches": stack}), loaded.root, work)
     return {"url": src.url, "commit": src.commit, "tarball_sha256": prepared.tarball_sha256}, patches
 
 
@@ -226,13 +232,16 @@ def apply_lock(loaded: LoadedRecipe, lock: dict) -> LoadedRecipe:
     update["bases"] = r.bases.model_copy(update=bases)
     if r.engine:
         by_id = {p["id"]: p for p in lock.get("patches") or []}
-        patches = []
-        for e in r.engine.source.patches:
+
+        def pinned(e: PatchEntry) -> PatchEntry:
             p = by_id.get(e.id)
             if p is None:
                 raise SourceError(f"lock has no entry for patch {e.id}; run `invoke lock` again",
-                                  file=loaded.recipe.name, field=f"patches.{e.id}")
-            patches.append(e.model_copy(update={"commit": p["commit"], "base": p["base"], "sha256": p["sha256"]}))
-        source = r.engine.source.model_copy(update={"patches": patches})
+                                  file=loaded.file, field=f"patches.{e.id}")
+            return e.model_copy(update={"commit": p["commit"], "base": p["base"], "sha256": p["sha256"]})
+
+        source = r.engine.source.model_copy(update={
+            "patches": [pinned(e) for e in r.engine.source.patches],
+            "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
         update["engine"] = r.engine.model_copy(update={"source": source})
-    return LoadedRecipe(r.model_copy(update=update), loaded.chain, loaded.root, sha256=loaded.sha256)
+    return loaded.replace(r.model_copy(update=update))

@@ -36,7 +36,7 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
     return {
         "schema": 1,
         "servebuild": __version__,
-        "recipe": {"name": r.name, "sha256": loaded.sha256,
+        "recipe": {"name": r.name, "sha256": loaded.sha256, "variant": loaded.variant,
                    "files": [{"path": f.display, "sha256": f.text_sha256} for f in loaded.chain]},
         "platform": platform,
         "python": r.python,
@@ -71,6 +71,7 @@ def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:
         f"{LABEL_PREFIX}.platform": inputs["platform"],
         f"{LABEL_PREFIX}.patches": ",".join(p["id"] for p in source.get("patches", [])),
         f"{LABEL_PREFIX}.cuda-arch-list": inputs["cuda_arch_list"],
+        f"{LABEL_PREFIX}.variant": inputs["recipe"].get("variant") or "",
     }
     return labels
 

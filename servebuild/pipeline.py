@@ -53,6 +53,7 @@ class BuildOptions:
     cache_from: tuple[str, ...] = ()
     echo: bool = True
     locked: bool = False
+    variant: Optional[str] = None
 
 
 @dataclass
@@ -96,6 +97,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         from .lock import apply_lock, read_lock
         lock = read_lock(loaded)
         loaded = apply_lock(loaded, lock)
+    if options.variant:
+        loaded = loaded.with_variant(options.variant)
     recipe = loaded.recipe
     platform = options.platform or (host_platform_name() if host_platform_name() in recipe.platforms
                                     else recipe.platforms[0])
@@ -105,7 +108,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if platform not in recipe.platforms:
         raise RecipeError(f"platform {platform} is not among the recipe's platforms "
                           f"({', '.join(recipe.platforms)})", file=loaded.file, field="platforms")
-    tag = options.tag or f"servebuild/{recipe.name}:{slug(platform).removeprefix('linux-')}"
+    variant = f"{options.variant}-" if options.variant else ""
+    tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
     if not TAG.match(tag) or tag.count(":") > 2:
         raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
     secrets = {}
@@ -129,7 +133,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         bases[stage] = f"{ref}@{base.digest}" if base.digest and ref == base.ref else ref
     build_root = options.build_root or root / "build"
     return BuildPlan(loaded=loaded, platform=platform, bases=bases,
-                     build_dir=build_root / recipe.name / slug(platform), tag=tag, secrets=secrets,
+                     build_dir=build_root / recipe.name / (options.variant or "") / slug(platform), tag=tag,
+                     secrets=secrets,
                      options=options, config=config, lock=lock)
 
 

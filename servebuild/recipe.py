@@ -127,6 +127,7 @@ class EngineSource(Model):
     tag: Optional[str] = None
     subdir: str = "."  # the directory of the tree that pip installs
     patches: list[PatchEntry] = []
+    optional_patches: list[PatchEntry] = []  # not applied by default; variants may pick them
 
     @field_validator("commit")
     @classmethod
@@ -142,25 +143,39 @@ class EngineSource(Model):
 
     @model_validator(mode="after")
     def _stack(self) -> "EngineSource":
-        seen: dict[str, PatchEntry] = {}
-        for entry in self.patches:
-            if entry.id in seen:
-                raise ValueError(f"duplicate patch entry {entry.id!r}")
-            for prior in seen.values():
-                same = (entry.pr is not None and entry.pr == prior.pr) or (
-                    entry.file is not None and entry.file == prior.file)
-                if same:
-                    raise ValueError(f"patch entry {entry.id!r} duplicates {prior.id!r}")
-            for need in entry.requires:
-                if need == entry.id:
-                    raise ValueError(f"patch entry {entry.id!r} requires itself")
-                if need not in seen:
-                    later = any(e.id == need for e in self.patches)
-                    why = "comes later in the stack (order it first, or the requires is cyclic)" if later \
-                        else "is not in the stack"
-                    raise ValueError(f"patch entry {entry.id!r} requires {need!r}, which {why}")
-            seen[entry.id] = entry
+        check_stack(self.patches)
+        ids = {e.id for e in self.patches}
+        for entry in self.optional_patches:
+            if entry.id in ids:
+                raise ValueError(f"optional patch {entry.id!r} has the id of a stack entry")
+        check_stack(self.patches + self.optional_patches, order=False)
         return self
+
+    def entries(self) -> dict[str, PatchEntry]:
+        return {e.id: e for e in self.patches + self.optional_patches}
+
+
+def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") -> None:
+    """No duplicates; every `requires` earlier in the stack (or, without order, anywhere in it)."""
+    seen: dict[str, PatchEntry] = {}
+    for entry in entries:
+        if entry.id in seen:
+            raise ValueError(f"{where}duplicate patch entry {entry.id!r}")
+        for prior in seen.values():
+            same = (entry.pr is not None and entry.pr == prior.pr) or (
+                entry.file is not None and entry.file == prior.file)
+            if same:
+                raise ValueError(f"{where}patch entry {entry.id!r} duplicates {prior.id!r}")
+        seen[entry.id] = entry
+    for i, entry in enumerate(entries):
+        earlier = {e.id for e in entries[:i]} if order else set(seen) - {entry.id}
+        for need in entry.requires:
+            if need == entry.id:
+                raise ValueError(f"{where}patch entry {entry.id!r} requires itself")
+            if need not in earlier:
+                why = ("comes later in the stack (order it first, or the requires is cyclic)"
+                       if need in seen else "is not in the stack")
+                raise ValueError(f"{where}patch entry {entry.id!r} requires {need!r}, which {why}")
 
 
 class Engine(Model):
@@ -225,6 +240,13 @@ class Launch(Model):
         return self
 
 
+class Variant(Model):
+    """An A/B image: an ordered subset of the engine's patches and optional patches."""
+
+    description: str = ""
+    patches: list[str]
+
+
 class Expect(Model):
     imports: list[str] = []
     versions: dict[str, str] = {}     # distribution name -> exact version
@@ -249,6 +271,7 @@ class Recipe(Model):
     build: BuildResources = BuildResources()
     launch: Launch = Launch()
     expect: Expect = Expect()
+    variants: dict[str, Variant] = {}
 
     @field_validator("name")
     @classmethod
@@ -298,6 +321,29 @@ class Recipe(Model):
             if missing:
                 raise ValueError(f"engine.precompiled: no precompiled wheel requirement for {', '.join(missing)}")
         return self
+
+    @model_validator(mode="after")
+    def _variants(self) -> "Recipe":
+        if self.variants and self.engine is None:
+            raise ValueError("variants: a recipe without an engine has no patch stack to vary")
+        for name, variant in self.variants.items():
+            if not NAME.match(name):
+                raise ValueError(f"variants: {name!r} is not a valid variant name")
+            pool = self.engine.source.entries()
+            unknown = [i for i in variant.patches if i not in pool]
+            if unknown:
+                raise ValueError(f"variants.{name}: unknown patch {unknown[0]!r} (known: {', '.join(pool)})")
+            check_stack([pool[i] for i in variant.patches], where=f"variants.{name}: ")
+        return self
+
+    def with_variant(self, name: str) -> "Recipe":
+        """This recipe with the variant's stack as its patch stack."""
+        if name not in self.variants:
+            known = ", ".join(sorted(self.variants)) or "none"
+            raise RecipeError(f"unknown variant {name!r}; this recipe has: {known}", field="--variant")
+        pool = self.engine.source.entries()
+        source = self.engine.source.model_copy(update={"patches": [pool[i] for i in self.variants[name].patches]})
+        return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -363,12 +409,23 @@ def deep_merge(parent: Any, child: Any) -> Any:
 class LoadedRecipe:
     """A validated recipe plus the chain of files it came from."""
 
-    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None):
+    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None,
+                 variant: Optional[str] = None):
         self.recipe = recipe
         self.chain = chain  # child first
         self.root = root
-        # the hash of the recipe as written (a locked copy keeps its recipe's hash)
+        # the hash of the recipe as written (a locked or variant copy keeps its recipe's hash)
         self.sha256 = sha256 or hashlib.sha256(recipe.canonical_json().encode()).hexdigest()
+        self.variant = variant
+
+    def replace(self, recipe: Recipe, variant: Optional[str] = None) -> "LoadedRecipe":
+        return LoadedRecipe(recipe, self.chain, self.root, self.sha256, variant or self.variant)
+
+    def with_variant(self, name: str) -> "LoadedRecipe":
+        try:
+            return self.replace(self.recipe.with_variant(name), variant=name)
+        except RecipeError as exc:
+            raise RecipeError(exc.problem, file=self.file, field="variants") from None
 
     @property
     def file(self) -> str:
@@ -478,15 +535,16 @@ def _check_files(loaded: LoadedRecipe) -> None:
             problem = f"file {rel} does not exist" if not path.is_file() else check_hashed_requirements(path)
             if problem:
                 raise _place(loaded.chain, ("engine", "precompiled", platform), problem)
-        for i, entry in enumerate(r.engine.source.patches):
+        stacks = [("patches", r.engine.source.patches), ("optional_patches", r.engine.source.optional_patches)]
+        for key, i, entry in [(k, i, e) for k, stack in stacks for i, e in enumerate(stack)]:
             if entry.file is None:
                 continue
             path = loaded.root / entry.file
-            loc = ("engine", "source", "patches", i, "file")
+            loc = ("engine", "source", key, i, "file")
             if not path.is_file():
                 raise _place(loaded.chain, loc, f"patch file {entry.file} does not exist")
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             if digest != entry.sha256:
-                raise _place(loaded.chain, ("engine", "source", "patches", i, "sha256"),
+                raise _place(loaded.chain, ("engine", "source", key, i, "sha256"),
                              f"patch sha256 mismatch for {entry.id}: recipe says {entry.sha256}, "
                              f"{entry.file} hashes to {digest}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -11,6 +12,7 @@ import jinja2
 
 from .launch import launcher_script
 from .recipe import LoadedRecipe, Recipe
+from .sources import TAR_MTIME
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "images"
 BUILD_APT = ["python3", "python3-venv"]
@@ -68,4 +70,6 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
             script.write_text(launcher_script(name, profile))
             script.chmod(0o755)
     write_json(context / "manifest.json", manifest_inputs)
+    for path in sorted(context.rglob("*")):  # fixed mtimes: COPY layers are the same bytes every build
+        os.utime(path, (TAR_MTIME, TAR_MTIME), follow_symlinks=False)
     return context

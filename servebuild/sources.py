@@ -204,15 +204,19 @@ class SourceCache:
         tar_path, tar_sha = self.write_tarball(tree, env)
         return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied)
 
-    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict) -> list[str]:
-        patch = tree.parent / f"{entry.id}.patch"
-        patch.write_bytes(diff)
-        numstat = git("apply", "--numstat", str(patch), cwd=tree, env=env, check=False)
+    def diff_files(self, entry: PatchEntry, patch: Path) -> list[str]:
+        """The files a diff touches (git apply --numstat: reads the diff, applies nothing)."""
+        numstat = git("apply", "--numstat", str(patch), cwd=patch.parent, check=False)
         if numstat.returncode != 0:
             raise SourceError(f"patch {entry.id} is not a valid diff: "
                               f"{numstat.stderr.decode(errors='replace').strip()}",
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
-        files = sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+        return sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+
+    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict) -> list[str]:
+        patch = tree.parent / f"{entry.id}.patch"
+        patch.write_bytes(diff)
+        files = self.diff_files(entry, patch)
         proc = git("apply", "--3way", "--index", "--whitespace=nowarn", str(patch),
                    cwd=tree, env=env, check=False)
         if proc.returncode != 0:

@@ -1,7 +1,7 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 09190a87eb3a8e6e5abf174dd3398857e9b94ae79869ff4029db1e6cd168e295
-# ---- build stage: compilers, caches and sources live here only
-FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS build
+# recipe sha256: ed4dc09cbd1293f761efdc576efc1a3d22a3d39143bb23b13ac8b2be24656e57
+# ---- deps stage: compilers, caches and the hash-pinned Python environment (shared by every variant)
+FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=1
 ARG NVCC_THREADS=1
@@ -20,28 +20,31 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && python3 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
 COPY requirements.txt /opt/servebuild/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
- && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt
-# ---- engine: sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1 + 4 patch(es), from the pinned source tarball
+ && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
+# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+FROM deps AS engine
+# sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1 + 4 patch(es)
 ADD source.tar /tmp/
 COPY precompiled.txt /opt/servebuild/precompiled.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
- && pip install --require-hashes --no-deps -r /opt/servebuild/precompiled.txt \
- && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
- && cp -a /tmp/src/python/sglang/. "$site/sglang/" \
- && python -m compileall -q "$site/sglang" \
+ && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt \
+ && cp -a /tmp/src/python/sglang/. "/opt/engine/site/sglang/" \
+ && python -m compileall -q "/opt/engine/site/sglang" \
  && rm -rf /tmp/src
-RUN pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no compilers, no caches, no source trees
+RUN mkdir -p /opt/engine/site \
+ && pip list --format=freeze > /opt/servebuild/packages.txt
+# ---- runtime stage: no compilers, no caches, no source trees; stable layers first, the engine last
 FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -51,15 +54,16 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 \
- && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')"
-COPY --from=build /opt/venv /opt/venv
-COPY --from=build /opt/servebuild /opt/servebuild
-COPY manifest.json /opt/servebuild/manifest.json
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
+ && mkdir -p /workspace /root/.cache /root/.triton /root/.tilelang
 COPY launchers/ /usr/local/bin/
-ENV PATH=/opt/venv/bin:$PATH \
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=engine /opt/engine /opt/engine
+COPY --from=engine /opt/servebuild /opt/servebuild
+COPY manifest.json /opt/servebuild/manifest.json
+ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
-RUN mkdir -p /workspace /root/.cache /root/.triton /root/.tilelang
 VOLUME ["/root/.cache", "/root/.triton", "/root/.tilelang"]
 WORKDIR /workspace
 # hadolint ignore=DL3002

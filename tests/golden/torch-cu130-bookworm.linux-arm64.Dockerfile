@@ -1,7 +1,7 @@
 # Rendered by servebuild from recipe torch-cu130-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: ad7a29731fd4377be931b041196116c916042bfaf748197497ef805606b30660
-# ---- build stage: compilers, caches and sources live here only
-FROM servebuild/debian:bookworm-arm64 AS build
+# recipe sha256: 5178379e39a2d9a65df65db1f5f1781a23c37efe07686c3146192d05ecde4804
+# ---- deps stage: compilers, caches and the hash-pinned Python environment (shared by every variant)
+FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MAX_JOBS=1
 ARG NVCC_THREADS=1
@@ -20,16 +20,20 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && python3 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
 COPY requirements.txt /opt/servebuild/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
- && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt
-RUN pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no compilers, no caches, no source trees
+ && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
+# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+FROM deps AS engine
+RUN mkdir -p /opt/engine/site \
+ && pip list --format=freeze > /opt/servebuild/packages.txt
+# ---- runtime stage: no compilers, no caches, no source trees; stable layers first, the engine last
 FROM servebuild/debian:bookworm-arm64 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -39,14 +43,15 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 \
- && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')"
-COPY --from=build /opt/venv /opt/venv
-COPY --from=build /opt/servebuild /opt/servebuild
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
+ && mkdir -p /workspace /root/.cache /root/.triton
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=engine /opt/engine /opt/engine
+COPY --from=engine /opt/servebuild /opt/servebuild
 COPY manifest.json /opt/servebuild/manifest.json
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
-RUN mkdir -p /workspace /root/.cache /root/.triton
 VOLUME ["/root/.cache", "/root/.triton"]
 WORKDIR /workspace
 # hadolint ignore=DL3002

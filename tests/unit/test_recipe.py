@@ -111,7 +111,10 @@ def test_arch_list_reaches_native_compiles_and_runtime_has_no_compilers():
     assert "build-essential" in build and "ccache" in build
     for absent in ("build-essential", "ccache", "python3-dev", "/tmp/src", "--mount=type=cache,target=/root/.cache/pip"):
         assert absent not in runtime
-    assert "COPY --from=build /opt/venv /opt/venv" in runtime
+    assert "COPY --from=deps /opt/venv /opt/venv" in runtime
+    assert "COPY --from=engine /opt/engine /opt/engine" in runtime
+    # the runtime copies the shared deps layer before the variant-specific engine layer
+    assert runtime.index("--from=deps") < runtime.index("--from=engine") < runtime.index("COPY manifest.json")
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -141,3 +144,44 @@ def test_error_names_file_field_and_line(tmp_path):
     line = str(info.value)
     assert "bad.yaml:" in line and "engine.source.commit" in line and "not a full 40-hex" in line
     assert "\n" not in line
+
+
+def test_sglang_variants_reproduce_the_seed_ab_table():
+    loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
+    stacks = {name: [p.id for p in loaded.with_variant(name).recipe.engine.source.patches]
+              for name in loaded.recipe.variants}
+    assert stacks["original-fix"] == ["sglang-original-shared-expert-remap"]
+    assert stacks["pr-33312-only"] == ["sglang-pr-33889", "sglang-pr-33312"]
+    assert stacks["final"] == [p.id for p in loaded.recipe.engine.source.patches]
+    # the remap is never in the default stack, and never stacked with #33312
+    assert "sglang-original-shared-expert-remap" not in stacks["final"]
+    assert not any("sglang-pr-33312" in s and "sglang-original-shared-expert-remap" in s for s in stacks.values())
+    # a variant keeps the recipe's hash (the recipe as written) and says which variant it is
+    v = loaded.with_variant("original-fix")
+    assert v.sha256 == loaded.sha256 and v.variant == "original-fix"
+
+
+def _with(tmp_path, **variants):
+    data = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())
+    data["name"] = "v"
+    data["variants"] = variants
+    path = tmp_path / "v.yaml"
+    (tmp_path / "torch-cu130.yaml").write_text((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("variants,message", [
+    ({"a": {"patches": ["nope"]}}, "variants.a: unknown patch 'nope'"),
+    ({"a": {"patches": ["sglang-pr-33312"]}}, "variants.a: patch entry 'sglang-pr-33312' requires 'sglang-pr-33889'"),
+    ({"a": {"patches": ["sglang-pr-33276", "sglang-pr-33276"]}}, "variants.a: duplicate patch entry"),
+    ({"Bad": {"patches": []}}, "'Bad' is not a valid variant name"),
+])
+def test_bad_variants(tmp_path, variants, message):
+    with pytest.raises(RecipeError, match=message.replace("(", r"\(")):
+        load_recipe(str(_with(tmp_path, **variants)), REPO_ROOT)
+
+
+def test_unknown_variant_names_the_known_ones():
+    with pytest.raises(RecipeError, match="unknown variant 'x'; this recipe has: final, original-fix"):
+        load_recipe("sglang-native-fp8", REPO_ROOT).with_variant("x")

@@ -92,9 +92,11 @@ def test_patch_headers_say_what_why_against_and_drop():
         assert "fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1" in header
 
 
-def test_remap_patch_is_in_no_default_recipe():
-    for recipe in ("sglang-native-fp8", "sglang-fused-fp4", "vllm-dspark", "torch-cu130"):
-        assert "shared-expert-remap" not in (REPO_ROOT / "recipes" / f"{recipe}.yaml").read_text()
+def test_remap_patch_is_in_no_default_stack():
+    from servebuild.recipe import load_recipe
+    for recipe in ("sglang-native-fp8", "sglang-fused-fp4", "vllm-dspark"):
+        engine = load_recipe(recipe, REPO_ROOT).recipe.engine
+        assert not any(p.file == REMAP for p in engine.source.patches), recipe
 
 
 def test_remap_patch_maps_shared_experts_to_slot_256(sglang_upstream, tmp_path):
