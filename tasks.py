@@ -144,10 +144,11 @@ def binfmt(c):
             "platform": "platform of the recipe's image to test",
             "require_gpu": "fail, rather than skip, the GPU checks when no GPU is visible",
             "python": "python on the host under test (hosts mode; default python3)",
-            "network": "give the test container network (default: none)"})
+            "network": "give the test container network (default: none)",
+            "variant": "the A/B variant of the recipe's image"})
 @one_line_errors
 def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
-               network=False):
+               network=False, variant=None):
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
     from servebuild import pipeline, smoke
     from servebuild.recipe import load_recipe
@@ -163,9 +164,10 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
         if image is None:
             if loaded is None:
                 raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
-            image = pipeline.make_plan(ROOT, recipe, _options(platform=platform)).tag
-        name = loaded.recipe.name if loaded else image.replace("/", "_").replace(":", "_")
-        out_dir = ROOT / "build" / name / "smoke"
+            plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant))
+            image, out_dir = plan.tag, plan.build_dir / "smoke"
+        else:
+            out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
         code = smoke.test_image(Engine(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
     print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
     if code != 0:
@@ -238,7 +240,7 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     result = pipeline.build(plan, engine)
     print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
     print(f"==> test-image {result.tag}")
-    out_dir = ROOT / "build" / recipe / "smoke"
+    out_dir = plan.build_dir / "smoke"
     code = smoke.test_image(engine, result.tag, loaded, out_dir)
     print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
     if code != 0:
@@ -276,3 +278,29 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
     print(f"{'variant':<20} {'tag':<48} {'time':>6} {'shared':>7}  patches")
     for row in rows:
         print(f"{row[0]:<20} {row[1]:<48} {row[2]:>6} {row[3]:>7}  {row[4]}")
+
+
+@task(help={"recipe": "recipe whose build to publish", "registry": "HOST[:PORT] of the registry",
+            "platform": "platform of the build", "variant": "A/B variant of the build",
+            "repository": "repository in the registry (default servebuild/RECIPE)",
+            "tag": "tag in the registry (default: VARIANT-ARCH or ARCH)",
+            "no_verify": "publish without a passing smoke verdict for this exact image"})
+@one_line_errors
+def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None, repository=None, tag=None,
+            no_verify=False):
+    """Push a built, smoke-tested image and verify the registry serves it by digest."""
+    from servebuild import pipeline
+    from servebuild.engine import Engine
+    from servebuild.publish import publish as push_image, verify_smoke
+    if not registry:
+        raise Exit("error: --registry: give the registry as HOST[:PORT]", code=2)
+    plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant))
+    manifest = plan.build_dir / "manifest.json"
+    if not manifest.exists():
+        raise Exit(f"error: {manifest}: no build of {recipe} for {plan.platform}; run `invoke build` first", code=2)
+    image_id = json.loads(manifest.read_text())["outputs"]["image_id"]
+    if not no_verify:
+        verify_smoke(plan.build_dir, image_id)
+    remote = f"{registry}/{repository or 'servebuild/' + plan.loaded.recipe.name}:{tag or plan.tag.rsplit(':', 1)[1]}"
+    record = push_image(Engine(), plan.build_dir, remote)
+    print(f"published {record['ref']}\n  pinned: {record['pinned']}")

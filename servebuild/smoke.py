@@ -108,6 +108,9 @@ def test_image(engine: Engine, image: str, loaded: Optional[LoadedRecipe], out_d
         args += ["--gpus", "all"]
     engine.run(*args, image, "infinity")
     try:
-        return run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
+        code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
     finally:
         engine.run("rm", "-f", name, check=False)
+    (out_dir / "verdict.json").write_text(json.dumps({"image": image, "image_id": info["Id"], "passed": code == 0,
+                                                      "require_gpu": require_gpu}, sort_keys=True) + "\n")
+    return code

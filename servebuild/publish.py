@@ -1,0 +1,90 @@
+"""Publish a built, smoke-tested image to a registry and verify it by digest."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from .engine import Engine
+from .errors import EngineError, SmokeError
+from .lock import MANIFEST_ACCEPT, split_ref
+
+PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+def _docker_auth(registry: str) -> Optional[str]:
+    """Basic credentials `docker login` stored for `registry`, if any (for the verification GET)."""
+    config = Path.home() / ".docker" / "config.json"
+    if not config.exists():
+        return None
+    auths = json.loads(config.read_text()).get("auths", {})
+    entry = auths.get(registry) or auths.get(f"http://{registry}") or auths.get(f"https://{registry}")
+    return entry.get("auth") if entry else None
+
+
+def fetch_manifest(ref: str, digest: str, timeout: float = 15.0) -> dict:
+    registry, repo, _ = split_ref(ref)
+    scheme = "http" if registry.startswith(("127.", "localhost")) else "https"
+    req = urllib.request.Request(f"{scheme}://{registry}/v2/{repo}/manifests/{digest}",
+                                 headers={"Accept": MANIFEST_ACCEPT})
+    auth = _docker_auth(registry)
+    if auth:
+        req.add_header("Authorization", "Basic " + auth)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read()
+        served = resp.headers.get("Docker-Content-Digest")
+    return {"body": json.loads(body), "served_digest": served, "raw": body}
+
+
+def verify_smoke(build_dir: Path, image_id: str) -> None:
+    verdict_path = build_dir / "smoke" / "verdict.json"
+    if not verdict_path.exists():
+        raise SmokeError(f"no smoke verdict for this build; run `invoke test-image` first (or --no-verify)",
+                         file=str(verdict_path))
+    verdict = json.loads(verdict_path.read_text())
+    if verdict.get("image_id") != image_id:
+        raise SmokeError(f"the smoke verdict is for image {verdict.get('image_id')}, not the built {image_id}; "
+                         f"run `invoke test-image` again", file=str(verdict_path))
+    if not verdict.get("passed"):
+        raise SmokeError("the image failed its smoke suite; it is not published", file=str(verdict_path))
+
+
+def publish(engine: Engine, build_dir: Path, remote: str) -> dict:
+    """Tag, push, then check the registry serves the pushed digest and that its config is our image."""
+    manifest_path = build_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    image_id = manifest["outputs"]["image_id"]
+    if engine.image_id(image_id) is None:
+        raise EngineError(f"built image {image_id} is no longer in the engine; build again", field="publish")
+    engine.tag(image_id, remote)
+    try:
+        proc = engine.run("push", remote, check=False)
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise EngineError(f"push of {remote} refused: {detail}; nothing was published "
+                              f"(log in with `docker login {split_ref(remote)[0]}`?)", field="publish")
+        m = PUSHED.search(proc.stdout)
+        if not m:
+            raise EngineError(f"push of {remote} reported no digest", field="publish")
+        digest = m.group(1)
+        served = fetch_manifest(remote, digest)
+        if served["served_digest"] not in (None, digest):
+            raise EngineError(f"registry serves {served['served_digest']} for {remote}, pushed {digest}",
+                              field="publish")
+        config_digest = served["body"].get("config", {}).get("digest")
+        if config_digest != image_id:
+            raise EngineError(f"the pushed manifest's config is {config_digest}, the built image is {image_id}",
+                              field="publish")
+    finally:
+        engine.run("image", "rm", remote, check=False)  # the local alias only; the image stays
+    record = {"ref": remote, "digest": digest, "pinned": f"{remote.rsplit(':', 1)[0]}@{digest}"}
+    published = [p for p in manifest["outputs"].get("published", []) if p["ref"] != remote] + [record]
+    manifest["outputs"]["published"] = published
+    tmp = manifest_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    tmp.rename(manifest_path)
+    return record
+
