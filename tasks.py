@@ -29,6 +29,12 @@ def one_line_errors(fn):
     return wrapper
 
 
+def _verdict(code, out_dir):
+    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
+    if code != 0:
+        raise Exit(code=1)
+
+
 def _path(value):
     return Path(value) if value else None
 
@@ -169,9 +175,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
         else:
             out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
         code = smoke.test_image(Engine(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
-    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
-    if code != 0:
-        raise Exit(code=1)
+    _verdict(code, out_dir)
 
 
 @task(help={"recipe": "recipe name", "output": "where to write the expectations JSON"})
@@ -242,9 +246,7 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     print(f"==> test-image {result.tag}")
     out_dir = plan.build_dir / "smoke"
     code = smoke.test_image(engine, result.tag, loaded, out_dir)
-    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
-    if code != 0:
-        raise Exit(code=1)
+    _verdict(code, out_dir)
 
 
 @task(help={"recipe": "recipe with `variants`", "variants": "comma-separated subset (default: all)",

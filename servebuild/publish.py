@@ -4,39 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from pathlib import Path
-from typing import Optional
 
 from .engine import Engine
 from .errors import EngineError, SmokeError
-from .lock import MANIFEST_ACCEPT, split_ref
+from .registry import fetch_manifest, split_ref
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
-
-
-def _docker_auth(registry: str) -> Optional[str]:
-    """Basic credentials `docker login` stored for `registry`, if any (for the verification GET)."""
-    config = Path.home() / ".docker" / "config.json"
-    if not config.exists():
-        return None
-    auths = json.loads(config.read_text()).get("auths", {})
-    entry = auths.get(registry) or auths.get(f"http://{registry}") or auths.get(f"https://{registry}")
-    return entry.get("auth") if entry else None
-
-
-def fetch_manifest(ref: str, digest: str, timeout: float = 15.0) -> dict:
-    registry, repo, _ = split_ref(ref)
-    scheme = "http" if registry.startswith(("127.", "localhost")) else "https"
-    req = urllib.request.Request(f"{scheme}://{registry}/v2/{repo}/manifests/{digest}",
-                                 headers={"Accept": MANIFEST_ACCEPT})
-    auth = _docker_auth(registry)
-    if auth:
-        req.add_header("Authorization", "Basic " + auth)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        body = resp.read()
-        served = resp.headers.get("Docker-Content-Digest")
-    return {"body": json.loads(body), "served_digest": served, "raw": body}
 
 
 def verify_smoke(build_dir: Path, image_id: str) -> None:
