@@ -105,5 +105,8 @@ def registry(tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     for tag in CREATED_TAGS:
         subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
+    # rebuilds under the same tag leave the older image dangling: remove those of ours
+    subprocess.run(["/usr/bin/docker", "image", "prune", "-f", "--filter", "label=io.servebuild.recipe"],
+                   capture_output=True)
     if os.environ.get("SERVEBUILD_TEST_PRUNE") == "1":
         subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
