@@ -20,8 +20,16 @@ def default_tag(suite: str, arch: str) -> str:
     return f"servebuild/debian:{suite}-{arch}"
 
 
+MACHINE_TO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def docker_arch(machine: str) -> str:
+    """`uname -m` (or the engine's Architecture) as Docker names it."""
+    return MACHINE_TO_ARCH.get(machine, machine)
+
+
 def host_arch() -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    return docker_arch(os.uname().machine)
 
 
 def _run(cmd: list[str], log) -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import platform as host_platform
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from .bases import docker_arch, host_arch
 from .config import Config, load_config, load_mirror_map
 from .engine import BuildRequest, Engine
 from .errors import EngineError, RecipeError, SourceError
@@ -29,9 +29,7 @@ TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*$")
 
 
 def host_platform_name() -> str:
-    machine = host_platform.machine()
-    return {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64",
-            "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
+    return f"linux/{host_arch()}"
 
 
 def slug(platform: str) -> str:
@@ -100,8 +98,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if options.variant:
         loaded = loaded.with_variant(options.variant)
     recipe = loaded.recipe
-    platform = options.platform or (host_platform_name() if host_platform_name() in recipe.platforms
-                                    else recipe.platforms[0])
+    host = host_platform_name()
+    platform = options.platform or (host if host in recipe.platforms else recipe.platforms[0])
     if platform not in PLATFORMS:
         raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
                           field="--platform")
@@ -242,7 +240,7 @@ def build(plan: BuildPlan, engine: Engine) -> BuildResult:
 
 
 def engine_arch(info: dict) -> str:
-    return {"x86_64": "amd64", "aarch64": "arm64"}.get(info.get("Architecture", ""), info.get("Architecture", ""))
+    return docker_arch(info.get("Architecture", ""))
 
 
 def _emulation_ready(platform: str) -> bool:

@@ -16,7 +16,7 @@ PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 def verify_smoke(build_dir: Path, image_id: str) -> None:
     verdict_path = build_dir / "smoke" / "verdict.json"
     if not verdict_path.exists():
-        raise SmokeError(f"no smoke verdict for this build; run `invoke test-image` first (or --no-verify)",
+        raise SmokeError("no smoke verdict for this build; run `invoke test-image` first (or --no-verify)",
                          file=str(verdict_path))
     verdict = json.loads(verdict_path.read_text())
     if verdict.get("image_id") != image_id:

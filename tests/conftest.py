@@ -14,7 +14,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import REPO_ROOT  # noqa: E402
 
 # sglang 0.5.16 x86_64 wheel from PyPI: it holds python/sglang/ of the v0.5.16 tag
 SGLANG_WHEEL = "sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl"

@@ -265,3 +265,37 @@ def compile_kernel(out: Path, arch: str) -> Path:
     subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-gencode=arch=compute_{number},code={arch}",
                     str(src), "-o", str(out)], check=True, capture_output=True)
     return out
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_registry(root: Path, htpasswd: Path | None = None):
+    """A real registry (distribution 2.8, Debian's docker-registry) on 127.0.0.1, plain HTTP.
+
+    Returns (HOST:PORT, process); an htpasswd file turns on basic auth.
+    """
+    import time
+    import urllib.error
+    import urllib.request
+    port = free_port()
+    auth = f"auth: {{htpasswd: {{realm: test, path: {htpasswd}}}}}\n" if htpasswd else ""
+    config = root / "config.yml"
+    config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {root}/data}}\n"
+                      f"  delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n{auth}")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+            return f"127.0.0.1:{port}", proc
+        except urllib.error.HTTPError:
+            return f"127.0.0.1:{port}", proc  # 401 with auth: it is up
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("docker-registry did not start")

@@ -12,7 +12,7 @@ import pytest
 from servebuild import bases, pipeline
 from servebuild.engine import Engine
 from servebuild.sources import default_cache_dir
-from support import make_project, make_upstream
+from support import make_project, make_upstream, start_registry
 
 HOST_CA = Path(os.environ.get("SERVEBUILD_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
 CREATED_TAGS: list[str] = []
@@ -76,28 +76,9 @@ def fixture_images(engine, base_images, project, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
-    """A real registry (distribution 2.8, Debian's docker-registry) on 127.0.0.1, plain HTTP."""
-    import socket
-    import urllib.request
-    root = tmp_path_factory.mktemp("registry")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {root}/data}}\n"
-                      f"  delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("docker-registry did not start")
-    yield f"127.0.0.1:{port}"
+    """A real registry on 127.0.0.1, plain HTTP, no auth."""
+    address, proc = start_registry(tmp_path_factory.mktemp("registry"))
+    yield address
     proc.kill()
     proc.wait()
 

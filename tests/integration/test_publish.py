@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -17,6 +15,7 @@ from servebuild import smoke
 from servebuild.errors import EngineError, SmokeError
 from servebuild.publish import publish, verify_smoke
 from servebuild.recipe import load_recipe
+from support import start_registry
 
 DOCKER = "/usr/bin/docker"
 
@@ -56,22 +55,8 @@ def test_publish_by_digest_and_pull_back(engine, toy_build, registry):
 @pytest.fixture()
 def auth_registry(tmp_path):
     subprocess.run(["htpasswd", "-Bbc", str(tmp_path / "htpasswd"), "alice", "s3cret"], check=True, capture_output=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (tmp_path / "config.yml").write_text(
-        f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {tmp_path}/data}}}}\n"
-        f"http: {{addr: 127.0.0.1:{port}}}\nauth: {{htpasswd: {{realm: test, path: {tmp_path}/htpasswd}}}}\n")
-    proc = subprocess.Popen(["docker-registry", "serve", str(tmp_path / "config.yml")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
-        except urllib.error.HTTPError:
-            break  # 401: it is up
-        except OSError:
-            time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
+    address, proc = start_registry(tmp_path, htpasswd=tmp_path / "htpasswd")
+    yield address
     proc.kill()
     proc.wait()
 

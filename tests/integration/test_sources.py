@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,15 +21,9 @@ import yaml
 from integration.conftest import build_fixture
 from servebuild import lock as locking
 from servebuild.errors import SourceError
-from servebuild.recipe import EngineSource, PatchEntry, load_recipe
+from servebuild.recipe import EngineSource, load_recipe
 from servebuild.sources import SourceCache
-from support import REPO_ROOT, diff_sha, fixture_recipe, make_project, make_upstream
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support import REPO_ROOT, diff_sha, fixture_recipe, free_port, make_project, make_upstream
 
 
 @pytest.fixture()
