@@ -53,7 +53,7 @@ def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=N
 @one_line_errors
 def validate(c, recipe=DEFAULT_RECIPE):
     """Load and validate a recipe (and the files it names); print its resolved form."""
-    from servebuild.recipe import load_recipe
+    from servebuild.loading import load_recipe
     loaded = load_recipe(recipe, ROOT)
     print(json.dumps(loaded.recipe.model_dump(mode="json"), indent=2, sort_keys=True))
 
@@ -66,7 +66,7 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
     from servebuild.pipeline import make_plan
     from servebuild.render import render_dockerfile
     plan = make_plan(ROOT, recipe, _options(platform=platform, mirror_map=mirror_map))
-    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases))
+    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, ROOT))
 
 
 @task(help={"recipe": "recipe name or path", "platform": "linux/arm64 or linux/amd64",
@@ -85,13 +85,13 @@ def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry
           ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False, variant=None):
     """Build a recipe into an image through the Docker engine with BuildKit."""
     from servebuild import pipeline
-    from servebuild.engine import Engine
+    from servebuild.docker import DockerClient
     plan = pipeline.make_plan(ROOT, recipe, _options(platform, tag, no_cache, dry_run, ca_bundle, netrc,
                                                      mirror_map, offline, cache_from, locked, variant))
     if dry_run:
         print(pipeline.dry_run(plan))
         return
-    engine = Engine()
+    engine = DockerClient()
     result = pipeline.build(plan, engine)
     print(f"built {result.tag} ({result.image_id})")
     print(f"  manifest: {result.manifest_path}")
@@ -124,11 +124,11 @@ def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
 def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
     """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
     from servebuild import bases
-    from servebuild.engine import Engine
+    from servebuild.docker import DockerClient
     from servebuild.sources import default_cache_dir
     arch = arch or bases.host_arch()
     tag = tag or bases.default_tag(suite, arch)
-    image_id = bases.bootstrap_base(Engine(), arch, suite, tag, default_cache_dir())
+    image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, default_cache_dir())
     print(f"{tag} ({image_id})")
 
 
@@ -157,7 +157,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
                network=False, variant=None):
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
     from servebuild import pipeline, smoke
-    from servebuild.recipe import load_recipe
+    from servebuild.loading import load_recipe
     loaded = load_recipe(recipe, ROOT) if recipe else None
     if hosts:
         if loaded is None:
@@ -166,7 +166,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
         code = smoke.run_suite(hosts, smoke.expectations(loaded, None, image=False), out_dir,
                                require_gpu=require_gpu, python=python)
     else:
-        from servebuild.engine import Engine
+        from servebuild.docker import DockerClient
         if image is None:
             if loaded is None:
                 raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
@@ -174,7 +174,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
             image, out_dir = plan.tag, plan.build_dir / "smoke"
         else:
             out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
-        code = smoke.test_image(Engine(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
+        code = smoke.test_image(DockerClient(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
     _verdict(code, out_dir)
 
 
@@ -183,7 +183,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
 def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     """Write the smoke suite's expectations for a host run (for machines without this project)."""
     from servebuild import smoke
-    from servebuild.recipe import load_recipe
+    from servebuild.loading import load_recipe
     data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
     Path(output).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(output)
@@ -196,15 +196,15 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
     import time
     from servebuild import lock as locking
     from servebuild.config import load_config
-    from servebuild.engine import Engine
-    from servebuild.errors import EngineError
-    from servebuild.recipe import load_recipe
+    from servebuild.docker import DockerClient
+    from servebuild.errors import DockerError
+    from servebuild.loading import load_recipe
     from servebuild.sources import SourceCache, default_cache_dir
     loaded = load_recipe(recipe, ROOT)
     try:
-        engine = Engine()
+        engine = DockerClient()
         ids = {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
-    except EngineError:
+    except DockerError:
         ids = {}
     cache = SourceCache(default_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
     start = time.monotonic()
@@ -224,10 +224,10 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     """The main job: base image, build, smoke verdict, on a machine with PyPI but no registry."""
     import os
     from servebuild import bases, pipeline, smoke
-    from servebuild.engine import Engine
-    from servebuild.recipe import load_recipe
+    from servebuild.docker import DockerClient
+    from servebuild.loading import load_recipe
     from servebuild.sources import default_cache_dir
-    engine = Engine()
+    engine = DockerClient()
     loaded = load_recipe(recipe, ROOT)
     platform = platform or pipeline.host_platform_name()
     arch = platform.split("/")[1]
@@ -258,15 +258,15 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
     """Build isolated A/B images, one per variant (a subset of the patch stack); they share every layer they can."""
     import time
     from servebuild import pipeline
-    from servebuild.engine import Engine
-    from servebuild.recipe import load_recipe
+    from servebuild.docker import DockerClient
+    from servebuild.loading import load_recipe
     loaded = load_recipe(recipe, ROOT)
     names = variants.split(",") if variants else list(loaded.recipe.variants)
     if not names:
         raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
     plans = [pipeline.make_plan(ROOT, recipe, _options(platform=platform, locked=locked, offline=offline,
                                                        ca_bundle=ca_bundle, variant=name)) for name in names]
-    engine = Engine()
+    engine = DockerClient()
     rows, first_layers = [], None
     for name, plan in zip(names, plans):
         start = time.monotonic()
@@ -292,7 +292,7 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
             no_verify=False):
     """Push a built, smoke-tested image and verify the registry serves it by digest."""
     from servebuild import pipeline
-    from servebuild.engine import Engine
+    from servebuild.docker import DockerClient
     from servebuild.publish import publish as push_image, verify_smoke
     if not registry:
         raise Exit("error: --registry: give the registry as HOST[:PORT]", code=2)
@@ -304,5 +304,26 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
     if not no_verify:
         verify_smoke(plan.build_dir, image_id)
     remote = f"{registry}/{repository or 'servebuild/' + plan.loaded.recipe.name}:{tag or plan.tag.rsplit(':', 1)[1]}"
-    record = push_image(Engine(), plan.build_dir, remote)
+    record = push_image(DockerClient(), plan.build_dir, remote)
     print(f"published {record['ref']}\n  pinned: {record['pinned']}")
+
+
+@task(help={"stack": "stack to regenerate: a directory constraints/STACK with an inputs.yaml",
+            "target": "only this target, e.g. py3.11-linux-amd64 (repeatable; default: all)",
+            "check": "regenerate into a temp dir and fail if the committed files differ"},
+      iterable=["target"])
+@one_line_errors
+def deps(c, stack=None, target=None, check=False):
+    """Regenerate a stack's hashed requirement sets from constraints/STACK/inputs.yaml (uv pip compile)."""
+    from servebuild import depsets
+    if not stack:
+        raise Exit(f"error: --stack: give one of {', '.join(depsets.stacks(ROOT))}", code=2)
+    if check:
+        problems = depsets.check(ROOT, stack, target or None)
+        if problems:
+            more = f" (and {len(problems) - 1} more files)" if len(problems) > 1 else ""
+            raise Exit(f"error: {problems[0]}{more}", code=2)
+        print(f"{stack}: committed sets match their inputs")
+        return
+    for path in depsets.generate(ROOT, stack, target or None):
+        print(path.relative_to(ROOT))

@@ -9,8 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .engine import BuildRequest, Engine
-from .errors import EngineError, RecipeError
+from .docker import BuildRequest, DockerClient
+from .platforms import docker_arch, host_arch  # noqa: F401  (re-exported for tasks)
+from .errors import DockerError, RecipeError
 
 ARCHES = ("amd64", "arm64")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -20,24 +21,12 @@ def default_tag(suite: str, arch: str) -> str:
     return f"servebuild/debian:{suite}-{arch}"
 
 
-MACHINE_TO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-
-
-def docker_arch(machine: str) -> str:
-    """`uname -m` (or the engine's Architecture) as Docker names it."""
-    return MACHINE_TO_ARCH.get(machine, machine)
-
-
-def host_arch() -> str:
-    return docker_arch(os.uname().machine)
-
-
 def _run(cmd: list[str], log) -> None:
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
     proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
-        raise EngineError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); see {log.name}",
+        raise DockerError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); see {log.name}",
                           field="bootstrap-base")
 
 
@@ -46,7 +35,7 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
     if arch not in ARCHES:
         raise RecipeError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
     if shutil.which("debootstrap") is None:
-        raise EngineError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
+        raise DockerError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
     out = cache_dir / "rootfs" / f"{suite}-{arch}.tar"
     if out.exists():
         return out
@@ -70,7 +59,7 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
     return out
 
 
-def bootstrap_base(engine: Engine, arch: str, suite: str, tag: str, cache_dir: Path,
+def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_dir: Path,
                    mirror: str = DEFAULT_MIRROR) -> str:
     """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch."""
     tarball = rootfs_tarball(arch, suite, cache_dir, mirror)
@@ -85,8 +74,8 @@ def bootstrap_base(engine: Engine, arch: str, suite: str, tag: str, cache_dir: P
                                labels={"io.servebuild.base": f"debian-{suite}-minbase",
                                        "org.opencontainers.image.base.name": "scratch"},
                                secrets={})
-        image_id = engine.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
-        engine.tag(image_id, tag)
+        image_id = docker.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
+        docker.tag(image_id, tag)
         return image_id
     finally:
         shutil.rmtree(context, ignore_errors=True)

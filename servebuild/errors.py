@@ -35,7 +35,7 @@ class SourceError(ServebuildError):
     """A source, patch or lock problem."""
 
 
-class EngineError(ServebuildError):
+class DockerError(ServebuildError):
     """The Docker engine is missing, unreachable or lacks BuildKit, or a build failed."""
 
 

@@ -9,10 +9,10 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-PROFILE_FIELDS = ("description", "module", "args", "extra_args", "env", "dspark_block_size")
+PROFILE_FIELDS = ("description", "module", "args", "extra_args", "env", "dspark_block_size", "port")
 
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
+MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 class LaunchProfile(BaseModel):
@@ -24,6 +24,14 @@ class LaunchProfile(BaseModel):
     extra_args: list[str] = []         # appended after args; lets a child recipe add flags only
     env: dict[str, str] = {}
     dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
+    port: Optional[int] = Field(default=None, ge=1, le=65535)  # default: the engine kind's port
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, v: str) -> str:
+        if any(ord(c) < 32 for c in v):
+            raise ValueError("description must be one line of printable text")
+        return v
 
     @field_validator("module")
     @classmethod
@@ -72,7 +80,7 @@ def resolve_profile_bases(profiles: dict) -> dict:
     return out
 
 
-def _flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
+def flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
     """Collect `--flag value` and `--flag=value` occurrences."""
     found: dict[str, list[Optional[str]]] = {}
     i = 0
@@ -92,50 +100,21 @@ def _flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
 
 
 def validate_profile(name: str, profile: LaunchProfile) -> None:
-    """Raise ValueError naming the profile and the problem."""
-    flags = _flag_values(profile.args + profile.extra_args)
+    """Rules for every engine: each flag at most once. Engine kinds add their own (servebuild/engines)."""
+    flags = flag_values(profile.args + profile.extra_args)
     for flag, values in flags.items():
         if len(values) > 1:
             raise ValueError(f"profile {name!r}: flag {flag} is given {len(values)} times")
-    block = profile.dspark_block_size
-
-    spec = flags.get("--speculative-config")
-    if spec:
-        try:
-            config = json.loads(spec[0] or "")
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"profile {name!r}: --speculative-config is not JSON ({exc.msg})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"profile {name!r}: --speculative-config must be a JSON object")
-        if str(config.get("method", "")).lower() == "dspark":
-            k = config.get("num_speculative_tokens")
-            if not isinstance(k, int) or isinstance(k, bool):
-                raise ValueError(f"profile {name!r}: DSpark needs an integer num_speculative_tokens")
-            _check_block(name, block, k, "num_speculative_tokens")
-
-    algo = flags.get("--speculative-algorithm")
-    if algo and (algo[0] or "").upper() == "DSPARK":
-        draft = flags.get("--speculative-num-draft-tokens")
-        if not draft or draft[0] is None or not draft[0].isdigit():
-            raise ValueError(f"profile {name!r}: DSPARK needs an integer --speculative-num-draft-tokens")
-        # SGLang counts the verified token: N draft tokens are N-1 proposals
-        _check_block(name, block, int(draft[0]) - 1, "--speculative-num-draft-tokens minus one")
 
 
-def _check_block(name: str, block: Optional[int], proposals: int, what: str) -> None:
-    if block is None:
-        raise ValueError(f"profile {name!r}: DSpark needs dspark_block_size (the model's block size)")
-    if proposals < block:
-        raise ValueError(f"profile {name!r}: {what} is {proposals}, below the DSpark block size {block}")
-
-
-def launcher_script(name: str, profile: LaunchProfile, python: str = "/opt/venv/bin/python") -> str:
+def launcher_script(name: str, profile: LaunchProfile, listen: tuple[str, ...] = (),
+                    python: str = "/opt/venv/bin/python") -> str:
     """A POSIX shell script that sets the profile's environment and execs the server."""
     lines = ["#!/bin/sh", f"# servebuild launch profile {name}: {profile.description}".rstrip(": "),
              "# Extra arguments are appended; the environment can be overridden by the caller."]
     for key, value in sorted(profile.env.items()):
         lines.append(f'[ -n "${{{key}+set}}" ] || {key}={shlex.quote(value)}; export {key}')
-    argv = [python, *profile.argv()[1:]]
+    argv = [python, *profile.argv()[1:], *listen]
     lines.append("exec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"')
     return "\n".join(lines) + "\n"
 

@@ -8,16 +8,20 @@ unreachable GitHub or registry) stays explicitly unresolved with the reason; not
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
+from .engine_source import prepare_engine_source
 from .errors import SourceError
-from .recipe import LoadedRecipe, PatchEntry
+from .fsutil import atomic_write, sha256_bytes, sha256_file
+from .loading import LoadedRecipe
+from .patchfiles import is_native
+from .recipe import PatchEntry
+from .recipe_files import named_files
 from .registry import registry_digest
-from .sources import NATIVE, SourceCache
+from .sources import SourceCache
 
 LOCK_VERSION = 1
 
@@ -27,17 +31,8 @@ def lock_path(loaded: LoadedRecipe) -> Path:
     return path.with_name(path.stem + ".lock.yaml")
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def file_hashes(loaded: LoadedRecipe) -> dict[str, str]:
-    r = loaded.recipe
-    files = set(r.constraints.values()) | set(r.wheels)
-    if r.engine:
-        files |= set(r.engine.precompiled.values())
-        files |= {e.file for e in r.engine.source.patches if e.file}
-    return {rel: _sha(loaded.root / rel) for rel in sorted(files)}
+    return {f.path: sha256_file(loaded.root / f.path) for f in sorted(named_files(loaded.recipe), key=lambda f: f.path)}
 
 
 # ------------------------------------------------------------------ base images
@@ -112,7 +107,7 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
     src = loaded.recipe.engine.source
     everything = src.patches + src.optional_patches
     try:
-        repo = cache.mirror(src.url, [src.commit])
+        repo = cache.mirror(src.url, [src.commit], prs=tuple(e.pr for e in everything if e.pr is not None))
     except SourceError as exc:
         unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in everything
                        if e.pr is not None and not e.resolved]
@@ -130,15 +125,18 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
     patches = []
     for e in resolved.values():
         diff = cache.entry_diff(repo, e, loaded.root)
-        (work / f"{e.id}.diff").write_bytes(diff)
-        files = cache.diff_files(e, work / f"{e.id}.diff")
-        d = _entry_dict(e, e.commit, e.base, hashlib.sha256(diff).hexdigest(), hows[e.id])
-        d.update({"files": files, "python_only": not any(NATIVE.search(f) for f in files),
+        files = cache.diff_files(e, diff)
+        d = _entry_dict(e, e.commit, e.base, sha256_bytes(diff), hows[e.id])
+        d.update({"files": files, "python_only": not any(is_native(f) for f in files),
                   "optional": e.id not in {p.id for p in src.patches}})
         patches.append(d)
-    stack = [resolved[e.id] for e in src.patches]
-    prepared = cache.prepare(src.model_copy(update={"patches": stack}), loaded.root, work)
-    return {"url": src.url, "commit": src.commit, "tarball_sha256": prepared.tarball_sha256}, patches
+    stack = [resolved[e.id].model_copy(update={"sha256": sha256_bytes(cache.entry_diff(repo, resolved[e.id], loaded.root))})
+             for e in src.patches]
+    engine = loaded.recipe.engine.model_copy(update={"source": src.model_copy(update={"patches": stack})})
+    pinned = loaded.replace(loaded.recipe.model_copy(update={"engine": engine}))
+    tarballs = {p: prepare_engine_source(pinned, p, cache, work / p.replace("/", "-")).tarball_sha256
+                for p in loaded.recipe.platforms}
+    return {"url": src.url, "commit": src.commit, "tarball_sha256": tarballs}, patches
 
 
 def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:
@@ -149,9 +147,7 @@ def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:
 def write_lock(path: Path, lock: dict) -> None:
     header = ("# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
               "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(header + yaml.safe_dump(lock, sort_keys=True, width=120))
-    tmp.rename(path)
+    atomic_write(path, header + yaml.safe_dump(lock, sort_keys=True, width=120))
 
 
 def read_lock(loaded: LoadedRecipe) -> dict:
@@ -165,7 +161,7 @@ def read_lock(loaded: LoadedRecipe) -> dict:
         raise SourceError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked; "
                           f"run `invoke lock` again", file=display, field="recipe_sha256")
     for rel, digest in (lock.get("files") or {}).items():
-        actual = _sha(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
+        actual = sha256_file(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
         if actual != digest:
             raise SourceError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
                               file=display, field=f"files.{rel}")
@@ -175,7 +171,7 @@ def read_lock(loaded: LoadedRecipe) -> dict:
     return lock
 
 
-def apply_lock(loaded: LoadedRecipe, lock: dict) -> LoadedRecipe:
+def apply_lock(loaded: LoadedRecipe, lock: dict, partial: bool = False) -> LoadedRecipe:
     """A copy of the recipe with the lock's commits, bases and diff hashes filled in."""
     r = loaded.recipe
     update: dict = {}
@@ -190,9 +186,13 @@ def apply_lock(loaded: LoadedRecipe, lock: dict) -> LoadedRecipe:
 
         def pinned(e: PatchEntry) -> PatchEntry:
             p = by_id.get(e.id)
+            if p is None and partial:
+                return e
             if p is None:
                 raise SourceError(f"lock has no entry for patch {e.id}; run `invoke lock` again",
                                   file=loaded.file, field=f"patches.{e.id}")
+            if partial and not (p.get("commit") and p.get("sha256")):
+                return e
             return e.model_copy(update={"commit": p["commit"], "base": p["base"], "sha256": p["sha256"]})
 
         source = r.engine.source.model_copy(update={
@@ -200,3 +200,46 @@ def apply_lock(loaded: LoadedRecipe, lock: dict) -> LoadedRecipe:
             "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
         update["engine"] = r.engine.model_copy(update={"source": source})
     return loaded.replace(r.model_copy(update=update))
+
+
+def lock_display(loaded: LoadedRecipe) -> str:
+    path = lock_path(loaded)
+    return str(path.relative_to(loaded.root)) if path.is_relative_to(loaded.root) else str(path)
+
+
+def pin_for_build(loaded: LoadedRecipe) -> tuple[LoadedRecipe, Optional[dict]]:
+    """A plain build: apply the committed lock when it is current (whatever it resolved), so
+    locked PR commits and diff hashes are used; anything still unresolved is refused later,
+    entry by entry, only if the stack being built needs it."""
+    path = lock_path(loaded)
+    if not path.exists():
+        return loaded, None
+    try:
+        lock = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise SourceError("the lock file is not valid YAML; run `invoke lock` again", file=lock_display(loaded)) from None
+    if not isinstance(lock, dict) or lock.get("recipe_sha256") != loaded.sha256:
+        return loaded, None
+    return apply_lock(loaded, lock, partial=True), lock
+
+
+def unpinned_problem(loaded: LoadedRecipe, lock: Optional[dict]) -> Optional[SourceError]:
+    """The first PR entry of the stack to build that has no full commit: one line that names it,
+    why it is not pinned and the command that pins it on a machine that reaches the upstream."""
+    engine = loaded.recipe.engine
+    if engine is None:
+        return None
+    entry = next((e for e in engine.source.patches if e.pr is not None and e.commit is None), None)
+    if entry is None:
+        return None
+    where = lock_display(loaded)
+    if lock is None:
+        why = f"there is no current lock ({where} is missing or stale)"
+    else:
+        reason = next((u for u in lock.get("unresolved", []) if entry.id in u), "unresolved")
+        why = f"{where} leaves it unresolved ({reason.split(': ', 1)[-1]})"
+    hint = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
+    return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {hint}{why}; "
+                       f"run `invoke lock --recipe {loaded.recipe.name}` on a machine that reaches "
+                       f"{engine.source.url}, commit the lock, then build",
+                       file=loaded.file, field=f"engine.source.patches.{entry.id}")

@@ -2,39 +2,33 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Optional
 
 from . import __version__
-from .recipe import LoadedRecipe
+from .fsutil import canonical_json, sha256_bytes, sha256_file
+from .loading import LoadedRecipe
+from .recipe_files import files_for
 from .sources import PreparedSource
 
 MANIFEST_PATH = "/opt/servebuild/manifest.json"
 LABEL_PREFIX = "io.servebuild"
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+SCHEMA = 2
 
 
 def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
                     source: Optional[PreparedSource], build_args: dict[str, str]) -> dict:
     """Everything that went into the build, with hashes. No timestamps: same inputs, same bytes."""
     r = loaded.recipe
-    constraints = {"path": r.constraints[platform],
-                   "sha256": sha256_file(loaded.root / r.constraints[platform])}
+    files = [{"path": f.path, "kind": f.kind, "field": ".".join(map(str, f.loc)),
+              "sha256": sha256_file(loaded.root / f.path)} for f in files_for(r, platform)]
     engine = None
     if r.engine:
-        assert source is not None
         engine = {"name": r.engine.name, "version": r.engine.version, "install": r.engine.install,
-                  "source": source.as_dict(), "subdir": r.engine.source.subdir}
-        if r.engine.install == "vllm-precompiled":
-            rel = r.engine.precompiled[platform]
-            engine["precompiled"] = {"path": rel, "sha256": sha256_file(loaded.root / rel)}
+                  "installed_version": source.version(r.engine.version) if source else None,
+                  "source": source.as_dict() if source else None, "subdir": r.engine.source.subdir,
+                  "context_files": r.engine.mode.context_files(r.engine, platform)}
     return {
-        "schema": 1,
+        "schema": SCHEMA,
         "servebuild": __version__,
         "recipe": {"name": r.name, "sha256": loaded.sha256, "variant": loaded.variant,
                    "files": [{"path": f.display, "sha256": f.text_sha256} for f in loaded.chain]},
@@ -42,12 +36,12 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
         "python": r.python,
         "cuda_arch_list": r.cuda_arch_list,
         "bases": bases,
-        "constraints": constraints,
-        "wheels": [{"path": w, "sha256": sha256_file(loaded.root / w)} for w in r.wheels],
+        "files": files,
+        "constraints": next(f for f in files if f["field"] == f"constraints.{platform}"),
         "engine": engine,
         "build_args": dict(sorted(build_args.items())),
-        "launch": {"profiles": sorted(r.launch.profiles), "cache_dirs": r.launch.cache_dirs,
-                   "user": r.launch.user, "workdir": r.launch.workdir},
+        "launch": {"profiles": sorted(r.launch.profiles), "default": r.launch.default_profile(),
+                   "cache_dirs": r.launch.cache_dirs, "user": r.launch.user, "workdir": r.launch.workdir},
         "expect": r.expect.model_dump(mode="json"),
     }
 
@@ -56,10 +50,10 @@ def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:
     engine = inputs.get("engine") or {}
     source = engine.get("source") or {}
     runtime = inputs["bases"]["runtime"]
-    labels = {
+    return {
         "org.opencontainers.image.source": source.get("url") or project_url,
         "org.opencontainers.image.revision": source.get("commit") or "",
-        "org.opencontainers.image.version": engine.get("version") or inputs["recipe"]["name"],
+        "org.opencontainers.image.version": engine.get("installed_version") or inputs["recipe"]["name"],
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.title": inputs["recipe"]["name"],
         "org.opencontainers.image.base.name": runtime.get("resolved") or runtime["ref"],
@@ -73,12 +67,7 @@ def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:
         f"{LABEL_PREFIX}.cuda-arch-list": inputs["cuda_arch_list"],
         f"{LABEL_PREFIX}.variant": inputs["recipe"].get("variant") or "",
     }
-    return labels
-
-
-def _canonical(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def manifest_sha256(inputs: dict) -> str:
-    return hashlib.sha256(_canonical(inputs).encode()).hexdigest()
+    return sha256_bytes(canonical_json(inputs).encode())

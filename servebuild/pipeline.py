@@ -14,26 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .bases import docker_arch, host_arch
 from .config import Config, load_config, load_mirror_map
-from .engine import BuildRequest, Engine
-from .errors import EngineError, RecipeError, SourceError
+from .docker import BuildRequest, DockerClient
+from .engine_source import prepare_engine_source
+from .errors import DockerError, RecipeError
+from .fsutil import write_json
+from .loading import LoadedRecipe, load_recipe
 from .manifest import inputs_manifest, oci_labels
-from .recipe import PLATFORMS, LoadedRecipe, load_recipe
-from .render import write_context, write_json
+from .platforms import PLATFORMS, arch_of, docker_arch, emulation_ready, host_platform, slug
+from .render import write_context
 from .resources import derive
 from .sources import PreparedSource, SourceCache, default_cache_dir
 
 PROJECT_URL = "https://github.com/servebuild/servebuild"
-TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*$")
+TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*\Z")
 
 
 def host_platform_name() -> str:
-    return f"linux/{host_arch()}"
-
-
-def slug(platform: str) -> str:
-    return platform.replace("/", "-")
+    return host_platform()
 
 
 @dataclass
@@ -89,12 +87,13 @@ def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
 
 def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     """Load and validate everything that can be checked without the engine."""
+    from .lock import apply_lock, pin_for_build, read_lock
     loaded = load_recipe(recipe_name, root)
-    lock = None
-    if options.locked:
-        from .lock import apply_lock, read_lock
+    if options.locked:  # refuse anything not locked
         lock = read_lock(loaded)
         loaded = apply_lock(loaded, lock)
+    else:  # use what the committed lock pins, if it is current
+        loaded, lock = pin_for_build(loaded)
     if options.variant:
         loaded = loaded.with_variant(options.variant)
     recipe = loaded.recipe
@@ -137,35 +136,32 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
 
 
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
-    engine = plan.loaded.recipe.engine
-    if engine is None:
-        return None
+    """The engine's patched source tarball for the plan's platform (None without an engine)."""
+    from .lock import unpinned_problem
+    problem = unpinned_problem(plan.loaded, plan.lock)
+    if problem:
+        raise problem
     cache = SourceCache(plan.options.cache_dir or default_cache_dir(), plan.config.git_mirrors,
                         offline=plan.options.offline, recipe=plan.loaded.file)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
-    plan.source = cache.prepare(engine.source, plan.loaded.root, plan.build_dir / "work")
-    if engine.install != "pip-source":
-        native = next((p for p in plan.source.patches if not p.python_only), None)
-        if native:
-            raise SourceError(f"patch {native.id} touches native code ({', '.join(native.files[:3])}); "
-                              f"install {engine.install} reuses compiled extensions and cannot carry it, "
-                              f"use install: pip-source", file=plan.loaded.file, field="engine.install")
+    plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
+                                        offline=plan.options.offline)
     return plan.source
 
 
-def resolve_bases(plan: BuildPlan, engine: Engine) -> dict[str, dict]:
+def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
     """Each base must be in the engine (pulled if a registry has it) and match the platform."""
     want_arch = plan.platform.split("/")[1]
     out = {}
     for stage, ref in plan.bases.items():
-        if engine.image_id(ref) is None:
-            pulled = engine.run("pull", "--platform", plan.platform, ref, check=False)
+        if docker.image_id(ref) is None:
+            pulled = docker.run("pull", "--platform", plan.platform, ref, check=False)
             if pulled.returncode != 0:
                 raise RecipeError(
                     f"base image {ref} is not in the engine and cannot be pulled; make one with "
                     f"`invoke bootstrap-base` or map the reference with --mirror-map",
                     file=plan.loaded.file, field=f"bases.{stage}")
-        info = engine.image_inspect(ref)
+        info = docker.image_inspect(ref)
         if info.get("Architecture") != want_arch:
             raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
                               f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
@@ -179,11 +175,17 @@ def resolve_bases(plan: BuildPlan, engine: Engine) -> dict[str, dict]:
     return out
 
 
-def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int) -> Path:
-    plan.build_args = derive(cpus, mem, plan.loaded.recipe.build)
+def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int,
+                tarball: Optional[Path] = None) -> Path:
+    recipe = plan.loaded.recipe
+    engine = recipe.engine
+    # compile parallelism reaches only a step that compiles (and no layer on hosts that do not)
+    plan.build_args = derive(cpus, mem, recipe.build, recipe.cuda_arch_list) if engine and engine.mode.compiles else {}
+    if engine:
+        plan.build_args["ENGINE_VERSION"] = plan.source.version(engine.version) if plan.source else engine.version
     plan.manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, plan.source, plan.build_args)
     plan.context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context",
-                                 plan.manifest_inputs, plan.source.tarball if plan.source else None)
+                                 plan.manifest_inputs, tarball or (plan.source.tarball if plan.source else None))
     return plan.context
 
 
@@ -199,22 +201,37 @@ def created_timestamp() -> str:
 
 
 def dry_run(plan: BuildPlan) -> str:
-    fetch_sources(plan)
+    """What a build would do, without the engine or the network: the context is rendered with an
+    empty source placeholder and the sources that would be fetched are listed."""
     bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
              for s, r in plan.bases.items()}
-    context = render_plan(plan, bases, *_host_resources())
+    engine = plan.loaded.recipe.engine
+    lines = []
+    if engine:
+        from .lock import unpinned_problem
+        problem = unpinned_problem(plan.loaded, plan.lock)
+        origin = engine.mode.tree_origin(engine, plan.platform)
+        tree = (f"{origin.artifact} from {origin.requirement}" if origin.kind == "pypi"
+                else f"{engine.source.url} at {engine.source.commit}")
+        lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
+        if problem:
+            lines.append(f"  would stop: {problem}")
+        placeholder = plan.build_dir / "work" / "dry-run-source.tar"
+        placeholder.parent.mkdir(parents=True, exist_ok=True)
+        placeholder.write_bytes(b"")
+    context = render_plan(plan, bases, *_host_resources(), tarball=placeholder if engine else None)
     args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(plan.build_args.items()))
     secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
-    return (f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}\n"
-            f"  context: {context}\n"
-            f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}")
+    return "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
+                      f"  context: {context}", *lines,
+                      f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
 
 
-def build(plan: BuildPlan, engine: Engine) -> BuildResult:
-    info = engine.info()
-    bases = resolve_bases(plan, engine)
-    if engine_arch(info) != plan.platform.split("/")[1] and not _emulation_ready(plan.platform):
-        raise EngineError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
+def build(plan: BuildPlan, docker: DockerClient) -> BuildResult:
+    info = docker.info()
+    bases = resolve_bases(plan, docker)
+    if engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
+        raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
                           f"binfmt; run `invoke binfmt`", field="--platform")
     fetch_sources(plan)
     context = render_plan(plan, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
@@ -224,27 +241,21 @@ def build(plan: BuildPlan, engine: Engine) -> BuildResult:
     request = BuildRequest(context=context, platform=plan.platform, build_args=plan.build_args,
                            labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
                            cache_from=plan.options.cache_from)
-    image_id = engine.build(request, log_path, echo=sys.stderr if plan.options.echo else None)
-    packages = engine.run_in_image(image_id, "/opt/servebuild/packages.txt", platform=plan.platform,
+    image_id = docker.build(request, log_path, echo=sys.stderr if plan.options.echo else None)
+    packages = docker.run_in_image(image_id, "/opt/servebuild/packages.txt", platform=plan.platform,
                                    entrypoint="cat").splitlines()
     manifest = dict(plan.manifest_inputs)
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
-                           "engine": {"server_version": engine.server_version, "client": engine.client}}
+                           "apt_packages": sorted(p for p in apt if p.strip()),
+                           "engine": {"server_version": docker.server_version, "client": docker.client}}
     manifest_path = plan.build_dir / "manifest.json"
-    tmp = manifest_path.with_suffix(".json.tmp")
-    write_json(tmp, manifest)
-    tmp.rename(manifest_path)
-    engine.tag(image_id, plan.tag)
+    write_json(manifest_path, manifest)
+    docker.tag(image_id, plan.tag)
     return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path)
 
 
 def engine_arch(info: dict) -> str:
     return docker_arch(info.get("Architecture", ""))
 
-
-def _emulation_ready(platform: str) -> bool:
-    name = {"linux/arm64": "qemu-aarch64", "linux/amd64": "qemu-x86_64"}[platform]
-    entry = Path("/proc/sys/fs/binfmt_misc") / name
-    return entry.exists() and entry.read_text().startswith("enabled")
 

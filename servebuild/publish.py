@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from .engine import Engine
-from .errors import EngineError, SmokeError
+from .docker import DockerClient
+from .errors import DockerError, SmokeError
 from .registry import fetch_manifest, split_ref
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -26,34 +26,34 @@ def verify_smoke(build_dir: Path, image_id: str) -> None:
         raise SmokeError("the image failed its smoke suite; it is not published", file=str(verdict_path))
 
 
-def publish(engine: Engine, build_dir: Path, remote: str) -> dict:
+def publish(docker: DockerClient, build_dir: Path, remote: str) -> dict:
     """Tag, push, then check the registry serves the pushed digest and that its config is our image."""
     manifest_path = build_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     image_id = manifest["outputs"]["image_id"]
-    if engine.image_id(image_id) is None:
-        raise EngineError(f"built image {image_id} is no longer in the engine; build again", field="publish")
-    engine.tag(image_id, remote)
+    if docker.image_id(image_id) is None:
+        raise DockerError(f"built image {image_id} is no longer in the engine; build again", field="publish")
+    docker.tag(image_id, remote)
     try:
-        proc = engine.run("push", remote, check=False)
+        proc = docker.run("push", remote, check=False)
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise EngineError(f"push of {remote} refused: {detail}; nothing was published "
+            raise DockerError(f"push of {remote} refused: {detail}; nothing was published "
                               f"(log in with `docker login {split_ref(remote)[0]}`?)", field="publish")
         m = PUSHED.search(proc.stdout)
         if not m:
-            raise EngineError(f"push of {remote} reported no digest", field="publish")
+            raise DockerError(f"push of {remote} reported no digest", field="publish")
         digest = m.group(1)
         served = fetch_manifest(remote, digest)
         if served["served_digest"] not in (None, digest):
-            raise EngineError(f"registry serves {served['served_digest']} for {remote}, pushed {digest}",
+            raise DockerError(f"registry serves {served['served_digest']} for {remote}, pushed {digest}",
                               field="publish")
         config_digest = served["body"].get("config", {}).get("digest")
         if config_digest != image_id:
-            raise EngineError(f"the pushed manifest's config is {config_digest}, the built image is {image_id}",
+            raise DockerError(f"the pushed manifest's config is {config_digest}, the built image is {image_id}",
                               field="publish")
     finally:
-        engine.run("image", "rm", remote, check=False)  # the local alias only; the image stays
+        docker.run("image", "rm", remote, check=False)  # the local alias only; the image stays
     record = {"ref": remote, "digest": digest, "pinned": f"{remote.rsplit(':', 1)[0]}@{digest}"}
     published = [p for p in manifest["outputs"].get("published", []) if p["ref"] != remote] + [record]
     manifest["outputs"]["published"] = published

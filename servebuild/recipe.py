@@ -1,26 +1,33 @@
-"""Recipe model: load YAML, resolve `extends`, validate every field before anything runs."""
+"""Recipe schema: every field validated before anything runs (loading lives in loading.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .constraints import check_hashed_requirements
 from .errors import RecipeError
 from .launch import LaunchProfile, resolve_profile_bases, validate_profile
+from .platforms import PLATFORMS
 
-PLATFORMS = ("linux/amd64", "linux/arm64")
-SHA40 = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-ARCH_LIST = re.compile(r"^\d+\.\d+a?(;\d+\.\d+a?)*(\+PTX)?$")
-IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:{}-]*(@sha256:[0-9a-f]{64})?$")
+SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}\Z")
+ARCH_LIST = re.compile(r"^\d+\.\d+a?(;\d+\.\d+a?)*(\+PTX)?\Z")
+IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:{}-]*(@sha256:[0-9a-f]{64})?\Z")
+# values that reach Dockerfile lines or shell words: no whitespace, quotes, `$`, `;` or control characters
+REL_DIR = re.compile(r"^(\.|[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)*)\Z")
+ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\Z")
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+-]{0,63}\Z")
+APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,100}(=[A-Za-z0-9.+:~-]{1,100})?\Z")
+USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
+
+
+def matches(pattern: re.Pattern, value: str, what: str) -> str:
+    if not pattern.match(value) or ".." in value.split("/"):
+        raise ValueError(f"{value!r} is not {what}")
+    return value
 
 
 class Model(BaseModel):
@@ -47,7 +54,7 @@ class BaseImage(Model):
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}$", v):
+        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}\Z", v):
             raise ValueError(f"{v!r} is not a digest of the form sha256:<64 hex>")
         return v
 
@@ -85,7 +92,7 @@ class PatchEntry(Model):
     @field_validator("commit_hint")
     @classmethod
     def _hint(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not re.match(r"^[0-9a-f]{7,39}$", v):
+        if v is not None and not re.match(r"^[0-9a-f]{7,39}\Z", v):
             raise ValueError(f"{v!r} is not a short hex SHA (7 to 39 hex digits)")
         return v
 
@@ -134,10 +141,15 @@ class EngineSource(Model):
     def _commit(cls, v: str) -> str:
         return full_sha(v)
 
+    @field_validator("subdir")
+    @classmethod
+    def _subdir(cls, v: str) -> str:
+        return matches(REL_DIR, v, "a relative directory of the tree")
+
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not re.match(r"^(https?|git|ssh|file)://\S+$", v):
+        if not re.match(r"^(https?|git|ssh|file)://\S+\Z", v):
             raise ValueError(f"{v!r} is not a git URL (https://, git://, ssh:// or file://)")
         return v
 
@@ -181,12 +193,10 @@ def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") 
 class Engine(Model):
     name: str
     version: str
-    # pip-source: build the patched tree; vllm-precompiled: the tree plus the compiled extensions of the
-    # release wheel of the same commit; wheel-overlay: the release wheel with the patched Python files
-    # of `overlay_from` copied over the installed package. The last two take Python-only patches.
-    install: Literal["pip-source", "vllm-precompiled", "wheel-overlay"] = "pip-source"
+    install: str = "pip-source"  # a registered install mode (servebuild/modes): pip-source, vllm-precompiled, ...
     source: EngineSource
     precompiled: dict[str, str] = {}  # platform -> hashed requirement file of the release wheel
+    sdist: Optional[str] = None  # hashed requirement file of the release sdist (a source tree without GitHub)
     overlay_from: Optional[str] = None  # wheel-overlay: the package directory in the tree, e.g. python/sglang
     native_extensions: list[str] = []  # python modules holding compiled extensions, for arch checks
 
@@ -196,6 +206,42 @@ class Engine(Model):
         if not NAME.match(v):
             raise ValueError(f"{v!r} is not a valid engine name")
         return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        return matches(VERSION, v, "a version such as 0.5.16")
+
+    @field_validator("overlay_from")
+    @classmethod
+    def _overlay(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else matches(REL_DIR, v, "a relative directory of the tree (e.g. python/sglang)")
+
+    @field_validator("install")
+    @classmethod
+    def _install(cls, v: str) -> str:
+        from .modes import get_mode
+        get_mode(v)
+        return v
+
+    @field_validator("native_extensions")
+    @classmethod
+    def _modules(cls, v: list[str]) -> list[str]:
+        from .launch import MODULE
+        for m in v:
+            if not MODULE.match(m):
+                raise ValueError(f"{m!r} is not a dotted Python module name")
+        return v
+
+    @property
+    def mode(self):
+        from .modes import get_mode
+        return get_mode(self.install)
+
+    @property
+    def kind(self):
+        from .engines import kind_for
+        return kind_for(self.name)
 
 
 class BuildResources(Model):
@@ -207,19 +253,36 @@ class AptPackages(Model):
     build: list[str] = []
     runtime: list[str] = []
 
+    @field_validator("build", "runtime")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            matches(APT_PACKAGE, name, "a Debian package name (optionally =version)")
+        return v
+
 
 class Launch(Model):
     user: str = "0"  # numeric, so the host can resolve it; GPU servers run as root by default
     workdir: str = "/workspace"
-    cache_dirs: list[str] = []
+    cache_dirs: list[str] = []  # created in the image (no VOLUME: mount what should persist)
+    default: Optional[str] = None  # the profile the image runs by default (else the first declared)
     profiles: dict[str, LaunchProfile] = {}
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        return matches(USER, v, "a user name or numeric uid[:gid]")
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str) -> str:
+        return matches(ABS_DIR, v, "an absolute directory (letters, digits, '._-')")
 
     @field_validator("cache_dirs")
     @classmethod
     def _abs(cls, v: list[str]) -> list[str]:
         for d in v:
-            if not d.startswith("/") or " " in d:
-                raise ValueError(f"cache dir {d!r} must be an absolute path without spaces")
+            matches(ABS_DIR, d, "an absolute cache directory (letters, digits, '._-')")
         if len(set(v)) != len(v):
             raise ValueError("cache_dirs lists a directory twice")
         return v
@@ -237,7 +300,12 @@ class Launch(Model):
             if not NAME.match(name):
                 raise ValueError(f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
             validate_profile(name, profile)
+        if self.default is not None and self.default not in self.profiles:
+            raise ValueError(f"default: {self.default!r} is not a profile ({', '.join(self.profiles) or 'none'})")
         return self
+
+    def default_profile(self) -> Optional[str]:
+        return self.default or next(iter(self.profiles), None)
 
 
 class Variant(Model):
@@ -295,7 +363,7 @@ class Recipe(Model):
     @field_validator("python")
     @classmethod
     def _python(cls, v: str) -> str:
-        if not re.match(r"^3\.\d{1,2}$", v):
+        if not re.match(r"^3\.\d{1,2}\Z", v):
             raise ValueError(f"{v!r} is not a Python version of the form 3.N")
         return v
 
@@ -314,12 +382,12 @@ class Recipe(Model):
         missing = [p for p in self.platforms if p not in self.constraints]
         if missing:
             raise ValueError(f"constraints: no hashed requirement set for {', '.join(missing)}")
-        if self.engine and self.engine.install == "wheel-overlay" and not self.engine.overlay_from:
-            raise ValueError("engine.overlay_from: wheel-overlay needs the package directory of the tree")
-        if self.engine and self.engine.install != "pip-source":
-            missing = [p for p in self.platforms if p not in self.engine.precompiled]
-            if missing:
-                raise ValueError(f"engine.precompiled: no precompiled wheel requirement for {', '.join(missing)}")
+        if self.engine:
+            self.engine.mode.validate(self.engine, self.platforms)
+        kind = self.engine.kind if self.engine else None
+        for name, profile in self.launch.profiles.items():
+            if kind is not None:
+                kind.check_profile(name, profile)
         return self
 
     @model_validator(mode="after")
@@ -345,206 +413,3 @@ class Recipe(Model):
         source = self.engine.source.model_copy(update={"patches": [pool[i] for i in self.variants[name].patches]})
         return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
 
-    def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _line_map(text: str) -> dict[tuple, int]:
-    """Map each key path of a YAML document to its 1-based line, for error places."""
-    lines: dict[tuple, int] = {}
-
-    def walk(node: yaml.Node, path: tuple) -> None:
-        lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                child = path + (key.value,)
-                lines[child] = key.start_mark.line + 1
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    root = yaml.compose(text)
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
-class RecipeFile:
-    """One YAML file as read: its data and where each field sits."""
-
-    def __init__(self, path: Path, display: str):
-        self.path = path
-        self.display = display
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise RecipeError(f"cannot read recipe: {exc.strerror}", file=display) from None
-        try:
-            self.data = yaml.safe_load(text)
-            self.lines = _line_map(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise RecipeError(f"invalid YAML: {problem}", file=display,
-                              line=mark.line + 1 if mark else None) from None
-        if not isinstance(self.data, dict):
-            raise RecipeError("a recipe is a YAML mapping of fields", file=display)
-        self.text_sha256 = hashlib.sha256(text.encode()).hexdigest()
-
-
-def deep_merge(parent: Any, child: Any) -> Any:
-    """Child overrides parent; mappings merge key by key, everything else is replaced."""
-    if isinstance(parent, dict) and isinstance(child, dict):
-        out = dict(parent)
-        for key, value in child.items():
-            out[key] = deep_merge(parent[key], value) if key in parent else value
-        return out
-    return child
-
-
-class LoadedRecipe:
-    """A validated recipe plus the chain of files it came from."""
-
-    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None,
-                 variant: Optional[str] = None):
-        self.recipe = recipe
-        self.chain = chain  # child first
-        self.root = root
-        # the hash of the recipe as written (a locked or variant copy keeps its recipe's hash)
-        self.sha256 = sha256 or hashlib.sha256(recipe.canonical_json().encode()).hexdigest()
-        self.variant = variant
-
-    def replace(self, recipe: Recipe, variant: Optional[str] = None) -> "LoadedRecipe":
-        return LoadedRecipe(recipe, self.chain, self.root, self.sha256, variant or self.variant)
-
-    def with_variant(self, name: str) -> "LoadedRecipe":
-        try:
-            return self.replace(self.recipe.with_variant(name), variant=name)
-        except RecipeError as exc:
-            raise RecipeError(exc.problem, file=self.file, field="variants") from None
-
-    @property
-    def file(self) -> str:
-        return self.chain[0].display
-
-
-def recipe_path(name_or_path: str, recipes_dir: Path) -> Path:
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml"):
-        return candidate
-    if not NAME.match(name_or_path):
-        raise RecipeError(f"{name_or_path!r} is not a recipe name or a .yaml path", field="recipe")
-    path = recipes_dir / f"{name_or_path}.yaml"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml") if not p.stem.endswith(".lock")))
-        raise RecipeError(f"unknown recipe {name_or_path!r}; known recipes: {known or 'none'}",
-                          file=str(recipes_dir), field="recipe")
-    return path
-
-
-def _display(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = None) -> LoadedRecipe:
-    """Load a recipe by name (from `recipes_dir`) or path, follow `extends`, validate it all."""
-    recipes_dir = recipes_dir or root / "recipes"
-    path = recipe_path(name_or_path, recipes_dir)
-    chain: list[RecipeFile] = []
-    seen: list[str] = []
-    while True:
-        rf = RecipeFile(path, _display(path, root))
-        chain.append(rf)
-        seen.append(str(path.resolve()))
-        parent = rf.data.get("extends")
-        if parent is None:
-            break
-        if not isinstance(parent, str):
-            raise RecipeError("must be a recipe name", file=rf.display, field="extends",
-                              line=rf.lines.get(("extends",)))
-        try:
-            path = recipe_path(parent, path.parent)
-        except RecipeError as exc:
-            raise RecipeError(exc.problem, file=rf.display, field="extends",
-                              line=rf.lines.get(("extends",))) from None
-        if str(path.resolve()) in seen:
-            cycle = " -> ".join([c.data.get("name", c.display) for c in chain] + [parent])
-            raise RecipeError(f"cyclic extends: {cycle}", file=rf.display, field="extends",
-                              line=rf.lines.get(("extends",)))
-
-    merged: dict = {}
-    for rf in reversed(chain):
-        merged = deep_merge(merged, rf.data)
-    merged["extends"] = chain[0].data.get("extends")
-    if chain[0].data.get("name") is None:
-        merged.pop("name", None)  # a child must name itself, not inherit the parent's name
-
-    try:
-        recipe = Recipe.model_validate(merged)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        raise _place(chain, loc, _message(err)) from None
-    loaded = LoadedRecipe(recipe, chain, root)
-    _check_files(loaded)
-    return loaded
-
-
-def _message(err: dict) -> str:
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        return "unknown field"
-    if err["type"] == "missing":
-        return "required field is missing"
-    return msg.removeprefix("Value error, ")
-
-
-def _place(chain: list[RecipeFile], loc: tuple, message: str) -> RecipeError:
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    # the file (child first) that sets the deepest part of the failing path
-    for depth in range(len(loc), -1, -1):
-        for rf in chain:
-            if loc[:depth] in rf.lines and (depth > 0 or rf is chain[0]):
-                return RecipeError(message, file=rf.display, field=field, line=rf.lines[loc[:depth]])
-    return RecipeError(message, file=chain[0].display, field=field)
-
-
-def _check_files(loaded: LoadedRecipe) -> None:
-    """Files the recipe names must exist and match their recorded hashes."""
-    r = loaded.recipe
-    for platform, rel in sorted(r.constraints.items()):
-        path = loaded.root / rel
-        if not path.is_file():
-            raise _place(loaded.chain, ("constraints", platform), f"file {rel} does not exist")
-        problem = check_hashed_requirements(path)
-        if problem:
-            raise _place(loaded.chain, ("constraints", platform), f"{rel}: {problem}")
-    for i, rel in enumerate(r.wheels):
-        if not rel.endswith(".whl") or not (loaded.root / rel).is_file():
-            raise _place(loaded.chain, ("wheels", i), f"{rel} is not an existing .whl file")
-    if r.engine:
-        for platform, rel in sorted(r.engine.precompiled.items()):
-            path = loaded.root / rel
-            problem = f"file {rel} does not exist" if not path.is_file() else check_hashed_requirements(path)
-            if problem:
-                raise _place(loaded.chain, ("engine", "precompiled", platform), problem)
-        stacks = [("patches", r.engine.source.patches), ("optional_patches", r.engine.source.optional_patches)]
-        for key, i, entry in [(k, i, e) for k, stack in stacks for i, e in enumerate(stack)]:
-            if entry.file is None:
-                continue
-            path = loaded.root / entry.file
-            loc = ("engine", "source", key, i, "file")
-            if not path.is_file():
-                raise _place(loaded.chain, loc, f"patch file {entry.file} does not exist")
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            if digest != entry.sha256:
-                raise _place(loaded.chain, ("engine", "source", key, i, "sha256"),
-                             f"patch sha256 mismatch for {entry.id}: recipe says {entry.sha256}, "
-                             f"{entry.file} hashes to {digest}")

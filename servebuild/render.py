@@ -1,8 +1,10 @@
-"""Render a resolved recipe into a build context: Dockerfile, requirement sets, source, launchers."""
+"""Render a resolved recipe into a build context: Dockerfile, requirement sets, source, launchers.
+
+Every value the templates print is prepared here; templates only compose fragments and loop.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -10,13 +12,21 @@ from typing import Optional
 
 import jinja2
 
+from .constraints import parse_pins
+from .fsutil import sha256_file, write_json
 from .launch import launcher_script
-from .recipe import LoadedRecipe, Recipe
+from .loading import LoadedRecipe
+from .modes import TEMPLATES
+from .platforms import arch_of
+from .recipe import Recipe
 from .sources import TAR_MTIME
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "images"
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]
+TOOLCHAIN_APT = ["build-essential", "python3-dev"]  # JIT at serve time: C/C++ compiler and Python.h
+VENV = "/opt/venv"
+# the NVIDIA container toolkit mounts the driver's compute libraries only when these are set
+NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
 def _environment() -> jinja2.Environment:
@@ -25,51 +35,103 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, autoescape=False)
 
 
-def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str]) -> str:
+def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
+    """The CUDA toolkit the image's requirement set installs as wheels (nvcc under nvidia/cuNN)."""
+    pins = parse_pins(root / recipe.constraints[platform])
+    nvcc = pins.get("nvidia-cuda-nvcc")
+    if nvcc is None:
+        return None
+    return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{nvcc.split('.')[0]}"
+
+
+def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
+    env = {"VIRTUAL_ENV": VENV, "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
+           "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list, **NVIDIA_ENV}
+    path = f"/opt/engine/site/bin:{VENV}/bin"
+    if recipe.engine:
+        kind = recipe.engine.kind
+        env.update(kind.runtime_env())
+        home = cuda_home(recipe, root, platform) if kind.serve_time_jit else None
+        if home:
+            env["CUDA_HOME"] = home
+            path = f"{path}:{home}/bin"
+    env["PATH"] = f"{path}:$PATH"
+    return env
+
+
+def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
+    engine = recipe.engine
+    kind = engine.kind if engine else None
+    jit = bool(kind and kind.serve_time_jit)
+    env = runtime_env(recipe, root, platform)
+    cache_dirs = sorted(set(recipe.launch.cache_dirs) | {v for k, v in env.items() if v.startswith("/cache")})
+    ports = sorted({kind.profile_port(p) for p in recipe.launch.profiles.values()} - {None}) if kind else []
+    default = recipe.launch.default_profile()
+    return {
+        "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
+        "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
+        "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
+        "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
+                         f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
+                         f"{recipe.python}')\""),
+        "engine_fragment": engine.mode.render(engine, platform, _environment()) if engine else "",
+        "runtime_env": [f'{k}="{v}"' for k, v in sorted(env.items())],
+        "make_dirs": " ".join([recipe.launch.workdir] + cache_dirs),
+        "launchers": bool(recipe.launch.profiles),
+        "ports": ports,
+        "cmd": f"/usr/local/bin/{default}" if default else f"{VENV}/bin/python",
+    }
+
+
+def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
+                      root: Path) -> str:
     """Pure function of its inputs: the same recipe, platform and bases give the same bytes."""
     text = _environment().get_template("Dockerfile.j2").render(
-        recipe=recipe, recipe_sha256=recipe_sha256, platform=platform, bases=bases,
-        engine=recipe.engine, profiles=sorted(recipe.launch.profiles),
-        build_apt=sorted(set(BUILD_APT + recipe.apt.build)),
-        runtime_apt=sorted(set(RUNTIME_APT + recipe.apt.runtime)))
-    lines = [line.rstrip() for line in text.splitlines()]
-    out: list[str] = []
-    for line in lines:  # collapse blank runs left by template control blocks
-        if line or (out and out[-1]):
-            out.append(line)
-    return "\n".join(out).strip() + "\n"
-
-
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases))
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
 
 
 def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
                   manifest_inputs: dict, source_tarball: Optional[Path]) -> Path:
-    """Write a fresh build context directory and return it."""
+    """Write a fresh build context directory and return it.
+
+    BuildKit skips files whose size and mtime did not change when it transfers a context, so a
+    fixed mtime lets a same-size edit build a stale image (moby/buildkit#2592). Each file's mtime is
+    derived from its content instead: the same bytes give the same layers, other bytes always transfer.
+    """
     recipe = loaded.recipe
     if context.exists():
         shutil.rmtree(context)
     context.mkdir(parents=True)
-    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases))
-    shutil.copyfile(loaded.root / recipe.constraints[platform], context / "requirements.txt")
-    if recipe.wheels:
-        (context / "wheels").mkdir()
-        for rel in recipe.wheels:
-            shutil.copyfile(loaded.root / rel, context / "wheels" / Path(rel).name)
-    if recipe.engine and recipe.engine.install != "pip-source":
-        shutil.copyfile(loaded.root / recipe.engine.precompiled[platform], context / "precompiled.txt")
+    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root))
+    files = {"requirements.txt": loaded.root / recipe.constraints[platform]}
+    files.update({f"wheels/{Path(rel).name}": loaded.root / rel for rel in recipe.wheels})
     if recipe.engine:
+        files.update({name: loaded.root / rel
+                      for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()})
         assert source_tarball is not None, "an engine recipe needs its source tarball"
-        shutil.copyfile(source_tarball, context / "source.tar")
-    if recipe.launch.profiles:
-        launchers = context / "launchers"
-        launchers.mkdir()
-        for name, profile in sorted(recipe.launch.profiles.items()):
-            script = launchers / name
-            script.write_text(launcher_script(name, profile))
-            script.chmod(0o755)
+        files["source.tar"] = source_tarball
+    for name, src in sorted(files.items()):
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, context / name)
+    kind = recipe.engine.kind if recipe.engine else None
+    for name, profile in sorted(recipe.launch.profiles.items()):
+        script = context / "launchers" / name
+        script.parent.mkdir(exist_ok=True)
+        listen = tuple(kind.listen_args(profile)) if kind else ()
+        script.write_text(launcher_script(name, profile, listen))
+        script.chmod(0o755)
     write_json(context / "manifest.json", manifest_inputs)
-    for path in sorted(context.rglob("*")):  # fixed mtimes: COPY layers are the same bytes every build
-        os.utime(path, (TAR_MTIME, TAR_MTIME), follow_symlinks=False)
+    for path in sorted(context.rglob("*"), reverse=True):
+        stamp = content_mtime(path) if path.is_file() else TAR_MTIME
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
     return context
+
+
+def content_mtime(path: Path) -> int:
+    return TAR_MTIME + int(sha256_file(path)[:7], 16)
+
+
+def context_digest(context: Path) -> dict[str, str]:
+    """sha256 of every context file, for the build log and tests."""
+    return {str(p.relative_to(context)): sha256_file(p) for p in sorted(context.rglob("*")) if p.is_file()}

@@ -11,10 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from .engine import Engine
+from .docker import DockerClient
 from .errors import SmokeError
 from .manifest import MANIFEST_PATH
-from .recipe import LoadedRecipe
+from .loading import LoadedRecipe
 
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "image"
 
@@ -77,22 +77,22 @@ def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False
     return subprocess.run(cmd, env=env).returncode
 
 
-def has_nvidia_runtime(engine: Engine) -> bool:
-    info = engine.info()
+def has_nvidia_runtime(docker: DockerClient) -> bool:
+    info = docker.info()
     return "nvidia" in (info.get("Runtimes") or {})
 
 
-def test_image(engine: Engine, image: str, loaded: Optional[LoadedRecipe], out_dir: Path,
+def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe], out_dir: Path,
                require_gpu: bool = False, network: bool = False, extra: tuple[str, ...] = ()) -> int:
     """Start a throwaway container of `image`, run the suite in it, remove it."""
-    if engine.image_id(image) is None:
+    if docker.image_id(image) is None:
         raise SmokeError(f"image {image} is not in the engine; build it first (invoke build)", field="--image")
-    info = engine.image_inspect(image)
+    info = docker.image_inspect(image)
     labels = info.get("Config", {}).get("Labels") or {}
     volumes = sorted((info.get("Config", {}).get("Volumes") or {}).keys())
     manifest = None
     if loaded is None:
-        raw = engine.run("run", "--rm", "--network", "none", "--entrypoint", "cat", image, MANIFEST_PATH,
+        raw = docker.run("run", "--rm", "--network", "none", "--entrypoint", "cat", image, MANIFEST_PATH,
                          check=False)
         if raw.returncode != 0:
             raise SmokeError(f"{image} has no {MANIFEST_PATH}; pass --recipe to say what to expect",
@@ -104,13 +104,13 @@ def test_image(engine: Engine, image: str, loaded: Optional[LoadedRecipe], out_d
             "--entrypoint", "sleep"]
     if not network:
         args += ["--network", "none"]
-    if has_nvidia_runtime(engine):
+    if has_nvidia_runtime(docker):
         args += ["--gpus", "all"]
-    engine.run(*args, image, "infinity")
+    docker.run(*args, image, "infinity")
     try:
         code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
     finally:
-        engine.run("rm", "-f", name, check=False)
+        docker.run("rm", "-f", name, check=False)
     (out_dir / "verdict.json").write_text(json.dumps({"image": image, "image_id": info["Id"], "passed": code == 0,
                                                       "require_gpu": require_gpu}, sort_keys=True) + "\n")
     return code

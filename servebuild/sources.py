@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -10,15 +9,19 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import urlparse
 
 from .errors import SourceError
+from .fsutil import atomic_write, canonical_json, sha256_bytes
+from .patchfiles import is_native, is_test_or_doc
 from .recipe import EngineSource, PatchEntry
 
-NATIVE = re.compile(r"(\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|inc)|CMakeLists\.txt|\.cmake)$")
+# (path, release files or None) -> why the install mode cannot carry a change to path, or None
+PatchRule = Callable[[str, Optional[set]], Optional[str]]
 TAR_MTIME = 946684800  # 2000-01-01: fixed, and late enough for zip-based wheel builds
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 DIFF_OPTS = ["-c", "diff.algorithm=myers", "-c", "core.quotepath=false"]
@@ -37,11 +40,12 @@ class AppliedPatch:
     sha256: str
     files: list[str]
     python_only: bool
+    dropped: list[str] = field(default_factory=list)  # test/doc files absent from a release tree
 
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "pr": self.pr, "commit": self.commit,
                 "file": self.file, "sha256": self.sha256, "files": self.files,
-                "python_only": self.python_only}
+                "python_only": self.python_only, "dropped": self.dropped}
 
 
 @dataclass
@@ -51,10 +55,18 @@ class PreparedSource:
     tarball: Path
     tarball_sha256: str
     patches: list[AppliedPatch] = field(default_factory=list)
+    tree: dict = field(default_factory=lambda: {"from": "git"})  # where the unpatched tree came from
 
     def as_dict(self) -> dict:
         return {"url": self.url, "commit": self.commit, "tarball_sha256": self.tarball_sha256,
-                "patches": [p.as_dict() for p in self.patches]}
+                "tree": self.tree, "patches": [p.as_dict() for p in self.patches]}
+
+    def version(self, release: str) -> str:
+        """The release version, with a PEP 440 local label naming the patch stack when there is one."""
+        if not self.patches:
+            return release
+        stack = sha256_bytes(canonical_json([[p.id, p.sha256] for p in self.patches]).encode())
+        return f"{release}+sb{len(self.patches)}.{stack[:12]}"
 
 
 def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
@@ -84,15 +96,20 @@ class SourceCache:
         (root / "tarballs").mkdir(parents=True, exist_ok=True)
 
     def repo_dir(self, url: str) -> Path:
-        return self.root / "git" / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
+        return self.root / "git" / (sha256_bytes(url.encode())[:24] + ".git")
 
     # -- mirroring
 
-    def _fetch_into(self, repo: Path, url: str) -> None:
+    def _fetch_into(self, repo: Path, url: str, prs: tuple[int, ...] = ()) -> None:
+        """Branches and tags, plus only the pull refs this stack names (never every refs/pull/*)."""
         remote = self.mirrors.get(url, url)
+        pull = [f"+refs/pull/{n}/head:refs/pull/{n}/head" for n in sorted(set(prs))]
+        if pull:  # a PR ref the upstream lacks must not fail the whole fetch
+            listed = git("ls-remote", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))],
+                         cwd=repo, check=False).stdout.decode()
+            pull = [r for r in pull if r.split(":")[0][1:] in listed]
         proc = git("fetch", "--quiet", "--prune", "--no-tags", remote,
-                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*",
-                   "+refs/pull/*/head:refs/pull/*/head", cwd=repo, check=False)
+                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *pull, cwd=repo, check=False)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             detail = err[-1] if err else f"git exit {proc.returncode}"
@@ -113,7 +130,7 @@ class SourceCache:
         if m:
             git("symbolic-ref", "HEAD", m.group(1), cwd=repo)
 
-    def mirror(self, url: str, commits: list[str]) -> Path:
+    def mirror(self, url: str, commits: list[str], prs: tuple[int, ...] = ()) -> Path:
         """Make sure the bare mirror of `url` holds every commit in `commits`."""
         repo = self.repo_dir(url)
         if repo.exists() and not self._healthy(repo):
@@ -129,7 +146,7 @@ class SourceCache:
             tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
             try:
                 git("init", "--quiet", "--bare", str(tmp))
-                self._fetch_into(tmp, url)
+                self._fetch_into(tmp, url, prs)
                 self._set_head(tmp, url)
                 tmp.rename(repo)  # atomic: an interrupted fetch never leaves a half mirror in place
             finally:
@@ -137,7 +154,7 @@ class SourceCache:
                     shutil.rmtree(tmp)
         missing = [c for c in commits if not self.has_commit(repo, c)]
         if missing and not self.offline:
-            self._fetch_into(repo, url)
+            self._fetch_into(repo, url, prs)
             missing = [c for c in commits if not self.has_commit(repo, c)]
         if missing:
             where = "the source cache (--offline)" if self.offline else url
@@ -168,61 +185,88 @@ class SourceCache:
         return git(*DIFF_OPTS, "diff", "--binary", "--full-index", "--no-renames", "--no-color",
                    "--no-ext-diff", base, entry.commit, cwd=repo).stdout
 
-    def prepare(self, source: EngineSource, project_root: Path, work: Path) -> PreparedSource:
-        """Check out the base commit, apply the stack in order, write the tarball."""
+    def prepare(self, source: EngineSource, project_root: Path, work: Path,
+                release: Optional[tuple[Path, str, str, str]] = None,
+                rule: Optional[PatchRule] = None) -> PreparedSource:
+        """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
+        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball."""
         unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
         if unresolved:
             e = unresolved[0]
             raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has only a short commit_hint "
-                              f"{e.commit_hint}; run `invoke lock` where the upstream is reachable",
+                              f"{e.commit_hint}; run `invoke lock --recipe NAME` where the upstream is reachable",
                               file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
-        commits = [source.commit] + [e.commit for e in source.patches if e.commit]
-        commits += [e.base for e in source.patches if e.base]
-        repo = self.mirror(source.url, commits)
+        commits = [e.commit for e in source.patches if e.commit] + [e.base for e in source.patches if e.base]
+        needs_git = release is None or bool(commits)
+        repo = self.mirror(source.url, ([source.commit] if release is None else []) + commits) if needs_git else None
 
         tree = work / "tree"
         if tree.exists():
             shutil.rmtree(tree)
         tree.mkdir(parents=True)
-        env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / "objects")}
+        env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / "objects")} if repo else {}
         git("init", "--quiet", cwd=tree)
-        git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
+        if release is None:
+            git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
+            origin = {"from": "git", "commit": source.commit}
+            release_files = None
+        else:
+            path, digest, kind, prefix = release
+            release_files = unpack_release(path, kind, prefix, tree)
+            git("add", "-A", ".", cwd=tree, env=env)
+            origin = {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
+                      "tag_commit": source.commit}
 
         applied = []
         for entry in source.patches:
             diff = self.entry_diff(repo, entry, project_root)
-            digest = hashlib.sha256(diff).hexdigest()
+            digest = sha256_bytes(diff)
             if entry.sha256 is not None and digest != entry.sha256:
                 what = entry.file or f"PR #{entry.pr} at {entry.commit}"
                 raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
                                   f"{entry.sha256}, got {digest}", file=self.recipe,
                                   field=f"engine.source.patches.{entry.id}.sha256")
-            files = self._apply(tree, entry, diff, env)
+            files = self.diff_files(entry, diff)
+            dropped = [f for f in files if release_files is not None and f not in release_files
+                       and is_test_or_doc(f) and not (tree / f).exists()]
+            for f in files:
+                problem = rule(f, release_files) if rule else None
+                if problem and f not in dropped:
+                    raise SourceError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
+                                      f"(use install: pip-source)", file=self.recipe, field="engine.install")
+            self._apply(tree, entry, diff, env, exclude=dropped)
             applied.append(AppliedPatch(
                 id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
-                sha256=digest, files=files, python_only=not any(NATIVE.search(f) for f in files)))
+                sha256=digest, files=files, python_only=not any(is_native(f) for f in files), dropped=dropped))
         tar_path, tar_sha = self.write_tarball(tree, env)
-        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied)
+        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
 
-    def diff_files(self, entry: PatchEntry, patch: Path) -> list[str]:
-        """The files a diff touches (git apply --numstat: reads the diff, applies nothing)."""
-        numstat = git("apply", "--numstat", str(patch), cwd=patch.parent, check=False)
+    def diff_files(self, entry: PatchEntry, diff: bytes) -> list[str]:
+        """The files a diff touches (git apply --numstat reads the diff and applies nothing). Run
+        outside any work tree: inside one, git filters the paths to that tree and prints nothing."""
+        with tempfile.TemporaryDirectory(prefix="servebuild-numstat-") as tmp:
+            patch = Path(tmp) / "change.diff"
+            patch.write_bytes(diff)
+            numstat = git("apply", "--numstat", str(patch), cwd=Path(tmp), check=False,
+                          env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
         if numstat.returncode != 0:
             raise SourceError(f"patch {entry.id} is not a valid diff: "
                               f"{numstat.stderr.decode(errors='replace').strip()}",
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
-        return sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+        files = sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+        if not files and diff.strip():
+            raise SourceError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
+                              field=f"engine.source.patches.{entry.id}")
+        return files
 
-    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict) -> list[str]:
+    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict, exclude: list[str] = ()) -> None:
         patch = tree.parent / f"{entry.id}.patch"
         patch.write_bytes(diff)
-        files = self.diff_files(entry, patch)
-        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", str(patch),
-                   cwd=tree, env=env, check=False)
+        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={f}" for f in exclude],
+                   str(patch), cwd=tree, env=env, check=False)
         if proc.returncode != 0:
             raise SourceError(self._conflict(entry, proc.stderr.decode(errors="replace")),
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
-        return files
 
     @staticmethod
     def _conflict(entry: PatchEntry, stderr: str) -> str:
@@ -276,12 +320,10 @@ class SourceCache:
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
         blob = buf.getvalue()
-        digest = hashlib.sha256(blob).hexdigest()
+        digest = sha256_bytes(blob)
         final = self.root / "tarballs" / f"{digest}.tar"
         if not final.exists():
-            tmp = final.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(blob)
-            tmp.rename(final)
+            atomic_write(final, blob)
         return final, digest
 
     @staticmethod
@@ -293,3 +335,33 @@ class SourceCache:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info
+
+
+def unpack_release(path: Path, kind: str, prefix: str, tree: Path) -> set[str]:
+    """Unpack a wheel (its packages, not its .dist-info) or an sdist (its top directory stripped)
+    under `prefix` of `tree`; return the tree paths it holds."""
+    names: set[str] = set()
+
+    def place(rel: str, data: bytes, mode: int) -> None:
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise SourceError(f"{path.name} holds an unsafe path {rel!r}", field="engine")
+        target = tree / prefix / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o755 if mode & 0o111 else 0o644)
+        names.add(prefix + rel)
+
+    if kind == "wheel":
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                top = info.filename.split("/", 1)[0]
+                if info.is_dir() or top.endswith((".dist-info", ".data")):
+                    continue
+                place(info.filename, zf.read(info), info.external_attr >> 16)
+    else:
+        with tarfile.open(path) as tf:
+            for member in tf.getmembers():
+                if not member.isfile() or "/" not in member.name:
+                    continue
+                place(member.name.split("/", 1)[1], tf.extractfile(member).read(), member.mode)
+    return names

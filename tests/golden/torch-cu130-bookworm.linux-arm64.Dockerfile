@@ -1,15 +1,9 @@
 # Rendered by servebuild from recipe torch-cu130-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 5178379e39a2d9a65df65db1f5f1781a23c37efe07686c3146192d05ecde4804
-# ---- deps stage: compilers, caches and the hash-pinned Python environment (shared by every variant)
+# recipe sha256: e7757fd82c872969c7e273531eb9067ecea55e6a43fe4fb6f5e68d6aeea6e928
+# ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG MAX_JOBS=1
-ARG NVCC_THREADS=1
 ENV DEBIAN_FRONTEND=noninteractive \
-    TORCH_CUDA_ARCH_LIST="9.0a" \
-    MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS} \
-    CCACHE_DIR=/root/.cache/ccache \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
 # hadolint ignore=DL3008
@@ -19,6 +13,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv
 ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
@@ -33,7 +28,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 FROM deps AS engine
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no compilers, no caches, no source trees; stable layers first, the engine last
+# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
 FROM servebuild/debian:bookworm-arm64 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -44,15 +39,18 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates python3 \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
- && mkdir -p /workspace /root/.cache /root/.triton
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
+ && mkdir -p /opt/servebuild /workspace /root/.cache /root/.triton && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
 COPY manifest.json /opt/servebuild/manifest.json
-ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
-    VIRTUAL_ENV=/opt/venv \
-    SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
-VOLUME ["/root/.cache", "/root/.triton"]
+ENV NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PATH="/opt/engine/site/bin:/opt/venv/bin:$PATH" \
+    SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    VIRTUAL_ENV="/opt/venv"
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0

@@ -1,15 +1,9 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: c810211edc970fb8b92ceee788737bbcb0d29e24cf52322c1dac97354b874a2d
-# ---- deps stage: compilers, caches and the hash-pinned Python environment (shared by every variant)
+# recipe sha256: 606dc81d402930a69a46da7dc69a06c45fe5f55ba50640085350013b6506b25e
+# ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG MAX_JOBS=1
-ARG NVCC_THREADS=1
 ENV DEBIAN_FRONTEND=noninteractive \
-    TORCH_CUDA_ARCH_LIST="9.0a" \
-    MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS} \
-    CCACHE_DIR=/root/.cache/ccache \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
 # hadolint ignore=DL3008
@@ -19,6 +13,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get update \
  && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv
 ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
@@ -31,7 +26,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
 # ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
 FROM deps AS engine
-# vllm 0.26.0 at 568afb3a13806beb53bb2e6bd518269357b237c0 + 1 patch(es)
+# vllm 0.26.0 at 568afb3a13806beb53bb2e6bd518269357b237c0, install vllm-precompiled
+ARG ENGINE_VERSION=0.26.0
+ENV TORCH_CUDA_ARCH_LIST="9.0a"
 ADD source.tar /tmp/
 COPY precompiled.txt /opt/servebuild/precompiled.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
@@ -40,12 +37,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip download --require-hashes --no-deps -d /tmp/wheels -r /opt/servebuild/precompiled.txt \
  && VLLM_USE_PRECOMPILED=1 VLLM_PRECOMPILED_WHEEL_LOCATION="$(ls /tmp/wheels/*.whl)" \
-    SETUPTOOLS_SCM_PRETEND_VERSION=0.26.0 \
+    SETUPTOOLS_SCM_PRETEND_VERSION="${ENGINE_VERSION}" \
     pip install --no-deps --no-build-isolation --target /opt/engine/site /tmp/src/. \
  && rm -rf /tmp/src /tmp/wheels
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no compilers, no caches, no source trees; stable layers first, the engine last
+# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
 FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -54,18 +51,31 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates python3 \
+ && apt-get install -y --no-install-recommends build-essential ca-certificates python3 python3-dev \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
- && mkdir -p /workspace /root/.cache /root/.triton /root/.tilelang
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt
 COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
 COPY manifest.json /opt/servebuild/manifest.json
-ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
-    VIRTUAL_ENV=/opt/venv \
-    SERVEBUILD_MANIFEST=/opt/servebuild/manifest.json
-VOLUME ["/root/.cache", "/root/.triton", "/root/.tilelang"]
+ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
+    DG_JIT_CACHE_DIR="/cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
+    HUMMING_CACHE_DIR="/cache/humming" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH" \
+    SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
+    TILELANG_CACHE_DIR="/cache/tilelang" \
+    TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    TRITON_CACHE_DIR="/cache/triton" \
+    TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
+    VIRTUAL_ENV="/opt/venv" \
+    VLLM_CACHE_ROOT="/cache/vllm"
+EXPOSE 8000
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servebuild import bases, pipeline
-from servebuild.engine import Engine
+from servebuild.docker import DockerClient
 from servebuild.sources import default_cache_dir
 from support import make_project, make_upstream, start_registry
 
@@ -19,9 +19,9 @@ CREATED_TAGS: list[str] = []
 
 
 @pytest.fixture(scope="session")
-def engine() -> Engine:
+def engine() -> DockerClient:
     """The real engine; its absence is a failure here, never a skip."""
-    return Engine()
+    return DockerClient()
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +46,7 @@ def project(tmp_path_factory, upstream) -> Path:
     return make_project(tmp_path_factory.mktemp("fixture"), upstream)
 
 
-def build_fixture(root: Path, engine: Engine, platform: str, tag: str, cache_dir: Path,
+def build_fixture(root: Path, engine: DockerClient, platform: str, tag: str, cache_dir: Path,
                   recipe: str = "toy", **opts):
     opts.setdefault("ca_bundle", HOST_CA if HOST_CA.exists() else None)
     options = pipeline.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)

@@ -12,9 +12,9 @@ import pytest
 
 from integration.conftest import build_fixture
 from servebuild import smoke
-from servebuild.errors import EngineError, SmokeError
+from servebuild.errors import DockerError, SmokeError
 from servebuild.publish import publish, verify_smoke
-from servebuild.recipe import load_recipe
+from servebuild.loading import load_recipe
 from support import start_registry
 
 DOCKER = "/usr/bin/docker"
@@ -63,7 +63,7 @@ def auth_registry(tmp_path):
 
 def test_refused_push_publishes_nothing(engine, toy_build, auth_registry):
     remote = f"{auth_registry}/servebuild/toy:amd64"
-    with pytest.raises(EngineError) as info:
+    with pytest.raises(DockerError) as info:
         publish(engine, toy_build.manifest_path.parent, remote)
     line = str(info.value)
     assert "\n" not in line and "push of" in line and "refused" in line and "no basic auth credentials" in line

@@ -7,7 +7,7 @@ import subprocess
 
 from integration.conftest import CREATED_TAGS, build_fixture
 from servebuild import lock as locking
-from servebuild.recipe import load_recipe
+from servebuild.loading import load_recipe
 from servebuild.sources import SourceCache
 from support import fixture_recipe, make_project, make_upstream
 

@@ -21,7 +21,8 @@ import yaml
 from integration.conftest import build_fixture
 from servebuild import lock as locking
 from servebuild.errors import SourceError
-from servebuild.recipe import EngineSource, load_recipe
+from servebuild.recipe import EngineSource
+from servebuild.loading import load_recipe
 from servebuild.sources import SourceCache
 from support import REPO_ROOT, diff_sha, fixture_recipe, free_port, make_project, make_upstream
 

@@ -93,7 +93,7 @@ def test_patch_headers_say_what_why_against_and_drop():
 
 
 def test_remap_patch_is_in_no_default_stack():
-    from servebuild.recipe import load_recipe
+    from servebuild.loading import load_recipe
     for recipe in ("sglang-native-fp8", "sglang-fused-fp4", "vllm-dspark"):
         engine = load_recipe(recipe, REPO_ROOT).recipe.engine
         assert not any(p.file == REMAP for p in engine.source.patches), recipe

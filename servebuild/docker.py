@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .errors import EngineError
+from .errors import DockerError
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
 
@@ -40,7 +40,7 @@ def _client_candidates() -> list[str]:
     return [c for c in found if Path(c).exists()]
 
 
-class Engine:
+class DockerClient:
     """One Docker engine reached through a client that builds with BuildKit."""
 
     def __init__(self, client: Optional[str] = None):
@@ -54,14 +54,14 @@ class Engine:
     def _find_client(self) -> str:
         candidates = _client_candidates()
         if not candidates:
-            raise EngineError("no docker client found; install docker.io (which ships a BuildKit "
+            raise DockerError("no docker client found; install docker.io (which ships a BuildKit "
                               "client) or set SERVEBUILD_DOCKER", field="engine")
         for client in candidates:
             proc = subprocess.run([client, "build", "--help"], env=self._env(), capture_output=True,
                                   text=True)
             if proc.returncode == 0 and "--secret" in proc.stdout:
                 return client
-        raise EngineError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
+        raise DockerError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
                           f"--secret); install docker.io or the buildx plugin, or set SERVEBUILD_DOCKER",
                           field="engine")
 
@@ -69,14 +69,14 @@ class Engine:
         proc = self.run("version", "--format", "{{.Server.Version}}", check=False)
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
-            raise EngineError(f"Docker engine not reachable ({detail}); {DOCKER_HOST_HELP}", field="engine")
+            raise DockerError(f"Docker engine not reachable ({detail}); {DOCKER_HOST_HELP}", field="engine")
         self.server_version = proc.stdout.strip()
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True)
         if check and proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise EngineError(f"docker {args[0]} failed: {detail}", field="engine")
+            raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")
         return proc
 
     # -- facts about the engine
@@ -128,7 +128,7 @@ class Engine:
             code = proc.wait()
         if code != 0:
             reason = next((t for t in reversed(tail) if "ERROR" in t or "error" in t), tail[-1] if tail else "")
-            raise EngineError(f"build failed (exit {code}): {reason.strip()}; full log: {log_path}",
+            raise DockerError(f"build failed (exit {code}): {reason.strip()}; full log: {log_path}",
                               field="build")
         return iidfile.read_text().strip()
 

@@ -1,0 +1,28 @@
+"""The engine's patched source for one platform: the install mode says where the tree comes from
+(the pinned commit, or the release artifact of the same tag from PyPI) and which changes it can
+carry; the source cache lays it out, applies the stack and writes the tarball."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from .artifacts import fetch_artifact
+from .loading import LoadedRecipe
+from .sources import PreparedSource, SourceCache
+
+
+def prepare_engine_source(loaded: LoadedRecipe, platform: str, cache: SourceCache, work: Path,
+                          offline: bool = False) -> Optional[PreparedSource]:
+    engine = loaded.recipe.engine
+    if engine is None:
+        return None
+    mode = engine.mode
+    origin = mode.tree_origin(engine, platform)
+    release = None
+    if origin.kind == "pypi":
+        path, digest = fetch_artifact(loaded.root / origin.requirement, origin.requirement, origin.artifact,
+                                      platform, loaded.recipe.python, cache.root, offline=offline)
+        release = (path, digest, origin.artifact, origin.package_prefix)
+    return cache.prepare(engine.source, loaded.root, work, release=release,
+                         rule=lambda path, release_files: mode.patch_problem(path, release_files, engine))

@@ -1,0 +1,230 @@
+"""Load a recipe: read YAML (with the line of every field), follow `extends`, validate, check files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from .constraints import check_hashed_requirements
+from .errors import RecipeError
+from .fsutil import canonical_json, sha256_bytes, sha256_file
+from .recipe import NAME, Recipe
+from .recipe_files import escape_problem, named_files
+
+MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions
+
+
+def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
+    """Map each key path of a YAML document to its 1-based line, for error places.
+
+    Aliased nodes are walked once (first path wins) and the document's expanded size is bounded,
+    so an alias bomb is refused instead of expanded.
+    """
+    lines: dict[tuple, int] = {}
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 1  # a recursive alias counts once
+            children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
+                node.value if isinstance(node, yaml.SequenceNode) else [])
+            sizes[id(node)] = 1 + sum(size(c) for c in children)
+        return sizes[id(node)]
+
+    seen: set[int] = set()
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = path + (key.value,)
+                lines.setdefault(child, key.start_mark.line + 1)
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    if root is not None:
+        if size(root) > MAX_YAML_NODES:
+            raise RecipeError(f"the YAML expands to more than {MAX_YAML_NODES} nodes (aliases?)", file=display)
+        walk(root, ())
+    return lines
+
+
+class RecipeFile:
+    """One YAML file as read: its data, its hash and where each field sits."""
+
+    def __init__(self, path: Path, display: str):
+        self.path = path
+        self.display = display
+        try:
+            raw = path.read_bytes()
+            text = raw.decode("utf-8")
+        except OSError as exc:
+            raise RecipeError(f"cannot read recipe: {exc.strerror}", file=display) from None
+        except UnicodeDecodeError as exc:
+            raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=display) from None
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            self.lines = _line_map(node, display)
+            self.data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise RecipeError(f"invalid YAML: {problem}", file=display,
+                              line=mark.line + 1 if mark else None) from None
+        except RecursionError:
+            raise RecipeError("the YAML is nested too deeply", file=display) from None
+        if not isinstance(self.data, dict):
+            raise RecipeError("a recipe is a YAML mapping of fields", file=display)
+        self.text_sha256 = sha256_bytes(raw)
+
+
+def deep_merge(parent: Any, child: Any) -> Any:
+    """Child overrides parent; mappings merge key by key, everything else is replaced."""
+    if isinstance(parent, dict) and isinstance(child, dict):
+        out = dict(parent)
+        for key, value in child.items():
+            out[key] = deep_merge(parent[key], value) if key in parent else value
+        return out
+    return child
+
+
+def recipe_hash(chain: list[RecipeFile]) -> str:
+    """The recipe as written: the bytes of its files (child first). Growing the schema with
+    defaulted fields changes no file, so it stales no lock."""
+    return sha256_bytes(canonical_json([f.text_sha256 for f in chain]).encode())
+
+
+class LoadedRecipe:
+    """A validated recipe plus the chain of files it came from."""
+
+    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None,
+                 variant: Optional[str] = None):
+        self.recipe = recipe
+        self.chain = chain  # child first
+        self.root = root
+        self.sha256 = sha256 or recipe_hash(chain)
+        self.variant = variant
+
+    def replace(self, recipe: Recipe, variant: Optional[str] = None) -> "LoadedRecipe":
+        return LoadedRecipe(recipe, self.chain, self.root, self.sha256, variant or self.variant)
+
+    def with_variant(self, name: str) -> "LoadedRecipe":
+        try:
+            return self.replace(self.recipe.with_variant(name), variant=name)
+        except RecipeError as exc:
+            raise RecipeError(exc.problem, file=self.file, field="variants") from None
+
+    @property
+    def file(self) -> str:
+        return self.chain[0].display
+
+    def place(self, loc: tuple, message: str) -> RecipeError:
+        return _place(self.chain, loc, message)
+
+
+def recipe_path(name_or_path: str, recipes_dir: Path) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml"):
+        return candidate
+    if not NAME.match(name_or_path):
+        raise RecipeError(f"{name_or_path!r} is not a recipe name or a .yaml path", field="recipe")
+    path = recipes_dir / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml") if not p.stem.endswith(".lock")))
+        raise RecipeError(f"unknown recipe {name_or_path!r}; known recipes: {known or 'none'}",
+                          file=str(recipes_dir), field="recipe")
+    return path
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def read_chain(path: Path, root: Path) -> list[RecipeFile]:
+    """The recipe file and every file it extends, child first."""
+    chain: list[RecipeFile] = []
+    seen: list[str] = []
+    while True:
+        rf = RecipeFile(path, _display(path, root))
+        chain.append(rf)
+        seen.append(str(path.resolve()))
+        parent = rf.data.get("extends")
+        if parent is None:
+            return chain
+        where = dict(file=rf.display, field="extends", line=rf.lines.get(("extends",)))
+        if not isinstance(parent, str):
+            raise RecipeError("must be a recipe name", **where)
+        try:
+            path = recipe_path(parent, path.parent)
+        except RecipeError as exc:
+            raise RecipeError(exc.problem, **where) from None
+        if str(path.resolve()) in seen:
+            cycle = " -> ".join([str(c.data.get("name", c.display)) for c in chain] + [parent])
+            raise RecipeError(f"cyclic extends: {cycle}", **where)
+
+
+def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = None) -> LoadedRecipe:
+    """Load a recipe by name (from `recipes_dir`) or path, follow `extends`, validate it all."""
+    chain = read_chain(recipe_path(name_or_path, recipes_dir or root / "recipes"), root)
+    merged: dict = {}
+    for rf in reversed(chain):
+        merged = deep_merge(merged, rf.data)
+    merged["extends"] = chain[0].data.get("extends")
+    if chain[0].data.get("name") is None:
+        merged.pop("name", None)  # a child must name itself, not inherit the parent's name
+    try:
+        recipe = Recipe.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise _place(chain, tuple(err["loc"]), _message(err)) from None
+    loaded = LoadedRecipe(recipe, chain, root)
+    check_files(loaded)
+    return loaded
+
+
+def _message(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    return err["msg"].removeprefix("Value error, ")
+
+
+def _place(chain: list[RecipeFile], loc: tuple, message: str) -> RecipeError:
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    # the file (child first) that sets the deepest part of the failing path
+    for depth in range(len(loc), -1, -1):
+        for rf in chain:
+            if loc[:depth] in rf.lines and (depth > 0 or rf is chain[0]):
+                return RecipeError(message, file=rf.display, field=field, line=rf.lines[loc[:depth]])
+    return RecipeError(message, file=chain[0].display, field=field)
+
+
+def check_files(loaded: LoadedRecipe) -> None:
+    """Every file the recipe names is inside the project, exists, and is what the recipe says."""
+    for f in named_files(loaded.recipe):
+        problem = escape_problem(f.path, loaded.root)
+        path = loaded.root / f.path
+        if problem is None and not path.is_file():
+            problem = f"file {f.path} does not exist"
+        if problem is None and f.kind == "requirements":
+            problem = check_hashed_requirements(path)
+            problem = f"{f.path}: {problem}" if problem else None
+        if problem is None and f.kind == "wheel" and not f.path.endswith(".whl"):
+            problem = f"{f.path} is not a .whl file"
+        if problem is None and f.kind == "patch" and sha256_file(path) != f.sha256:
+            problem = (f"patch sha256 mismatch: recipe says {f.sha256}, {f.path} hashes to {sha256_file(path)}")
+            raise _place(loaded.chain, f.loc[:-1] + ("sha256",), problem)
+        if problem:
+            raise _place(loaded.chain, f.loc, problem)

@@ -1,0 +1,42 @@
+"""wheel-overlay: the release wheel, with its package replaced by the same package with the patch
+stack applied (the tree is the wheel's own files, so deletions and renames carry over), and the
+distribution relabelled with a local version naming the stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..patchfiles import is_native, is_test_or_doc
+from . import Fragment, InstallMode, TreeOrigin
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "overlay_package.py"
+
+
+class WheelOverlay(InstallMode):
+    name = "wheel-overlay"
+    required_fields = ("precompiled", "overlay_from")
+    help = "the release wheel with its Python package replaced by the patched one"
+
+    def context_files(self, engine, platform):
+        return {"precompiled.txt": engine.precompiled[platform], "tools/overlay_package.py": str(TOOL)}
+
+    def tree_origin(self, engine, platform):
+        parent = engine.overlay_from.rstrip("/").rpartition("/")[0]
+        return TreeOrigin("pypi", requirement=engine.precompiled[platform], artifact="wheel",
+                          package_prefix=f"{parent}/" if parent else "")
+
+    def patch_problem(self, path: str, release_files: Optional[set[str]], engine) -> Optional[str]:
+        inside = path.startswith(engine.overlay_from.rstrip("/") + "/")
+        if not inside:
+            return None if is_test_or_doc(path) else f"is outside {engine.overlay_from}, the overlaid package"
+        if is_native(path) and (release_files is None or path not in release_files):
+            return "touches native code that the release wheel ships compiled"
+        return None
+
+    def fragment(self, engine, platform):
+        package = engine.overlay_from.rstrip("/").split("/")[-1]
+        return Fragment("modes/wheel-overlay.j2", {"package": package})
+
+
+MODE = WheelOverlay()
