@@ -159,6 +159,8 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
     from servebuild import pipeline, smoke
     from servebuild.loading import load_recipe
     loaded = load_recipe(recipe, ROOT) if recipe else None
+    if loaded is not None and variant:
+        loaded = loaded.with_variant(variant)
     if hosts:
         if loaded is None:
             raise Exit("error: --recipe: --hosts needs --recipe to say what to expect", code=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from . import __version__
@@ -13,6 +14,7 @@ from .sources import PreparedSource
 MANIFEST_PATH = "/opt/servebuild/manifest.json"
 LABEL_PREFIX = "io.servebuild"
 SCHEMA = 2
+PACKAGE = Path(__file__).resolve().parent
 
 
 def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
@@ -26,7 +28,8 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
         engine = {"name": r.engine.name, "version": r.engine.version, "install": r.engine.install,
                   "installed_version": source.version(r.engine.version) if source else None,
                   "source": source.as_dict() if source else None, "subdir": r.engine.source.subdir,
-                  "context_files": r.engine.mode.context_files(r.engine, platform)}
+                  "context_files": {name: {"path": _shown(rel, loaded), "sha256": sha256_file(loaded.root / rel)}
+                                    for name, rel in sorted(r.engine.mode.context_files(r.engine, platform).items())}}
     return {
         "schema": SCHEMA,
         "servebuild": __version__,
@@ -44,6 +47,15 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
                    "cache_dirs": r.launch.cache_dirs, "user": r.launch.user, "workdir": r.launch.workdir},
         "expect": r.expect.model_dump(mode="json"),
     }
+
+
+def _shown(rel: str, loaded: LoadedRecipe) -> str:
+    """Project-relative, or servebuild-relative for servebuild's own tools (never a host path)."""
+    path = (loaded.root / rel).resolve()
+    for base, prefix in ((loaded.root.resolve(), ""), (PACKAGE, "servebuild/")):
+        if path.is_relative_to(base):
+            return prefix + str(path.relative_to(base))
+    return path.name
 
 
 def oci_labels(inputs: dict, created: str, project_url: str) -> dict[str, str]:

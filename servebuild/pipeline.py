@@ -242,8 +242,9 @@ def build(plan: BuildPlan, docker: DockerClient) -> BuildResult:
                            labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
                            cache_from=plan.options.cache_from)
     image_id = docker.build(request, log_path, echo=sys.stderr if plan.options.echo else None)
-    packages = docker.run_in_image(image_id, "/opt/servebuild/packages.txt", platform=plan.platform,
-                                   entrypoint="cat").splitlines()
+    packages, apt = (docker.run_in_image(image_id, f"/opt/servebuild/{name}", platform=plan.platform,
+                                         entrypoint="cat").splitlines()
+                     for name in ("packages.txt", "apt-runtime.txt"))
     manifest = dict(plan.manifest_inputs)
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),

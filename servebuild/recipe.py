@@ -317,11 +317,21 @@ class Variant(Model):
 
 class Expect(Model):
     imports: list[str] = []
+    gpu_imports: list[str] = []       # modules that load the CUDA driver on import (checked with a GPU)
     versions: dict[str, str] = {}     # distribution name -> exact version
     cuda: Optional[str] = None        # torch.version.cuda and the toolkit's major.minor
     archs: list[str] = []             # SASS archs of which at least one must be present
     arch_modules: list[str] = []      # python packages whose .so files are checked for `archs`
     torchvision_pair: bool = False    # check the torch/torchvision ABI pairing
+
+    @field_validator("imports", "gpu_imports", "arch_modules")
+    @classmethod
+    def _modules(cls, v: list[str]) -> list[str]:
+        from .launch import MODULE  # the smoke suite runs `import NAME` on the host it tests
+        for m in v:
+            if not MODULE.match(m):
+                raise ValueError(f"{m!r} is not a dotted Python module name")
+        return v
 
 
 class Recipe(Model):

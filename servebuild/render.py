@@ -44,6 +44,13 @@ def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
     return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{nvcc.split('.')[0]}"
 
 
+def _cuda_links(home: Optional[str]) -> Optional[str]:
+    """The pip toolkit ships lib/libcudart.so.13 only; JIT builders link -L$CUDA_HOME/lib64 -lcudart."""
+    if home is None:
+        return None
+    return f"ln -sfn lib {home}/lib64 && ln -sf libcudart.so.13 {home}/lib/libcudart.so"
+
+
 def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
     env = {"VIRTUAL_ENV": VENV, "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
            "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list, **NVIDIA_ENV}
@@ -71,6 +78,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
         "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
+        "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),

@@ -26,7 +26,8 @@ def pytest_generate_tests(metafunc):
     path = metafunc.config.getoption("--expect")
     data = json.loads(open(path).read()) if path else {}
     for name, key in (("module", "imports"), ("dist", "versions"), ("arch_module", "arch_modules"),
-                      ("profile", "profiles"), ("cache_dir", "cache_dirs")):
+                      ("profile", "profiles"), ("cache_dir", "cache_dirs"), ("entrypoint", "entrypoints"),
+                      ("cache_var", "cache_env"), ("gpu_module", "gpu_imports")):
         if name in metafunc.fixturenames:
             values = data.get(key) or []
             values = sorted(values) if isinstance(values, dict) else values
@@ -47,6 +48,11 @@ def test_version(py, expect, dist):
     assert result.rc == 0, f"{dist} is not installed ({lines_of(result).splitlines()[-1:]})"
     got = result.stdout.strip().split("+")[0]
     assert got == want, f"{dist} is {result.stdout.strip()}, the recipe pins {want}"
+    engine = expect.get("engine") or {}
+    if dist == engine.get("dist") and engine.get("installed_version"):
+        assert result.stdout.strip() == engine["installed_version"], \
+            (f"{dist} reports {result.stdout.strip()}, the manifest says the patched engine is "
+             f"{engine['installed_version']}: the patch stack is not what was installed")
 
 
 def test_torch_cuda_version(py, expect):
@@ -208,6 +214,12 @@ def test_gpu_matmul(py, gpus):
     assert result.rc == 0 and result.stdout.strip() == "256.0", f"CUDA matmul failed: {lines_of(result)[-300:]}"
 
 
+def test_gpu_import(py, gpus, gpu_module):
+    """Modules that load the CUDA driver when imported (sgl_kernel) can only be imported with a GPU."""
+    result = py(f"import {gpu_module}")
+    assert result.rc == 0, f"`import {gpu_module}` failed: {lines_of(result).splitlines()[-1:]}"
+
+
 def test_gpu_torchvision_nms(py, gpus, expect):
     if not expect.get("torchvision_pair"):
         pytest.skip("the recipe does not pair torch with torchvision")
@@ -281,12 +293,48 @@ def test_workdir(host, expect):
     assert host.file(expect["workdir"]).is_directory, f"workdir {expect['workdir']} is missing"
 
 
-def test_cache_dir_declared_and_writable(host, expect, cache_dir):
+def test_cache_dir_exists_and_is_writable(host, expect, cache_dir):
     if not expect.get("image"):
         pytest.skip("not an image: cache dirs are the host's business")
     assert host.file(cache_dir).is_directory, f"cache dir {cache_dir} is missing"
     probe = f"{cache_dir}/.smoke-write-test"
     assert host.run(f"touch {probe} && rm {probe}").rc == 0, f"cache dir {cache_dir} is not writable"
-    declared = expect.get("volumes") or []
-    if expect.get("labels") is not None:
-        assert cache_dir in declared, f"{cache_dir} is not declared as a VOLUME, so users cannot see it to mount"
+
+
+def test_no_anonymous_volumes(expect):
+    """A VOLUME persists nothing unless mounted and leaks an anonymous volume per container."""
+    if expect.get("labels") is None:
+        pytest.skip("image config is only visible to the engine (run through `invoke test-image`)")
+    assert not expect.get("volumes"), f"the image declares VOLUMEs {expect['volumes']}: mount a cache root instead"
+
+
+CACHE_VAR_READ = """
+import os, sys, sysconfig
+name = sys.argv[1]
+roots = {sysconfig.get_paths()["purelib"], "/opt/engine/site"}
+for root in sorted(r for r in roots if os.path.isdir(r)):
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                try:
+                    text = open(os.path.join(d, f), errors="replace").read()
+                except OSError:
+                    continue
+                if name in text:
+                    print(os.path.join(d, f)); sys.exit(0)
+sys.exit(1)
+"""
+
+
+def test_cache_variable_is_read_by_an_installed_package(host, python, expect, cache_var):
+    """Every cache variable the image sets must be read somewhere, or it is an inert setting."""
+    result = host.run(f"{shlex.quote(python)} -c {shlex.quote(CACHE_VAR_READ)} {shlex.quote(cache_var)}")
+    assert result.rc == 0, f"{cache_var} is set in the image but no installed Python package reads it"
+    env = host.run(f"printenv {shlex.quote(cache_var)}").stdout.strip()
+    assert env == expect["cache_env"][cache_var], f"{cache_var} is {env!r}, expected {expect['cache_env'][cache_var]}"
+
+
+def test_entrypoint_help_offline(host, python, entrypoint):
+    """The server entry point imports and parses its arguments with the network off."""
+    result = host.run(f"{shlex.quote(python)} -m {shlex.quote(entrypoint)} --help")
+    assert result.rc == 0, f"`python -m {entrypoint} --help` failed (rc {result.rc}): {lines_of(result)[-400:]}"

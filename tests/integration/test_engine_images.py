@@ -1,0 +1,66 @@
+"""The real engine images, built on the real engine from the recipe files users build, and proven
+by the smoke suite: SGLang 0.5.16 (wheel-overlay) and vLLM 0.26.0 (vllm-precompiled), linux/amd64.
+
+What differs from a GH200/H200 build, and why: the bases are Debian bookworm images made here with
+debootstrap (no registry is reachable), which forces Python 3.11 (the `-bookworm` recipes change
+only bases, Python and the matching hashed sets); GitHub is unreachable, so the variants built are
+the ones whose stacks need no upstream PR (adaptive prefill alone; the original loader fix alone;
+vLLM as released). The engine trees come from the hash-pinned PyPI release artifacts of the pinned
+tags. No GPU here: the GPU checks skip; the JIT checks compile for sm_90a without one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from integration.conftest import CREATED_TAGS, build_fixture
+from servebuild import smoke
+from servebuild.loading import load_recipe
+from support import REPO_ROOT
+
+CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
+
+
+def image_size(tag: str) -> int:
+    out = subprocess.run(["/usr/bin/docker", "image", "inspect", "--format", "{{.Size}}", tag],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.engine_image
+@pytest.mark.parametrize("recipe,variant", CASES, ids=[c[0] for c in CASES])
+def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp_path_factory, recipe, variant):
+    cache = tmp_path_factory.mktemp("engine-source-cache")
+    tag = f"servebuild-test/{recipe}:{variant}-amd64"
+    try:
+        result, seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
+        manifest = json.loads(result.manifest_path.read_text())
+        engine_info = manifest["engine"]
+        assert engine_info["source"]["tree"]["from"].startswith("pypi-"), engine_info["source"]["tree"]
+        patches = [p["id"] for p in engine_info["source"]["patches"]]
+        assert patches == load_recipe(recipe, REPO_ROOT).recipe.variants[variant].patches
+        if patches:
+            assert "+sb" in engine_info["installed_version"]
+        assert any(p.startswith("build-essential=") for p in manifest["outputs"]["apt_packages"])
+        out_dir = tmp_path_factory.mktemp("smoke")
+        start = time.monotonic()
+        code = smoke.test_image(engine, tag, load_recipe(recipe, REPO_ROOT).with_variant(variant), out_dir)
+        smoke_seconds = time.monotonic() - start
+        junit = (out_dir / "smoke-junit.xml").read_text()
+        record = {"recipe": recipe, "variant": variant, "build_s": round(seconds), "smoke_s": round(smoke_seconds),
+                  "size_bytes": image_size(tag), "installed_version": engine_info["installed_version"]}
+        print(f"\nengine image {json.dumps(record)}")
+        bench = REPO_ROOT / "build" / "bench"
+        bench.mkdir(parents=True, exist_ok=True)
+        (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
+        assert code == 0, f"smoke suite failed on {tag}; see {out_dir}/smoke-junit.xml\n{junit[-3000:]}"
+    finally:
+        subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
+        if tag in CREATED_TAGS:
+            CREATED_TAGS.remove(tag)
+        # engine images are many GB: drop their build cache now, not at the end of the run
+        subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
