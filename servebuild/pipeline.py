@@ -96,6 +96,10 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         loaded, lock = pin_for_build(loaded)
     if options.variant:
         loaded = loaded.with_variant(options.variant)
+    from .lock import unpinned_problem
+    problem = unpinned_problem(loaded, lock)
+    if problem and not options.dry_run:  # before the engine or the network is asked anything
+        raise problem
     recipe = loaded.recipe
     host = host_platform_name()
     platform = options.platform or (host if host in recipe.platforms else recipe.platforms[0])

@@ -177,6 +177,11 @@ def link_hint(msg: str, who: str) -> str:
     return "HINT: " + "; ".join(hints) + ". " if hints else ""
 
 
+def arch_note() -> str:
+    """The compiles take the arch from --arch / the *_ARCH_LIST variables, never from a device."""
+    return "arch given explicitly, " + ("no GPU visible" if need_gpu() else "the GPU was not consulted")
+
+
 def need_gpu() -> str | None:
     """None if a CUDA device is usable through torch, else why not."""
     try:
@@ -323,7 +328,7 @@ def probe_triton(ctx) -> dict:
     if archs["archs"] != [want] or out["ptx_target"] != want:
         return {**out, "ok": False, "compiled": True,
                 "detail": f"cubin is {archs['archs']}, PTX .target {out['ptx_target']}; want {want}"}
-    out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} without a GPU in {secs}s")
+    out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s")
     if not ctx["launch"]:
         return out
     why = need_gpu()
@@ -384,7 +389,7 @@ def probe_tvm_ffi(ctx) -> dict:
     out.update(library=libs[0], sass_archs=archs["archs"], arch_check=archs["how"], compiled=True)
     if archs["archs"] != [want]:
         return {**out, "ok": False, "detail": f"{os.path.basename(libs[0])} has SASS {archs['archs']}, want {want}"}
-    out.update(ok=True, detail=f"load_inline built and loaded add_one for {want} without a GPU in {out['compile_s']}s")
+    out.update(ok=True, detail=f"load_inline built and loaded add_one for {want} ({arch_note()}) in {out['compile_s']}s")
     if not ctx["launch"]:
         return out
     why = need_gpu()
@@ -449,7 +454,7 @@ def probe_tilelang(ctx) -> dict:
     out.update(sass_archs=sorted(archs), compiled=True)
     if sorted(archs) != [want]:
         return {**out, "ok": False, "detail": f"TileLang kernel SASS is {sorted(archs)}, want {want}"}
-    out.update(ok=True, detail=f"tilelang.compile built add_one for {want} without a GPU in {out['compile_s']}s")
+    out.update(ok=True, detail=f"tilelang.compile built add_one for {want} ({arch_note()}) in {out['compile_s']}s")
     if not ctx["launch"]:
         return out
     why = need_gpu()
@@ -512,7 +517,7 @@ def probe_flashinfer(ctx) -> dict:
     out.update(library=lib, sass_archs=archs["archs"], arch_check=archs["how"], compiled=True)
     if archs["archs"] != [want]:
         return {**out, "ok": False, "detail": f"{os.path.basename(lib)} has SASS {archs['archs']}, want {want}"}
-    out.update(ok=True, detail=f"JIT-built {spec.name} for {want} without a GPU in {out['compile_s']}s")
+    out.update(ok=True, detail=f"JIT-built {spec.name} for {want} ({arch_note()}) in {out['compile_s']}s")
     if not ctx["launch"]:
         return out
     why = need_gpu()
