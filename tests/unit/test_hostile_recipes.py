@@ -1,0 +1,105 @@
+"""Careless and hostile recipes fail in loading with one placed error: no Dockerfile line, shell
+word or path outside the project can be smuggled in (unit level: no engine, no subprocess)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from servebuild.errors import RecipeError
+from servebuild.loading import load_recipe
+from support import REPO_ROOT, copy_real
+
+BASE = {
+    "name": "hostile", "description": "d", "platforms": ["linux/amd64"], "python": "3.12",
+    "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"}, "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
+    "constraints": {"linux/amd64": "constraints/torch-cu130/py3.12-linux-amd64.txt"},
+    "engine": {"name": "vllm", "version": "0.26.0", "install": "pip-source",
+               "source": {"url": "https://github.com/vllm-project/vllm.git",
+                          "commit": "568afb3a13806beb53bb2e6bd518269357b237c0"}},
+    "launch": {"profiles": {"p": {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m"]}}},
+}
+
+INJECT = "x\nRUN touch /pwned"
+CASES = {
+    "apt.build": ({"apt": {"build": [INJECT]}}, "apt.build"),
+    "apt.runtime": ({"apt": {"runtime": ["ok; touch /pwned"]}}, "apt.runtime"),
+    "launch.workdir": ({"launch": {"workdir": "/w" + INJECT}}, "launch.workdir"),
+    "launch.user": ({"launch": {"user": "0\nUSER 1"}}, "launch.user"),
+    "launch.cache_dirs": ({"launch": {"cache_dirs": ["/c $(touch /pwned)"]}}, "launch.cache_dirs"),
+    "engine.version": ({"engine": {"version": "1.0\nRUN id"}}, "engine.version"),
+    "engine.source.subdir": ({"engine": {"source": {"subdir": "py; touch /pwned"}}}, "engine.source.subdir"),
+    "engine.overlay_from": ({"engine": {"overlay_from": "../../etc"}}, "engine.overlay_from"),
+    "profile description": ({"launch": {"profiles": {"p": {"description": "a\ntouch /pwned"}}}}, "launch.profiles"),
+    "commit with newline": ({"engine": {"source": {"commit": "568afb3a13806beb53bb2e6bd518269357b237c0\n"}}},
+                            "engine.source.commit"),
+    "python with newline": ({"python": "3.12\n"}, "python"),
+    "arch list with newline": ({"cuda_arch_list": "9.0a\n"}, "cuda_arch_list"),
+    "name with newline": ({"name": "hostile\n"}, "name"),
+    "env name with newline": ({"launch": {"profiles": {"p": {"env": {"A\n": "1"}}}}}, "launch.profiles"),
+    "import is code": ({"expect": {"imports": ["os; open('/tmp/pwned','w')"]}}, "expect.imports"),
+    "constraints escape": ({"constraints": {"linux/amd64": "../../etc/passwd"}}, "constraints.linux/amd64"),
+    "absolute constraints": ({"constraints": {"linux/amd64": "/etc/passwd"}}, "constraints.linux/amd64"),
+    "unknown install mode": ({"engine": {"install": "curl-pipe-sh"}}, "engine.install"),
+}
+
+
+def merge(base, over):
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: merge(base.get(k), v) for k, v in over.items()}}
+    return over
+
+
+@pytest.fixture
+def project(tmp_path):
+    copy_real(tmp_path, "constraints/torch-cu130/py3.12-linux-amd64.txt")
+    (tmp_path / "recipes").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hostile_field_is_one_placed_error(project, case):
+    edits, field = CASES[case]
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edits)))
+    with pytest.raises(RecipeError) as info:
+        load_recipe("hostile", project)
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("recipes/hostile.yaml") and field in line, line
+
+
+def test_the_unedited_base_loads(project):
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE))
+    assert load_recipe("hostile", project).recipe.engine.kind.name == "vllm"
+
+
+def test_yaml_alias_bomb_is_refused_quickly(project):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8))
+    (project / "recipes" / "hostile.yaml").write_text(bomb)
+    start = time.monotonic()
+    with pytest.raises(RecipeError, match="expands to more than"):
+        load_recipe("hostile", project)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("blob,message", [(b"name: \xff\xfe\n", "not UTF-8"), (b"a:" + b"[" * 5000, "YAML")])
+def test_unreadable_yaml_is_one_line(project, blob, message):
+    (project / "recipes" / "hostile.yaml").write_bytes(blob)
+    with pytest.raises(RecipeError, match=message):
+        load_recipe("hostile", project)
+
+
+def test_trailing_newline_commit_sha_in_a_patch_entry(project):
+    edits = {"engine": {"source": {"patches": [{"id": "p", "pr": 1, "commit": "a" * 40 + "\n"}]}}}
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edits)))
+    with pytest.raises(RecipeError, match="full 40-hex"):
+        load_recipe("hostile", project)
+
+
+def test_real_recipes_unchanged_by_the_rules():
+    for name in ("sglang-native-fp8", "vllm-dspark", "sglang-fused-fp4"):
+        assert load_recipe(name, REPO_ROOT).recipe.name == name
