@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 5f7b68c7e77d6f68515c3faed7e0efcff70186ac11937d742ee82c9bf750dcd5
+# recipe sha256: 813e0d0bf353f3af48ba1cf4d7403fd9179d7f7ab200b35390c9c91ee1be4f54
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -23,7 +23,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
- && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
+ && ln -sfn lib /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so
 # ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
 FROM deps AS engine
 # sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1, install wheel-overlay

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: b5577e9e25584d90fd6290ed6e4b38de7656bc65172059535b1a6a54b5330687
+# recipe sha256: 00b0ddd532df6f5599969cf02e7752b67581a65792e8ce5fc1dfa496aaebd668
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -23,7 +23,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
- && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
+ && ln -sfn lib /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so
 # ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
 FROM deps AS engine
 # sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1, install wheel-overlay

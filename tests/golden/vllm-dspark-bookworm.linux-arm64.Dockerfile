@@ -23,7 +23,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
- && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
+ && ln -sfn lib /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so
 # ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
 FROM deps AS engine
 # vllm 0.26.0 at 568afb3a13806beb53bb2e6bd518269357b237c0, install vllm-precompiled
