@@ -44,6 +44,7 @@ def expectations(loaded: Optional[LoadedRecipe], manifest: Optional[dict], image
     if kind is not None:  # the engine kind's own checks: JIT paths, entry points, cache environment
         cache_env = {k: v for k, v in kind.runtime_env().items() if v.startswith(CACHE_ROOT)}
         expect = {**expect, "jit": list(kind.jit_probes), "entrypoints": list(kind.entrypoints),
+                  "help_needs_gpu": kind.help_needs_gpu,
                   "cache_env": cache_env if image else {}}
         launch["cache_dirs"] = sorted(set(launch["cache_dirs"]) | (set(cache_env.values()) if image else set()))
     installed = ((manifest or {}).get("engine") or {}).get("installed_version")

@@ -32,6 +32,7 @@ class EngineKind:
     serve_time_jit = False              # compiles kernels while serving: the runtime gets a toolchain
     jit_probes: tuple[str, ...] = ()    # tests/image/jit_probes.py probes the smoke suite runs
     entrypoints: tuple[str, ...] = ()   # modules whose `--help` must answer with the network off
+    help_needs_gpu = False              # the server cannot even parse --help without a CUDA device
     env: dict[str, str] = {}            # runtime environment defaults (profiles may override)
 
     def listen_args(self, profile: LaunchProfile) -> list[str]:

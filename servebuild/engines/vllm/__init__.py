@@ -14,6 +14,7 @@ class VLLM(EngineKind):
     serve_time_jit = True  # Triton kernels, FlashInfer sampler JIT (on by default), DeepGEMM
     jit_probes = ("cext", "nvcc", "triton")
     entrypoints = ("vllm.entrypoints.cli.main",)
+    help_needs_gpu = True  # v0.26.0 `serve --help` fails with "Failed to infer device type" without a GPU
     env = {"VLLM_CACHE_ROOT": "/cache/vllm"}
 
     def check_profile(self, name, profile):
