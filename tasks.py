@@ -40,13 +40,14 @@ def _path(value):
 
 
 def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
-             mirror_map=None, offline=False, cache_from=None, locked=False, variant=None):
+             mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True):
     import os
     from servebuild.pipeline import BuildOptions
     ca_bundle = ca_bundle or os.environ.get("SERVEBUILD_CA_BUNDLE")
     return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
                         ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
-                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant)
+                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant,
+                        fetching=fetching)
 
 
 @task(help={"recipe": "recipe name or path"})
@@ -65,7 +66,7 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
     """Print the rendered Dockerfile (no engine, no network)."""
     from servebuild.pipeline import make_plan
     from servebuild.render import render_dockerfile
-    plan = make_plan(ROOT, recipe, _options(platform=platform, mirror_map=mirror_map))
+    plan = make_plan(ROOT, recipe, _options(platform=platform, mirror_map=mirror_map, fetching=False))
     sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, ROOT))
 
 
@@ -172,7 +173,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
         if image is None:
             if loaded is None:
                 raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
-            plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant))
+            plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant, fetching=False))
             image, out_dir = plan.tag, plan.build_dir / "smoke"
         else:
             out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
@@ -298,7 +299,7 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
     from servebuild.publish import publish as push_image, verify_smoke
     if not registry:
         raise Exit("error: --registry: give the registry as HOST[:PORT]", code=2)
-    plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant))
+    plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant, fetching=False))
     manifest = plan.build_dir / "manifest.json"
     if not manifest.exists():
         raise Exit(f"error: {manifest}: no build of {recipe} for {plan.platform}; run `invoke build` first", code=2)

@@ -50,6 +50,7 @@ class BuildOptions:
     echo: bool = True
     locked: bool = False
     variant: Optional[str] = None
+    fetching: bool = True  # False for plans that only render or name a build (render, test-image, publish)
 
 
 @dataclass
@@ -98,7 +99,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         loaded = loaded.with_variant(options.variant)
     from .lock import unpinned_problem
     problem = unpinned_problem(loaded, lock)
-    if problem and not options.dry_run:  # before the engine or the network is asked anything
+    if problem and options.fetching and not options.dry_run:  # before the engine or the network is asked anything
         raise problem
     recipe = loaded.recipe
     host = host_platform_name()

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 5b7f9885921b2047e047610719d9c20540fea06b9a1a84bb77f3c4409c58936c
+# recipe sha256: ee9e565ff3e30e2571764339372c8c6043ddb82ac4516429a639e1940073f142
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

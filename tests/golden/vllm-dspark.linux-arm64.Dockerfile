@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 606dc81d402930a69a46da7dc69a06c45fe5f55ba50640085350013b6506b25e
+# recipe sha256: 8c47b06cefec7a73a924d497156a4c70234bdf17dc63c838fd420db5e8fa8d05
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
