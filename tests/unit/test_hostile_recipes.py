@@ -103,3 +103,25 @@ def test_trailing_newline_commit_sha_in_a_patch_entry(project):
 def test_real_recipes_unchanged_by_the_rules():
     for name in ("sglang-native-fp8", "vllm-dspark", "sglang-fused-fp4"):
         assert load_recipe(name, REPO_ROOT).recipe.name == name
+
+
+def test_committed_locks_survive_schema_growth():
+    """A lock hashes the recipe files as written: validating the same files with a schema that
+    has one more defaulted field (a subclass here) leaves the hash, and so every lock, valid."""
+    import yaml as _yaml
+    from pydantic import Field
+
+    from servebuild.loading import read_chain, recipe_hash, recipe_path
+    from servebuild.recipe import Recipe
+
+    class GrownRecipe(Recipe):
+        new_knob: int = Field(default=7)
+
+    for name in ("sglang-native-fp8", "vllm-dspark", "torch-cu130"):
+        loaded = load_recipe(name, REPO_ROOT)
+        lock = _yaml.safe_load((REPO_ROOT / "recipes" / f"{name}.lock.yaml").read_text())
+        assert lock["recipe_sha256"] == loaded.sha256
+        chain = read_chain(recipe_path(name, REPO_ROOT / "recipes"), REPO_ROOT)
+        merged = {**loaded.recipe.model_dump(mode="json")}
+        assert GrownRecipe.model_validate(merged).new_knob == 7
+        assert recipe_hash(chain) == lock["recipe_sha256"]
