@@ -103,7 +103,7 @@ CASES = [
     ("dspark-no-block-size", [(PROFILE + ".dspark_block_size", DELETE)], ["needs dspark_block_size"]),
     ("duplicate-flag", [(PROFILE + ".extra_args", ["--tp-size", "4"])], ["--tp-size is given 2 times"]),
     ("bad-env-name", [(PROFILE + ".env.bad-name", "1")], ["environment variable name 'bad-name'"]),
-    ("relative-cache-dir", [("launch.cache_dirs", ["cache"])], ["launch.cache_dirs", "absolute path"]),
+    ("relative-cache-dir", [("launch.cache_dirs", ["cache"])], ["launch.cache_dirs", "absolute cache directory"]),
     ("profile-from-unknown", [(PROFILE + ".from", "nope")], ["`from` names unknown profile 'nope'"]),
     ("bad-profile-name", [("launch.profiles.Serve", {"module": "x"})], ["profile name 'Serve'"]),
 ]

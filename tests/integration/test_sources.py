@@ -252,21 +252,18 @@ def test_corrupted_cache_entry_is_detected(upstream, project, tmp_path):
     assert again.tarball_sha256 == first.tarball_sha256
 
 
-def test_precompiled_install_refuses_native_patches(engine, base_images, tmp_path):
-    up = make_upstream(tmp_path, extra={"csrc/kernel.cu": b"// v1\n"})
-    work = up.path
-    from support import git
-    git(work, "checkout", "-q", "-b", "native")
-    (work / "csrc/kernel.cu").write_text("// v2\n")
-    git(work, "commit", "-q", "-am", "Tune kernel (#9)")
-    git(up.bare, "fetch", "-q", str(work), "native:refs/pull/9/head")
-    recipe = fixture_recipe(up, platforms=["linux/amd64"])
-    recipe["engine"]["install"] = "wheel-overlay"
-    recipe["engine"]["overlay_from"] = "toyserve"
-    recipe["engine"]["precompiled"] = {"linux/amd64": "constraints/toy.txt"}
-    recipe["engine"]["source"]["patches"] = [{"id": "pr-9", "pr": 9, "commit": git(work, "rev-parse", "HEAD")}]
-    root = make_project(tmp_path, up, recipe)
-    tag = "servebuild-test/toy-native:amd64"
-    with pytest.raises(SourceError, match=r"patch pr-9 touches native code \(csrc/kernel.cu\)"):
-        build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
-    assert engine.image_id(tag) is None
+def test_modes_that_reuse_compiled_parts_refuse_native_changes():
+    """The rule each mode applies to every path a patch touches (prepare() raises with it)."""
+    from types import SimpleNamespace
+    from servebuild.modes import get_mode
+    engine = SimpleNamespace(overlay_from="python/sglang")
+    overlay, precompiled, source = (get_mode(m) for m in ("wheel-overlay", "vllm-precompiled", "pip-source"))
+    shipped = {"python/sglang/jit_kernel/dsv4/topk.cuh"}
+    assert overlay.patch_problem("python/sglang/srt/x.py", shipped, engine) is None
+    assert overlay.patch_problem("python/sglang/jit_kernel/dsv4/topk.cuh", shipped, engine) is None  # JIT source
+    assert "native" in overlay.patch_problem("python/sglang/kernel.cu", shipped, engine)
+    assert "outside python/sglang" in overlay.patch_problem("sgl-kernel/csrc/x.cu", shipped, engine)
+    assert overlay.patch_problem("test/srt/test_x.py", shipped, engine) is None  # dropped, recorded
+    for path in ("csrc/kernel.cu", "CMakeLists.txt", "setup.py", "rust/src/lib.rs", "x/y.pyx", "p.proto"):
+        assert precompiled.patch_problem(path, None, engine) == "touches native code", path
+        assert source.patch_problem(path, None, engine) is None

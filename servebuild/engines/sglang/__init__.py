@@ -10,7 +10,7 @@ class SGLang(EngineKind):
     name = "sglang"
     port = 30000
     serve_time_jit = True  # DSV4 kernels via tvm-ffi, TileLang mHC prewarm, Triton, FlashInfer
-    jit_probes = ("cext", "nvcc", "triton", "tvm-ffi")
+    jit_probes = ("cext", "nvcc", "triton", "tvm-ffi", "tilelang")
     entrypoints = ("sglang.launch_server",)
 
     def check_profile(self, name, profile):
