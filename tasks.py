@@ -186,9 +186,10 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
 def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     """Write the smoke suite's expectations for a host run (for machines without this project)."""
     from servebuild import smoke
+    from servebuild.fsutil import write_json
     from servebuild.loading import load_recipe
     data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
-    Path(output).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_json(Path(output), data)
     print(output)
 
 
@@ -228,11 +229,12 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     import os
     from servebuild import bases, pipeline, smoke
     from servebuild.docker import DockerClient
+    from servebuild.platforms import host_platform
     from servebuild.loading import load_recipe
     from servebuild.sources import default_cache_dir
     engine = DockerClient()
     loaded = load_recipe(recipe, ROOT)
-    platform = platform or pipeline.host_platform_name()
+    platform = platform or host_platform()
     arch = platform.split("/")[1]
     for stage in ("build", "runtime"):
         ref = getattr(loaded.recipe.bases, stage).ref

@@ -15,6 +15,14 @@ ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
+def module_names(names: list[str]) -> list[str]:
+    """Dotted Python module names only: they reach `python -m` and `import` on the host under test."""
+    for name in names:
+        if not MODULE.match(name):
+            raise ValueError(f"{name!r} is not a dotted Python module name")
+    return names
+
+
 class LaunchProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,9 +44,7 @@ class LaunchProfile(BaseModel):
     @field_validator("module")
     @classmethod
     def _module(cls, v: str) -> str:
-        if not MODULE.match(v):
-            raise ValueError(f"{v!r} is not a dotted Python module name")
-        return v
+        return module_names([v])[0]
 
     @field_validator("env")
     @classmethod

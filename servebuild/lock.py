@@ -126,12 +126,12 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
     for e in resolved.values():
         diff = cache.entry_diff(repo, e, loaded.root)
         files = cache.diff_files(e, diff)
-        d = _entry_dict(e, e.commit, e.base, sha256_bytes(diff), hows[e.id])
+        resolved[e.id] = e = e.model_copy(update={"sha256": sha256_bytes(diff)})
+        d = _entry_dict(e, e.commit, e.base, e.sha256, hows[e.id])
         d.update({"files": files, "python_only": not any(is_native(f) for f in files),
                   "optional": e.id not in {p.id for p in src.patches}})
         patches.append(d)
-    stack = [resolved[e.id].model_copy(update={"sha256": sha256_bytes(cache.entry_diff(repo, resolved[e.id], loaded.root))})
-             for e in src.patches]
+    stack = [resolved[e.id] for e in src.patches]
     engine = loaded.recipe.engine.model_copy(update={"source": src.model_copy(update={"patches": stack})})
     pinned = loaded.replace(loaded.recipe.model_copy(update={"engine": engine}))
     tarballs = {p: prepare_engine_source(pinned, p, cache, work / p.replace("/", "-")).tarball_sha256

@@ -30,10 +30,6 @@ PROJECT_URL = "https://github.com/servebuild/servebuild"
 TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*\Z")
 
 
-def host_platform_name() -> str:
-    return host_platform()
-
-
 @dataclass
 class BuildOptions:
     platform: Optional[str] = None
@@ -102,7 +98,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if problem and options.fetching and not options.dry_run:  # before the engine or the network is asked anything
         raise problem
     recipe = loaded.recipe
-    host = host_platform_name()
+    host = host_platform()
     platform = options.platform or (host if host in recipe.platforms else recipe.platforms[0])
     if platform not in PLATFORMS:
         raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
@@ -141,11 +137,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
 
 
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
-    """The engine's patched source tarball for the plan's platform (None without an engine)."""
-    from .lock import unpinned_problem
-    problem = unpinned_problem(plan.loaded, plan.lock)
-    if problem:
-        raise problem
+    """The engine's patched source tarball for the plan's platform (None without an engine);
+    make_plan has already refused unpinned PR entries."""
     cache = SourceCache(plan.options.cache_dir or default_cache_dir(), plan.config.git_mirrors,
                         offline=plan.options.offline, recipe=plan.loaded.file)
     plan.build_dir.mkdir(parents=True, exist_ok=True)

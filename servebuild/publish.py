@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from .docker import DockerClient
+from .fsutil import write_json
 from .errors import DockerError, SmokeError
 from .registry import fetch_manifest, split_ref
 
@@ -57,8 +58,6 @@ def publish(docker: DockerClient, build_dir: Path, remote: str) -> dict:
     record = {"ref": remote, "digest": digest, "pinned": f"{remote.rsplit(':', 1)[0]}@{digest}"}
     published = [p for p in manifest["outputs"].get("published", []) if p["ref"] != remote] + [record]
     manifest["outputs"]["published"] = published
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    tmp.rename(manifest_path)
+    write_json(manifest_path, manifest)
     return record
 

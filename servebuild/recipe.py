@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import RecipeError
-from .launch import LaunchProfile, resolve_profile_bases, validate_profile
+from .launch import LaunchProfile, module_names, resolve_profile_bases, validate_profile
 from .platforms import PLATFORMS
 
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -224,14 +224,7 @@ class Engine(Model):
         get_mode(v)
         return v
 
-    @field_validator("native_extensions")
-    @classmethod
-    def _modules(cls, v: list[str]) -> list[str]:
-        from .launch import MODULE
-        for m in v:
-            if not MODULE.match(m):
-                raise ValueError(f"{m!r} is not a dotted Python module name")
-        return v
+    _modules = field_validator("native_extensions")(classmethod(lambda cls, v: module_names(v)))
 
     @property
     def mode(self):
@@ -324,14 +317,8 @@ class Expect(Model):
     arch_modules: list[str] = []      # python packages whose .so files are checked for `archs`
     torchvision_pair: bool = False    # check the torch/torchvision ABI pairing
 
-    @field_validator("imports", "gpu_imports", "arch_modules")
-    @classmethod
-    def _modules(cls, v: list[str]) -> list[str]:
-        from .launch import MODULE  # the smoke suite runs `import NAME` on the host it tests
-        for m in v:
-            if not MODULE.match(m):
-                raise ValueError(f"{m!r} is not a dotted Python module name")
-        return v
+    # the smoke suite runs `import NAME` on the host it tests
+    _modules = field_validator("imports", "gpu_imports", "arch_modules")(classmethod(lambda cls, v: module_names(v)))
 
 
 class Recipe(Model):

@@ -139,7 +139,3 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
 def content_mtime(path: Path) -> int:
     return TAR_MTIME + int(sha256_file(path)[:7], 16)
 
-
-def context_digest(context: Path) -> dict[str, str]:
-    """sha256 of every context file, for the build log and tests."""
-    return {str(p.relative_to(context)): sha256_file(p) for p in sorted(context.rglob("*")) if p.is_file()}

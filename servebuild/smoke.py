@@ -14,6 +14,7 @@ from typing import Optional
 from .docker import DockerClient
 from .engines import CACHE_ROOT, kind_for
 from .errors import SmokeError
+from .fsutil import write_json
 from .manifest import MANIFEST_PATH
 from .loading import LoadedRecipe
 
@@ -73,7 +74,7 @@ def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False
               python: Optional[str] = None, extra: tuple[str, ...] = ()) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     expect_path = out_dir / "smoke-expect.json"
-    expect_path.write_text(json.dumps(expect, indent=2, sort_keys=True) + "\n")
+    write_json(expect_path, expect)
     cmd = [sys.executable, "-m", "pytest", str(SUITE), f"--hosts={hosts}", f"--expect={expect_path}",
            f"--junitxml={out_dir / 'smoke-junit.xml'}", "-p", "no:cacheprovider", "-q",
            f"--rootdir={SUITE}", f"--confcutdir={SUITE}", "-o", "testpaths=", "-o", "addopts="]
@@ -123,6 +124,6 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
         code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
     finally:
         docker.run("rm", "-f", name, check=False)
-    (out_dir / "verdict.json").write_text(json.dumps({"image": image, "image_id": info["Id"], "passed": code == 0,
-                                                      "require_gpu": require_gpu}, sort_keys=True) + "\n")
+    write_json(out_dir / "verdict.json", {"image": image, "image_id": info["Id"], "passed": code == 0,
+                                          "require_gpu": require_gpu})
     return code

@@ -198,6 +198,18 @@ def gpu_info() -> dict:
     return {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0))}
 
 
+def launch_on_gpu(ctx, out: dict, run) -> dict:
+    """After a good compile, with --launch: `run()` on GPU 0 returns (ok, extra fields, what it showed)."""
+    if not ctx["launch"]:
+        return out
+    why = need_gpu()
+    if why:
+        return {**out, "ok": False, "launched": False, "detail": f"--launch: {why}"}
+    ok, extra, shown = run()
+    out.update(gpu_info(), **extra, launched=True, ok=ok, detail=f"{out['detail']}; {shown}")
+    return out
+
+
 # ------------------------------------------------------------------ probes
 
 CEXT_SRC = r"""
@@ -329,24 +341,20 @@ def probe_triton(ctx) -> dict:
         return {**out, "ok": False, "compiled": True,
                 "detail": f"cubin is {archs['archs']}, PTX .target {out['ptx_target']}; want {want}"}
     out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s")
-    if not ctx["launch"]:
-        return out
-    why = need_gpu()
-    if why:
-        return {**out, "ok": False, "launched": False, "detail": f"--launch: {why}"}
-    import torch
-    x = torch.arange(1000, device="cuda", dtype=torch.float32)
-    y = torch.empty_like(x)
-    compiled = mod.add_one[(triton.cdiv(1000, 128),)](x, y, 1000, BLOCK=128)
-    torch.cuda.synchronize()
-    good = bool(torch.equal(y, x + 1))
-    launch_target = re.search(r"^\.target\s+(\S+)", compiled.asm["ptx"], re.M)
-    stubs = [os.path.basename(p) for p in glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "*.so"))]
-    out.update(gpu_info(), launched=True, launch_ptx_target=launch_target and launch_target.group(1),
-               launcher_stubs=stubs, ok=good and bool(stubs),
-               detail=out["detail"] + (f"; launched on GPU 0 ({launch_target and launch_target.group(1)}), "
-                                       f"y == x + 1: {good}; C launcher stubs built into the fresh cache: {stubs}"))
-    return out
+
+    def run():
+        import torch
+        x = torch.arange(1000, device="cuda", dtype=torch.float32)
+        y = torch.empty_like(x)
+        compiled = mod.add_one[(triton.cdiv(1000, 128),)](x, y, 1000, BLOCK=128)
+        torch.cuda.synchronize()
+        good = bool(torch.equal(y, x + 1))
+        target = re.search(r"^\.target\s+(\S+)", compiled.asm["ptx"], re.M)
+        target = target and target.group(1)
+        stubs = [os.path.basename(p) for p in glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "*.so"))]
+        return (good and bool(stubs), {"launch_ptx_target": target, "launcher_stubs": stubs},
+                f"launched on GPU 0 ({target}), y == x + 1: {good}; C launcher stubs built into the fresh cache: {stubs}")
+    return launch_on_gpu(ctx, out, run)
 
 
 TVM_FFI_SRC = r"""
@@ -390,20 +398,16 @@ def probe_tvm_ffi(ctx) -> dict:
     if archs["archs"] != [want]:
         return {**out, "ok": False, "detail": f"{os.path.basename(libs[0])} has SASS {archs['archs']}, want {want}"}
     out.update(ok=True, detail=f"load_inline built and loaded add_one for {want} ({arch_note()}) in {out['compile_s']}s")
-    if not ctx["launch"]:
-        return out
-    why = need_gpu()
-    if why:
-        return {**out, "ok": False, "launched": False, "detail": f"--launch: {why}"}
-    import torch
-    x = torch.arange(4096, device="cuda", dtype=torch.float32)
-    y = torch.zeros_like(x)
-    mod.add_one(x, y)
-    torch.cuda.synchronize()
-    good = bool(torch.equal(y, x + 1))
-    out.update(gpu_info(), launched=True, ok=good,
-               detail=out["detail"] + f"; launched on GPU 0 with torch tensors, y == x + 1: {good}")
-    return out
+
+    def run():
+        import torch
+        x = torch.arange(4096, device="cuda", dtype=torch.float32)
+        y = torch.zeros_like(x)
+        mod.add_one(x, y)
+        torch.cuda.synchronize()
+        good = bool(torch.equal(y, x + 1))
+        return good, {}, f"launched on GPU 0 with torch tensors, y == x + 1: {good}"
+    return launch_on_gpu(ctx, out, run)
 
 
 TILELANG_KERNEL = '''
@@ -455,19 +459,15 @@ def probe_tilelang(ctx) -> dict:
     if sorted(archs) != [want]:
         return {**out, "ok": False, "detail": f"TileLang kernel SASS is {sorted(archs)}, want {want}"}
     out.update(ok=True, detail=f"tilelang.compile built add_one for {want} ({arch_note()}) in {out['compile_s']}s")
-    if not ctx["launch"]:
-        return out
-    why = need_gpu()
-    if why:
-        return {**out, "ok": False, "launched": False, "detail": f"--launch: {why}"}
-    import torch
-    a = torch.arange(4096, device="cuda", dtype=torch.float32)
-    b = kernel(a)
-    torch.cuda.synchronize()
-    good = bool(torch.equal(b, a + 1))
-    out.update(gpu_info(), launched=True, ok=good,
-               detail=out["detail"] + f"; launched on GPU 0, B == A + 1: {good}")
-    return out
+
+    def run():
+        import torch
+        a = torch.arange(4096, device="cuda", dtype=torch.float32)
+        b = kernel(a)
+        torch.cuda.synchronize()
+        good = bool(torch.equal(b, a + 1))
+        return good, {}, f"launched on GPU 0, B == A + 1: {good}"
+    return launch_on_gpu(ctx, out, run)
 
 
 def _tilelang_device_blob(kernel) -> bytes | None:
@@ -518,23 +518,18 @@ def probe_flashinfer(ctx) -> dict:
     if archs["archs"] != [want]:
         return {**out, "ok": False, "detail": f"{os.path.basename(lib)} has SASS {archs['archs']}, want {want}"}
     out.update(ok=True, detail=f"JIT-built {spec.name} for {want} ({arch_note()}) in {out['compile_s']}s")
-    if not ctx["launch"]:
-        return out
-    why = need_gpu()
-    if why:
-        return {**out, "ok": False, "launched": False, "detail": f"--launch: {why}"}
-    import torch
-    module = spec.load(spec.jit_library_path)
-    x = torch.randn(64, 2 * 512, device="cuda", dtype=torch.float16)
-    y = torch.empty(64, 512, device="cuda", dtype=torch.float16)
-    module.silu_and_mul(y, x, False)
-    torch.cuda.synchronize()
-    ref = torch.nn.functional.silu(x[:, :512].float()) * x[:, 512:].float()
-    err = float((y.float() - ref).abs().max())
-    good = err < 1e-2
-    out.update(gpu_info(), launched=True, max_abs_err=err, ok=good,
-               detail=out["detail"] + f"; launched silu_and_mul on GPU 0, max |err| vs torch = {err:.2e}")
-    return out
+
+    def run():
+        import torch
+        module = spec.load(spec.jit_library_path)
+        x = torch.randn(64, 2 * 512, device="cuda", dtype=torch.float16)
+        y = torch.empty(64, 512, device="cuda", dtype=torch.float16)
+        module.silu_and_mul(y, x, False)
+        torch.cuda.synchronize()
+        ref = torch.nn.functional.silu(x[:, :512].float()) * x[:, 512:].float()
+        err = float((y.float() - ref).abs().max())
+        return err < 1e-2, {"max_abs_err": err}, f"launched silu_and_mul on GPU 0, max |err| vs torch = {err:.2e}"
+    return launch_on_gpu(ctx, out, run)
 
 
 FUNCS = {"cext": probe_cext, "nvcc": probe_nvcc, "triton": probe_triton, "tvm-ffi": probe_tvm_ffi,
