@@ -224,7 +224,8 @@ def check_files(loaded: LoadedRecipe) -> None:
         if problem is None and f.kind == "wheel" and not f.path.endswith(".whl"):
             problem = f"{f.path} is not a .whl file"
         if problem is None and f.kind == "patch" and sha256_file(path) != f.sha256:
-            problem = (f"patch sha256 mismatch: recipe says {f.sha256}, {f.path} hashes to {sha256_file(path)}")
+            problem = (f"patch sha256 mismatch for {f.entry}: recipe says {f.sha256}, "
+                       f"{f.path} hashes to {sha256_file(path)}")
             raise _place(loaded.chain, f.loc[:-1] + ("sha256",), problem)
         if problem:
             raise _place(loaded.chain, f.loc, problem)

@@ -16,6 +16,7 @@ class NamedFile:
     kind: str                      # "requirements", "wheel" or "patch"
     platform: Optional[str] = None  # None: used for every platform
     sha256: Optional[str] = None   # the hash the recipe records (patches)
+    entry: Optional[str] = None    # the patch entry's id
 
 
 def named_files(recipe: Recipe) -> list[NamedFile]:
@@ -28,7 +29,7 @@ def named_files(recipe: Recipe) -> list[NamedFile]:
         if engine.sdist:
             out.append(NamedFile(("engine", "sdist"), engine.sdist, "requirements"))
         for key in ("patches", "optional_patches"):
-            out += [NamedFile(("engine", "source", key, i, "file"), e.file, "patch", sha256=e.sha256)
+            out += [NamedFile(("engine", "source", key, i, "file"), e.file, "patch", sha256=e.sha256, entry=e.id)
                     for i, e in enumerate(getattr(engine.source, key)) if e.file]
     return out
 

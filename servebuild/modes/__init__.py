@@ -15,6 +15,8 @@ from typing import Optional
 import jinja2
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "images"
+# relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)
+RELABEL_TOOL = {"tools/overlay_package.py": str(Path(__file__).resolve().parent.parent / "tools" / "overlay_package.py")}
 
 
 @dataclass(frozen=True)

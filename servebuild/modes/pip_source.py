@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Fragment, InstallMode
+from . import RELABEL_TOOL, Fragment, InstallMode
 
 
 class PipSource(InstallMode):
@@ -10,6 +10,9 @@ class PipSource(InstallMode):
     compiles = True
     accepts_native_patches = True
     help = "pip builds the patched tree (native code compiled for cuda_arch_list)"
+
+    def context_files(self, engine, platform):
+        return dict(RELABEL_TOOL)  # a build backend may ignore SETUPTOOLS_SCM_PRETEND_VERSION
 
     def fragment(self, engine, platform):
         return Fragment("modes/pip-source.j2")

@@ -4,13 +4,10 @@ distribution relabelled with a local version naming the stack."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from ..patchfiles import is_native, is_test_or_doc
-from . import Fragment, InstallMode, TreeOrigin
-
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "overlay_package.py"
+from . import RELABEL_TOOL, Fragment, InstallMode, TreeOrigin
 
 
 class WheelOverlay(InstallMode):
@@ -19,7 +16,7 @@ class WheelOverlay(InstallMode):
     help = "the release wheel with its Python package replaced by the patched one"
 
     def context_files(self, engine, platform):
-        return {"precompiled.txt": engine.precompiled[platform], "tools/overlay_package.py": str(TOOL)}
+        return {"precompiled.txt": engine.precompiled[platform], **RELABEL_TOOL}
 
     def tree_origin(self, engine, platform):
         parent = engine.overlay_from.rstrip("/").rpartition("/")[0]

@@ -42,11 +42,15 @@ def test_manifest_records_inputs_and_outputs(fixture_images, upstream, platform)
     assert source["patches"][0]["files"] == ["toyserve/greeting.py"]
     assert len(source["tarball_sha256"]) == 64
     assert manifest["constraints"]["path"] == "constraints/toy.txt"
-    assert set(manifest["build_args"]) == {"MAX_JOBS", "NVCC_THREADS"}
+    # pip-source compiles: parallelism reaches that step; the version names the patch stack
+    assert set(manifest["build_args"]) == {"ENGINE_VERSION", "MAX_JOBS", "NVCC_THREADS"}
+    assert manifest["build_args"]["ENGINE_VERSION"] == manifest["engine"]["installed_version"]
+    assert manifest["engine"]["installed_version"].startswith("1.0.0+sb3.")
     assert manifest["bases"]["runtime"]["resolved"] == f"servebuild/debian:bookworm-{platform.split('/')[1]}"
     outputs = manifest["outputs"]
     assert outputs["image_id"] == docker("image", "inspect", "--format", "{{.Id}}", result.tag).strip()
-    assert {"six==1.17.0", "packaging==24.2", "toyserve==1.0.0"} <= set(outputs["packages"])
+    installed = manifest["engine"]["installed_version"]
+    assert {"six==1.17.0", "packaging==24.2", f"toyserve=={installed}"} <= set(outputs["packages"])
     # the copy inside the image is the inputs part, byte for byte what the labels summarize
     inside = json.loads(run(result.tag, platform, "cat", "/opt/servebuild/manifest.json"))
     assert inside == {k: v for k, v in manifest.items() if k != "outputs"}
@@ -54,7 +58,7 @@ def test_manifest_records_inputs_and_outputs(fixture_images, upstream, platform)
     assert labels["io.servebuild.manifest.sha256"] == manifest_sha256(inside)
     assert labels["org.opencontainers.image.revision"] == upstream.base
     assert labels["org.opencontainers.image.source"] == upstream.url
-    assert labels["org.opencontainers.image.version"] == "1.0.0"
+    assert labels["org.opencontainers.image.version"] == installed  # names the patch stack
     assert labels["org.opencontainers.image.base.digest"] == manifest["bases"]["runtime"]["id"]
     assert labels["io.servebuild.patches"] == "pr-1,pr-2,local-version-banner"
     assert labels["org.opencontainers.image.created"] == outputs["created"]

@@ -227,8 +227,8 @@ def test_interrupted_fetch_leaves_cache_usable(upstream, project, tmp_path, monk
     cache = SourceCache(tmp_path / "cache", recipe="toy")
     real = SourceCache._fetch_into
 
-    def interrupted(self, repo, url):
-        real(self, repo, url)
+    def interrupted(self, repo, url, prs=()):
+        real(self, repo, url, prs)
         raise KeyboardInterrupt  # as if the user pressed ^C after the objects arrived
 
     monkeypatch.setattr(SourceCache, "_fetch_into", interrupted)
