@@ -126,8 +126,9 @@ def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
     """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
     from servebuild import bases
     from servebuild.docker import DockerClient
+    from servebuild.platforms import host_arch
     from servebuild.sources import default_cache_dir
-    arch = arch or bases.host_arch()
+    arch = arch or host_arch()
     tag = tag or bases.default_tag(suite, arch)
     image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, default_cache_dir())
     print(f"{tag} ({image_id})")

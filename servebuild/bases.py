@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from .docker import BuildRequest, DockerClient
-from .platforms import docker_arch, host_arch  # noqa: F401  (re-exported for tasks)
+from .platforms import host_arch
 from .errors import DockerError, RecipeError
 
 ARCHES = ("amd64", "arm64")
