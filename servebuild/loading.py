@@ -8,7 +8,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import ValidationError
 
-from .constraints import check_hashed_requirements
+from .constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
 from .errors import RecipeError
 from .fsutil import canonical_json, sha256_bytes, sha256_file
 from .recipe import NAME, Recipe
@@ -220,6 +220,8 @@ def check_files(loaded: LoadedRecipe) -> None:
             problem = f"file {f.path} does not exist"
         if problem is None and f.kind == "requirements":
             problem = check_hashed_requirements(path)
+            if problem is None and loaded.recipe.expect.cuda:  # nvcc 13.1-13.3 miscompile DSV4 on sm_90a
+                problem = cuda_compiler_problem(parse_pins(path), loaded.recipe.expect.cuda)
             problem = f"{f.path}: {problem}" if problem else None
         if problem is None and f.kind == "wheel" and not f.path.endswith(".whl"):
             problem = f"{f.path} is not a .whl file"

@@ -125,3 +125,13 @@ def test_committed_locks_survive_schema_growth():
         merged = {**loaded.recipe.model_dump(mode="json")}
         assert GrownRecipe.model_validate(merged).new_knob == 7
         assert recipe_hash(chain) == lock["recipe_sha256"]
+
+
+def test_a_set_with_a_cuda_compiler_outside_13_0_is_refused(project):
+    """The old sglang set (nvcc/crt/nvvm 13.5.37 via humming-kernels) cannot be named by a CUDA 13.0 recipe."""
+    copy_real(project, "tests/fixtures/old-sglang-set.txt")
+    edits = {"constraints": {"linux/amd64": "tests/fixtures/old-sglang-set.txt"}, "expect": {"cuda": "13.0"}}
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edits)))
+    with pytest.raises(RecipeError, match=r"constraints.linux/amd64: .*CUDA compiler wheels outside CUDA 13.0.x: "
+                                          r".*nvidia-cuda-nvcc==13.5.37"):
+        load_recipe("hostile", project)
