@@ -84,7 +84,26 @@ def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
 
 def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     """Load and validate everything that can be checked without the engine."""
-    from .lock import apply_lock, pin_for_build, read_lock
+    loaded, lock = _pinned_recipe(root, recipe_name, options)
+    recipe = loaded.recipe
+    platform = _platform(loaded, options.platform)
+    variant = f"{options.variant}-" if options.variant else ""
+    tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
+    if not TAG.match(tag) or tag.count(":") > 2:
+        raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
+    secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
+                                           ("netrc", _check_file(options.netrc, "--netrc"))) if path}
+    config = load_config()
+    build_root = options.build_root or root / "build"
+    return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
+                     build_dir=build_root / recipe.name / (options.variant or "") / slug(platform), tag=tag,
+                     secrets=secrets, options=options, config=config, lock=lock)
+
+
+def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[dict]]:
+    """The recipe with its lock applied (strictly with --locked) and its variant chosen; a build
+    stops here, before the engine or the network is asked anything, on an unpinned PR entry."""
+    from .lock import apply_lock, pin_for_build, read_lock, unpinned_problem
     loaded = load_recipe(recipe_name, root)
     if options.locked:  # refuse anything not locked
         lock = read_lock(loaded)
@@ -93,47 +112,36 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         loaded, lock = pin_for_build(loaded)
     if options.variant:
         loaded = loaded.with_variant(options.variant)
-    from .lock import unpinned_problem
     problem = unpinned_problem(loaded, lock)
-    if problem and options.fetching and not options.dry_run:  # before the engine or the network is asked anything
+    if problem and options.fetching and not options.dry_run:
         raise problem
-    recipe = loaded.recipe
-    host = host_platform()
-    platform = options.platform or (host if host in recipe.platforms else recipe.platforms[0])
+    return loaded, lock
+
+
+def _platform(loaded: LoadedRecipe, wanted: Optional[str]) -> str:
+    recipe, host = loaded.recipe, host_platform()
+    platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])
     if platform not in PLATFORMS:
         raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
                           field="--platform")
     if platform not in recipe.platforms:
         raise RecipeError(f"platform {platform} is not among the recipe's platforms "
                           f"({', '.join(recipe.platforms)})", file=loaded.file, field="platforms")
-    variant = f"{options.variant}-" if options.variant else ""
-    tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
-    if not TAG.match(tag) or tag.count(":") > 2:
-        raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
-    secrets = {}
-    ca = _check_file(options.ca_bundle, "--ca-bundle")
-    if ca:
-        secrets["ca"] = ca
-    netrc = _check_file(options.netrc, "--netrc")
-    if netrc:
-        secrets["netrc"] = netrc
-    config = load_config()
+    return platform
+
+
+def _base_refs(loaded: LoadedRecipe, platform: str, config: Config, options: BuildOptions) -> dict[str, str]:
     mirrors = dict(config.image_mirrors)
     if options.mirror_map:
         mirrors.update(load_mirror_map(options.mirror_map))
     bases = {}
-    arch = platform.split("/")[1]
     for stage in ("build", "runtime"):
-        base = getattr(recipe.bases, stage)
+        base = getattr(loaded.recipe.bases, stage)
         # `{arch}` lets one recipe name per-arch local images (a local store holds one arch per tag)
-        ref = mirrors.get(base.ref, base.ref).replace("{arch}", arch)
+        ref = mirrors.get(base.ref, base.ref).replace("{arch}", arch_of(platform))
         # a registry digest pins FROM; a mirrored ref is a different image, so its digest does not apply
         bases[stage] = f"{ref}@{base.digest}" if base.digest and ref == base.ref else ref
-    build_root = options.build_root or root / "build"
-    return BuildPlan(loaded=loaded, platform=platform, bases=bases,
-                     build_dir=build_root / recipe.name / (options.variant or "") / slug(platform), tag=tag,
-                     secrets=secrets,
-                     options=options, config=config, lock=lock)
+    return bases
 
 
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:

@@ -7,8 +7,10 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .engines import kind_for
 from .errors import RecipeError
 from .launch import LaunchProfile, module_names, resolve_profile_bases, validate_profile
+from .modes import get_mode
 from .platforms import PLATFORMS
 
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
@@ -220,7 +222,6 @@ class Engine(Model):
     @field_validator("install")
     @classmethod
     def _install(cls, v: str) -> str:
-        from .modes import get_mode
         get_mode(v)
         return v
 
@@ -228,12 +229,10 @@ class Engine(Model):
 
     @property
     def mode(self):
-        from .modes import get_mode
         return get_mode(self.install)
 
     @property
     def kind(self):
-        from .engines import kind_for
         return kind_for(self.name)
 
 

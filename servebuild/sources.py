@@ -201,6 +201,16 @@ class SourceCache:
         repo = self.mirror(source.url, ([source.commit] if release is None else []) + commits) if needs_git else None
 
         tree = work / "tree"
+        env, origin, release_files = self._lay_out(source, tree, repo, release)
+        applied = [self._apply_entry(tree, repo, project_root, entry, env, release_files, rule)
+                   for entry in source.patches]
+        tar_path, tar_sha = self.write_tarball(tree, env)
+        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+
+    @staticmethod
+    def _lay_out(source: EngineSource, tree: Path, repo: Optional[Path],
+                 release: Optional[tuple[Path, str, str, str]]) -> tuple[dict, dict, Optional[set]]:
+        """A fresh git work tree of the unpatched source: (git env, origin record, release files)."""
         if tree.exists():
             shutil.rmtree(tree)
         tree.mkdir(parents=True)
@@ -208,38 +218,36 @@ class SourceCache:
         git("init", "--quiet", cwd=tree)
         if release is None:
             git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
-            origin = {"from": "git", "commit": source.commit}
-            release_files = None
-        else:
-            path, digest, kind, prefix = release
-            release_files = unpack_release(path, kind, prefix, tree)
-            git("add", "-A", ".", cwd=tree, env=env)
-            origin = {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
-                      "tag_commit": source.commit}
+            return env, {"from": "git", "commit": source.commit}, None
+        path, digest, kind, prefix = release
+        release_files = unpack_release(path, kind, prefix, tree)
+        git("add", "-A", ".", cwd=tree, env=env)
+        return env, {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
+                     "tag_commit": source.commit}, release_files
 
-        applied = []
-        for entry in source.patches:
-            diff = self.entry_diff(repo, entry, project_root)
-            digest = sha256_bytes(diff)
-            if entry.sha256 is not None and digest != entry.sha256:
-                what = entry.file or f"PR #{entry.pr} at {entry.commit}"
-                raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
-                                  f"{entry.sha256}, got {digest}", file=self.recipe,
-                                  field=f"engine.source.patches.{entry.id}.sha256")
-            files = self.diff_files(entry, diff)
-            dropped = [f for f in files if release_files is not None and f not in release_files
-                       and is_test_or_doc(f) and not (tree / f).exists()]
-            for f in files:
-                problem = rule(f, release_files) if rule else None
-                if problem and f not in dropped:
-                    raise SourceError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
-                                      f"(use install: pip-source)", file=self.recipe, field="engine.install")
-            self._apply(tree, entry, diff, env, exclude=dropped)
-            applied.append(AppliedPatch(
-                id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
-                sha256=digest, files=files, python_only=not any(is_native(f) for f in files), dropped=dropped))
-        tar_path, tar_sha = self.write_tarball(tree, env)
-        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+    def _apply_entry(self, tree: Path, repo: Optional[Path], project_root: Path, entry: PatchEntry, env: dict,
+                     release_files: Optional[set], rule: Optional[PatchRule]) -> AppliedPatch:
+        """Check the entry's hash and every path against the mode's rule, then apply it."""
+        diff = self.entry_diff(repo, entry, project_root)
+        digest = sha256_bytes(diff)
+        if entry.sha256 is not None and digest != entry.sha256:
+            what = entry.file or f"PR #{entry.pr} at {entry.commit}"
+            raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
+                              f"{entry.sha256}, got {digest}", file=self.recipe,
+                              field=f"engine.source.patches.{entry.id}.sha256")
+        files = self.diff_files(entry, diff)
+        # test/doc files a release artifact does not ship are dropped (and recorded), not applied
+        dropped = [f for f in files if release_files is not None and f not in release_files
+                   and is_test_or_doc(f) and not (tree / f).exists()]
+        for f in files:
+            problem = rule(f, release_files) if rule else None
+            if problem and f not in dropped:
+                raise SourceError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
+                                  f"(use install: pip-source)", file=self.recipe, field="engine.install")
+        self._apply(tree, entry, diff, env, exclude=dropped)
+        return AppliedPatch(id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
+                            sha256=digest, files=files, python_only=not any(is_native(f) for f in files),
+                            dropped=dropped)
 
     def diff_files(self, entry: PatchEntry, diff: bytes) -> list[str]:
         """The files a diff touches (git apply --numstat reads the diff and applies nothing). Run

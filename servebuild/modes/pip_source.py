@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import RELABEL_TOOL, Fragment, InstallMode
+from .base import RELABEL_TOOL, Fragment, InstallMode
 
 
 class PipSource(InstallMode):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..patchfiles import is_native, is_test_or_doc
-from . import RELABEL_TOOL, Fragment, InstallMode, TreeOrigin
+from .base import RELABEL_TOOL, Fragment, InstallMode, TreeOrigin
 
 
 class WheelOverlay(InstallMode):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...launch import flag_values
-from .. import EngineKind, check_dspark_block
+from ..base import EngineKind, check_dspark_block
 
 
 class SGLang(EngineKind):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ...launch import flag_values
-from .. import EngineKind, check_dspark_block
+from ..base import EngineKind, check_dspark_block
 
 
 class VLLM(EngineKind):

@@ -1,0 +1,86 @@
+"""The install-mode protocol: what every mode provides (see modes/__init__.py for the table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import jinja2
+
+from ..patchfiles import is_native
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "images"
+# relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)
+RELABEL_TOOL = {"tools/overlay_package.py": str(Path(__file__).resolve().parent.parent / "tools" / "overlay_package.py")}
+
+
+@dataclass(frozen=True)
+class TreeOrigin:
+    """Where the engine's source tree comes from before the patch stack is applied.
+
+    `git`: the pinned commit of the upstream repository. `pypi`: a hash-pinned release artifact
+    of the same tag (a wheel or an sdist, named by a hashed requirement file), unpacked under
+    `prefix`; the git upstream is then needed only to compute PR diffs.
+    """
+
+    kind: str                      # "git" or "pypi"
+    requirement: Optional[str] = None  # hashed requirement file (project-relative) for "pypi"
+    artifact: str = "wheel"        # "wheel" or "sdist"
+    package_prefix: str = ""       # where the artifact's files land in the tree (e.g. python/ for a wheel)
+
+
+@dataclass
+class Fragment:
+    """What a mode contributes to the engine stage, rendered by its template."""
+
+    template: str
+    data: dict = field(default_factory=dict)
+
+
+class InstallMode:
+    """Base class: subclasses set `name` and override what differs."""
+
+    name = ""
+    compiles = False              # the engine stage runs a native compile (gets MAX_JOBS/NVCC_THREADS)
+    accepts_native_patches = False
+    required_fields: tuple[str, ...] = ()  # engine fields that must be set, e.g. ("precompiled",)
+    help = ""
+
+    # -- validation (raise ValueError with the field path first)
+    def validate(self, engine, platforms: list[str]) -> None:
+        for name in self.required_fields:
+            value = getattr(engine, name)
+            if not value:
+                raise ValueError(f"engine.{name}: install {self.name} needs it")
+            if isinstance(value, dict):
+                missing = [p for p in platforms if p not in value]
+                if missing:
+                    raise ValueError(f"engine.{name}: install {self.name} needs an entry for {', '.join(missing)}")
+
+    # -- files
+    def context_files(self, engine, platform: str) -> dict[str, str]:
+        """Build-context name -> project-relative file: copied into the context, hashed into the
+        manifest and the lock (one list for all three)."""
+        return {}
+
+    def tree_origin(self, engine, platform: str) -> TreeOrigin:
+        return TreeOrigin("git")
+
+    # -- patches
+    def patch_problem(self, path: str, release_files: Optional[set[str]], engine) -> Optional[str]:
+        """Why this mode cannot carry a change to `path` (None if it can)."""
+        if not self.accepts_native_patches and is_native(path):
+            return "touches native code"
+        return None
+
+    # -- rendering
+    def fragment(self, engine, platform: str) -> Fragment:
+        """The engine stage's install steps. The tree is at /tmp/src; install into /opt/engine/site;
+        the build arg ENGINE_VERSION carries the version (with the patch stack's local label)."""
+        raise NotImplementedError
+
+    def render(self, engine, platform: str, env: jinja2.Environment) -> str:
+        frag = self.fragment(engine, platform)
+        template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
+        return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
