@@ -33,15 +33,16 @@ import yaml
 from .constraints import (CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines,
                           normalize, parse_pins)
 from .errors import RecipeError
+from .platforms import PLATFORMS, machine_of
 
 CONSTRAINTS_DIR = "constraints"
 INPUTS_NAME = "inputs.yaml"
 FIELDS = {"stack", "engine", "sdist", "requirements", "cuda", "exclude_newer", "index_url", "uv", "targets", "absent"}
 REQUIRED = ("stack", "engine", "requirements", "cuda", "exclude_newer", "index_url", "uv", "targets")
-ARCHS = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+ARCHS = {p: machine_of(p) for p in PLATFORMS}  # platform -> uv's machine name
 REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[a-z0-9,_-]+\])?((?:(?:===|==|!=|~=|>=|<=|>|<)"
-                         r"[A-Za-z0-9.*+!_-]+)(?:,(?:===|==|!=|~=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+)*)?$")
-EXCLUDE_NEWER = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+                         r"[A-Za-z0-9.*+!_-]+)(?:,(?:===|==|!=|~=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+)*)?\Z")
+EXCLUDE_NEWER = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 
 
 @dataclass(frozen=True)
