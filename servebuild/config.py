@@ -14,6 +14,7 @@ from typing import Optional
 import yaml
 
 from .errors import RecipeError
+from .recipe import IMAGE_REF
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,25 @@ def _pairs(text: str, var: str) -> dict[str, str]:
     return out
 
 
+def _image_refs(mapping: dict[str, str], file: str, field: str) -> dict[str, str]:
+    """Mapped references land in FROM lines: each must be an image reference and nothing else."""
+    for key, value in mapping.items():
+        if not IMAGE_REF.match(value):
+            raise RecipeError(f"{value!r} (for {key!r}) is not an image reference name[:tag][@sha256:...]",
+                              file=file, field=f"{field}.{key}")
+    return mapping
+
+
 def load_config(path: Optional[Path] = None) -> Config:
     path = path or Path(os.environ.get("SERVEBUILD_CONFIG", Path.home() / ".config/servebuild/config.yaml"))
     data: dict = {}
     if path.exists():
         try:
             data = yaml.safe_load(path.read_text()) or {}
+        except UnicodeDecodeError as exc:
+            raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
         except yaml.YAMLError as exc:
-            raise RecipeError(f"invalid YAML: {exc}", file=str(path)) from None
+            raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
         if not isinstance(data, dict) or set(data) - {"git_mirrors", "image_mirrors"}:
             raise RecipeError("expected a mapping with git_mirrors and/or image_mirrors", file=str(path))
         for key in ("git_mirrors", "image_mirrors"):
@@ -51,7 +63,7 @@ def load_config(path: Optional[Path] = None) -> Config:
                                                    "SERVEBUILD_GIT_MIRRORS")}
     images = {**data.get("image_mirrors", {}), **_pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""),
                                                         "SERVEBUILD_IMAGE_MIRRORS")}
-    return Config(git_mirrors=git, image_mirrors=images)
+    return Config(git_mirrors=git, image_mirrors=_image_refs(images, str(path), "image_mirrors"))
 
 
 def load_mirror_map(path: Path) -> dict[str, str]:
@@ -60,8 +72,12 @@ def load_mirror_map(path: Path) -> dict[str, str]:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
         raise RecipeError(f"cannot read mirror map: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
         raise RecipeError("a mirror map needs an `images:` mapping of reference to reference",
                           file=str(path), field="images")
-    return images
+    return _image_refs(images, str(path), "images")

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from servebuild.config import load_mirror_map
 from servebuild.errors import RecipeError
 from servebuild.pipeline import BuildOptions, make_plan
 from servebuild.recipe import BuildResources
@@ -72,3 +73,16 @@ def test_render_cli_prints_the_golden_dockerfile():
                           cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (REPO_ROOT / "tests/golden/sglang-fused-fp4.linux-amd64.Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("text,message", [
+    (b"images:\n  nvidia/cuda:13.0.2-devel-ubuntu24.04: \"x\\nRUN touch /pwned\"\n", "is not an image reference"),
+    (b"images: {a: [b\n", "invalid YAML"),
+    (b"images:\n  a: \xff\n", "not UTF-8"),
+])
+def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
+    path = tmp_path / "map.yaml"
+    path.write_bytes(text)
+    with pytest.raises(RecipeError, match=message) as info:
+        load_mirror_map(path)
+    assert "\n" not in str(info.value)
