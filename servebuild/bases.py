@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,8 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
     """debootstrap once per (suite, arch); later calls reuse the cached tarball."""
     if arch not in ARCHES:
         raise RecipeError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
+    if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
+        raise RecipeError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
     if shutil.which("debootstrap") is None:
         raise DockerError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
     out = cache_dir / "rootfs" / f"{suite}-{arch}.tar"

@@ -86,3 +86,10 @@ def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
     with pytest.raises(RecipeError, match=message) as info:
         load_mirror_map(path)
     assert "\n" not in str(info.value)
+
+
+def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
+    from servebuild.bases import rootfs_tarball
+    with pytest.raises(RecipeError, match=r"--suite: '../../x' is not a Debian suite name"):
+        rootfs_tarball("amd64", "../../x", tmp_path)
+    assert not (tmp_path / "rootfs").exists()
