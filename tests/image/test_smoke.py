@@ -37,8 +37,17 @@ def pytest_generate_tests(metafunc):
 
 # ------------------------------------------------------------------ imports and versions
 
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def checked_module(name: str) -> str:
+    """Expectations can come from a file: only a dotted module name may reach `import` on the host."""
+    assert MODULE_NAME.fullmatch(name), f"{name!r} is not a dotted module name; refusing to run it"
+    return name
+
+
 def test_import(py, module):
-    result = py(f"import {module}")
+    result = py(f"import {checked_module(module)}")
     assert result.rc == 0, f"`import {module}` failed: {lines_of(result).splitlines()[-1:]}"
 
 
@@ -224,7 +233,7 @@ def test_gpu_matmul(py, gpus):
 
 def test_gpu_import(py, gpus, gpu_module):
     """Modules that load the CUDA driver when imported (sgl_kernel) can only be imported with a GPU."""
-    result = py(f"import {gpu_module}")
+    result = py(f"import {checked_module(gpu_module)}")
     assert result.rc == 0, f"`import {gpu_module}` failed: {lines_of(result).splitlines()[-1:]}"
 
 
