@@ -17,7 +17,7 @@ from servebuild.render import render_dockerfile
 from support import REPO_ROOT
 
 REAL = ["torch-cu130", "torch-cu130-bookworm", "vllm-dspark", "sglang-native-fp8", "sglang-fused-fp4",
-        "sglang-native-fp8-bookworm", "vllm-dspark-bookworm"]
+        "sglang-native-fp8-bookworm", "vllm-dspark-bookworm", "sglang-hgx-h200"]
 GOLDEN = REPO_ROOT / "tests" / "golden"
 
 
@@ -193,3 +193,25 @@ def test_bad_variants(tmp_path, variants, message):
 def test_unknown_variant_names_the_known_ones():
     with pytest.raises(RecipeError, match="unknown variant 'x'; this recipe has: adaptive-prefill-only, final, original-fix"):
         load_recipe("sglang-native-fp8", REPO_ROOT).with_variant("x")
+
+
+@pytest.mark.parametrize("args,problem", [
+    (["--speculative-algorithm", "DSPARK"], None),  # gamma from the draft checkpoint
+    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "6"], None),
+    (["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "5"], None),
+    (["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "4"],
+     "--speculative-dspark-block-size is 4, below the DSpark block size 5"),
+    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "5"],
+     "--speculative-num-draft-tokens minus one is 4, below the DSpark block size 5"),
+    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "six"],
+     "DSPARK needs an integer --speculative-num-draft-tokens"),
+])
+def test_sglang_dspark_spellings(args, problem):
+    from servebuild.engines import kind_for
+    from servebuild.launch import LaunchProfile
+    profile = LaunchProfile(module="sglang.launch_server", args=args, dspark_block_size=5)
+    if problem is None:
+        kind_for("sglang").check_profile("p", profile)
+    else:
+        with pytest.raises(ValueError, match=problem):
+            kind_for("sglang").check_profile("p", profile)

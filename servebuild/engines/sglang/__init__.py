@@ -14,15 +14,20 @@ class SGLang(EngineKind):
     entrypoints = ("sglang.launch_server",)
 
     def check_profile(self, name, profile):
+        """SGLang 0.5.16 spells the DSpark draft length two ways: --speculative-dspark-block-size
+        (gamma, the proposals) or --speculative-num-draft-tokens (gamma + 1, it counts the verified
+        token). With neither, gamma is taken from the draft checkpoint's block_size."""
         flags = flag_values(profile.args + profile.extra_args)
         algo = flags.get("--speculative-algorithm")
-        if algo and (algo[0] or "").upper() == "DSPARK":
-            draft = flags.get("--speculative-num-draft-tokens")
-            if not draft or draft[0] is None or not draft[0].isdigit():
-                raise ValueError(f"profile {name!r}: DSPARK needs an integer --speculative-num-draft-tokens")
-            # SGLang counts the verified token: N draft tokens are N-1 proposals
-            check_dspark_block(name, profile.dspark_block_size, int(draft[0]) - 1,
-                               "--speculative-num-draft-tokens minus one")
+        if not algo or (algo[0] or "").upper() != "DSPARK":
+            return
+        for flag, offset in (("--speculative-dspark-block-size", 0), ("--speculative-num-draft-tokens", 1)):
+            given = flags.get(flag)
+            if given:
+                if given[0] is None or not given[0].isdigit():
+                    raise ValueError(f"profile {name!r}: DSPARK needs an integer {flag}")
+                what = flag if offset == 0 else f"{flag} minus one"
+                check_dspark_block(name, profile.dspark_block_size, int(given[0]) - offset, what)
 
 
 KIND = SGLang()

@@ -1,0 +1,83 @@
+# Rendered by servebuild from recipe sglang-hgx-h200 for linux/amd64. Do not edit: edit the recipe.
+# recipe sha256: 35b833703f9b50d0042a7499c2ee08c798e03d29801c34136e366d014c8aaf1d
+# ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
+FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
+ && python3 -m venv /opt/venv
+ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv
+COPY requirements.txt /opt/servebuild/requirements.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
+ && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
+ && ln -sfn lib /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so
+# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+FROM deps AS engine
+# sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1, install wheel-overlay
+ARG ENGINE_VERSION=0.5.16
+ENV TORCH_CUDA_ARCH_LIST="9.0a"
+ADD source.tar /tmp/
+COPY precompiled.txt /opt/servebuild/precompiled.txt
+COPY tools/overlay_package.py /opt/servebuild/tools/overlay_package.py
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca \
+    --mount=type=secret,id=netrc,target=/root/.netrc \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt \
+ && python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
+    --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
+ && python -m compileall -q /opt/engine/site/sglang \
+ && rm -rf /tmp/src
+RUN mkdir -p /opt/engine/site \
+ && pip list --format=freeze > /opt/servebuild/packages.txt
+# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
+FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    rm -f /etc/apt/apt.conf.d/docker-clean \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends build-essential ca-certificates python3 python3-dev \
+ && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
+ && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt
+COPY launchers/ /usr/local/bin/
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=engine /opt/engine /opt/engine
+COPY --from=engine /opt/servebuild /opt/servebuild
+COPY manifest.json /opt/servebuild/manifest.json
+ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
+    DG_JIT_CACHE_DIR="/cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
+    HUMMING_CACHE_DIR="/cache/humming" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH" \
+    SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
+    TILELANG_CACHE_DIR="/cache/tilelang" \
+    TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    TRITON_CACHE_DIR="/cache/triton" \
+    TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
+    VIRTUAL_ENV="/opt/venv"
+EXPOSE 30000
+WORKDIR /workspace
+# hadolint ignore=DL3002
+USER 0
+CMD ["/usr/local/bin/sglang-h200-marlin"]
