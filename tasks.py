@@ -40,14 +40,14 @@ def _path(value):
 
 
 def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
-             mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True):
+             mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True, stack_=None):
     import os
     from servebuild.pipeline import BuildOptions
     ca_bundle = ca_bundle or os.environ.get("SERVEBUILD_CA_BUNDLE")
     return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
                         ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
                         offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant,
-                        fetching=fetching)
+                        fetching=fetching, stack=stack_)
 
 
 @task(help={"recipe": "recipe name or path"})
@@ -255,37 +255,63 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     _verdict(code, out_dir)
 
 
-@task(help={"recipe": "recipe with `variants`", "variants": "comma-separated subset (default: all)",
+@task(help={"recipe": "recipe with `variants` (or a patch stack, with --search)",
+            "variants": "comma-separated subset (default: all)",
             "platform": "platform (default: this host's if the recipe has it)",
             "locked": "build what the lock pins", "offline": "sources from the cache only",
-            "ca_bundle": "extra CA bundle for pip (BuildKit secret)"})
+            "ca_bundle": "extra CA bundle for pip (BuildKit secret)",
+            "run": "shell command run in a throwaway container of each image (exit status + JSON metrics)",
+            "search": "find the first patch of the stack whose prefix changes the outcome (needs --run)",
+            "metric": "metric whose value against --threshold is the outcome (default: the exit status)",
+            "threshold": "pass when the metric is at least this", "profiles": "comma-separated launch "
+            "profiles: run the command once per profile ($SERVEBUILD_PROFILE, $SERVEBUILD_LAUNCHER)",
+            "timeout": "seconds per run", "network": "give the run containers network",
+            "metrics_file": "JSON file the command writes in the container (default: its last JSON line)",
+            "volume": "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)"},
+      iterable=["volume"])
 @one_line_errors
-def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None):
-    """Build isolated A/B images, one per variant (a subset of the patch stack); they share every layer they can."""
-    import time
-    from servebuild import pipeline
-    from servebuild.docker import DockerClient
+def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
+           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=1800, network=False,
+           metrics_file=None, volume=None):
+    """A/B images: one isolated image per variant (sharing every layer but the engine's), a command
+    run in each, one table; --search bisects the patch stack for the first patch that changes the result."""
+    from servebuild import bisect as ab
     from servebuild.loading import load_recipe
+    threshold = float(threshold) if threshold is not None else None
+    ab.check_threshold(metric, threshold)
     loaded = load_recipe(recipe, ROOT)
-    names = variants.split(",") if variants else list(loaded.recipe.variants)
-    if not names:
-        raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
-    plans = [pipeline.make_plan(ROOT, recipe, _options(platform=platform, locked=locked, offline=offline,
-                                                       ca_bundle=ca_bundle, variant=name)) for name in names]
-    engine = DockerClient()
-    rows, first_layers = [], None
-    for name, plan in zip(names, plans):
-        start = time.monotonic()
-        result = pipeline.build(plan, engine)
-        layers = engine.image_inspect(result.image_id)["RootFS"]["Layers"]
-        first_layers = first_layers or layers
-        shared = next((i for i, (a, b) in enumerate(zip(first_layers, layers)) if a != b),
-                      min(len(first_layers), len(layers)))
-        patches = ",".join(p.id for p in plan.loaded.recipe.engine.source.patches) or "(none)"
-        rows.append((name, result.tag, f"{time.monotonic() - start:.0f}s", f"{shared}/{len(layers)}", patches))
-    print(f"{'variant':<20} {'tag':<48} {'time':>6} {'shared':>7}  patches")
-    for row in rows:
-        print(f"{row[0]:<20} {row[1]:<48} {row[2]:>6} {row[3]:>7}  {row[4]}")
+    if search and not run:
+        raise Exit("error: --search: give the command that decides the outcome with --run", code=2)
+    profile_names = profiles.split(",") if profiles else [None]
+    unknown = [p for p in profile_names if p and p not in loaded.recipe.launch.profiles]
+    if unknown:
+        raise Exit(f"error: {loaded.file}: launch.profiles: no profile {unknown[0]!r} "
+                   f"(known: {', '.join(loaded.recipe.launch.profiles)})", code=2)
+    probe = ab.Probe(run, timeout_s=int(timeout), network=network, metrics_file=metrics_file,
+                     volumes=tuple(volume or ())) if run else None
+    if search:
+        if loaded.recipe.engine is None:
+            raise Exit(f"error: {loaded.file}: engine: a recipe without an engine has no patch stack", code=2)
+        stack = [e.id for e in loaded.recipe.engine.source.patches]
+        jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
+    else:
+        names = variants.split(",") if variants else list(loaded.recipe.variants)
+        if not names:
+            raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
+        jobs = [(name, None) for name in names]
+    options = {name: _options(platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle, variant=name,
+                              stack_=stack_) for name, stack_ in jobs}
+    session = ab.Session(ROOT, recipe, probe, profile_names, options)  # plans checked before anything builds
+    if search:
+        found = ab.first_change(len(jobs) - 1, lambda i: session.outcome(jobs[i][0], metric, threshold))
+        culprit = session.culprit(jobs, found)
+        print(culprit)
+    else:
+        for name, _ in jobs:
+            session.measure(name)
+    json_path, md_path = session.report(ROOT / "build" / loaded.recipe.name / "bisect")
+    print(ab.table(session.rows), end="")
+    print(f"report: {json_path} and {md_path}")
 
 
 @task(help={"recipe": "recipe whose build to publish", "registry": "HOST[:PORT] of the registry",

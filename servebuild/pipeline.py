@@ -47,6 +47,7 @@ class BuildOptions:
     locked: bool = False
     variant: Optional[str] = None
     fetching: bool = True  # False for plans that only render or name a build (render, test-image, publish)
+    stack: Optional[tuple[str, ...]] = None  # an ad-hoc variant (named by `variant`): these patch ids, in order
 
 
 @dataclass
@@ -110,7 +111,9 @@ def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple
         loaded = apply_lock(loaded, lock)
     else:  # use what the committed lock pins, if it is current
         loaded, lock = pin_for_build(loaded)
-    if options.variant:
+    if options.stack is not None:
+        loaded = loaded.replace(loaded.recipe.with_stack(list(options.stack)), variant=options.variant)
+    elif options.variant:
         loaded = loaded.with_variant(options.variant)
     problem = unpinned_problem(loaded, lock)
     if problem and options.fetching and not options.dry_run:

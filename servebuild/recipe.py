@@ -405,7 +405,18 @@ class Recipe(Model):
         if name not in self.variants:
             known = ", ".join(sorted(self.variants)) or "none"
             raise RecipeError(f"unknown variant {name!r}; this recipe has: {known}", field="--variant")
+        return self.with_stack(self.variants[name].patches)
+
+    def with_stack(self, ids: list[str]) -> "Recipe":
+        """This recipe with the given entries (stack or optional, in order) as its patch stack."""
         pool = self.engine.source.entries()
-        source = self.engine.source.model_copy(update={"patches": [pool[i] for i in self.variants[name].patches]})
+        unknown = [i for i in ids if i not in pool]
+        if unknown:
+            raise RecipeError(f"unknown patch {unknown[0]!r} (known: {', '.join(pool)})", field="--patches")
+        try:
+            check_stack([pool[i] for i in ids])
+        except ValueError as exc:
+            raise RecipeError(str(exc), field="--patches") from None
+        source = self.engine.source.model_copy(update={"patches": [pool[i] for i in ids]})
         return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
 

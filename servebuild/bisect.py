@@ -1,0 +1,252 @@
+"""A/B images that answer a question: build each variant (or each prefix of the patch stack), run
+one command in a throwaway container of each, collect its exit status and metrics, and find the
+first patch that changes the outcome.
+
+Variants of one recipe share every layer but the engine's, so a variant costs its unique bytes;
+those are read from the engine's layer store (local engines) and reported per variant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from .docker import DockerClient
+from .errors import RecipeError
+from .fsutil import atomic_write, write_json
+from .pipeline import build, make_plan
+from .smoke import has_nvidia_runtime
+
+METRICS_MARK = "SERVEBUILD-METRICS"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What to run in every image: a shell command, its time limit, network, metrics file."""
+
+    command: str
+    timeout_s: int = 1800
+    network: bool = False
+    metrics_file: Optional[str] = None  # a JSON object the command writes inside the container
+    volumes: tuple[str, ...] = ()        # docker -v specs: the model, the benchmark, a JIT cache
+
+    def script(self) -> str:
+        if not self.metrics_file:
+            return self.command
+        path = self.metrics_file
+        return (f"{self.command}\nrc=$?\nif [ -f '{path}' ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < '{path}'; "
+                f"printf '\\n'; fi\nexit $rc")
+
+
+@dataclass
+class Row:
+    variant: str
+    patches: list[str]
+    tag: str
+    image_id: str
+    build_s: float
+    profile: Optional[str] = None
+    exit: Optional[int] = None       # None: timed out
+    run_s: float = 0.0
+    metrics: dict = field(default_factory=dict)
+    unique_bytes: Optional[int] = None
+    output_tail: str = ""
+
+
+def parse_metrics(output: str) -> dict:
+    """The metrics file's JSON (marked), else the last line of output that is a JSON object."""
+    lines = output.strip().splitlines()
+    for line in reversed(lines):
+        if line.startswith(METRICS_MARK + " "):
+            return _object(line[len(METRICS_MARK) + 1:])
+    for line in reversed(lines):
+        if line.strip().startswith("{"):
+            found = _object(line.strip())
+            if found:
+                return found
+    return {}
+
+
+def _object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional[str], gpus: bool) -> tuple:
+    """(exit or None on timeout, seconds, output) of the probe in a throwaway container."""
+    name = f"servebuild-bisect-{uuid.uuid4().hex[:12]}"
+    args = [docker.client, "run", "--name", name, "--entrypoint", "sh"]
+    if not probe.network:
+        args += ["--network", "none"]
+    if gpus:
+        args += ["--gpus", "all", "--ipc=host"]
+    for volume in probe.volumes:
+        args += ["-v", volume]
+    if profile:  # the command can start the server the way this profile does
+        args += ["-e", f"SERVEBUILD_PROFILE={profile}", "-e", f"SERVEBUILD_LAUNCHER=/usr/local/bin/{profile}"]
+    args += [tag, "-c", probe.script()]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=probe.timeout_s)
+        code, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code = None
+        output = ((exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""))
+    finally:
+        subprocess.run([docker.client, "rm", "-f", "-v", name], capture_output=True)
+    return code, time.monotonic() - start, output
+
+
+def layer_sizes(docker: DockerClient, image_id: str) -> list[tuple[str, Optional[int]]]:
+    """(diff id, bytes) of each layer, from a local engine's layer store (None where unreadable)."""
+    info = docker.info()
+    store = Path(info.get("DockerRootDir", "/var/lib/docker")) / "image" / info.get("Driver", "overlay2") / \
+        "layerdb" / "sha256"
+    out, chain = [], None
+    for diff in docker.image_inspect(image_id)["RootFS"]["Layers"]:
+        chain = diff if chain is None else "sha256:" + hashlib.sha256(f"{chain} {diff}".encode()).hexdigest()
+        size_file = store / chain.split(":", 1)[1] / "size"
+        try:
+            out.append((diff, int(size_file.read_text())))
+        except (OSError, ValueError):
+            out.append((diff, None))
+    return out
+
+
+def unique_bytes(sizes: dict[str, list[tuple[str, Optional[int]]]]) -> dict[str, Optional[int]]:
+    """For each image, the bytes of the layers no other image of the set has."""
+    out = {}
+    for name, layers in sizes.items():
+        others = {d for other, ls in sizes.items() if other != name for d, _ in ls}
+        mine = [s for d, s in layers if d not in others]
+        out[name] = None if any(s is None for s in mine) else sum(mine)
+    return out
+
+
+def outcome(row: Row, metric: Optional[str], threshold: Optional[float]) -> str:
+    """What the search compares: pass/fail of the exit status, or of a metric against a threshold."""
+    if row.exit is None:
+        return "timeout"
+    if metric is None:
+        return "pass" if row.exit == 0 else "fail"
+    value = row.metrics.get(metric)
+    if not isinstance(value, (int, float)):
+        return "no-metric"
+    return "pass" if value >= threshold else "fail"
+
+
+def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
+    """The smallest prefix length i in 1..n whose outcome differs from prefix 0's, by bisection
+    (the outcome is assumed to change once along the stack); None if prefix n agrees with 0."""
+    base = result(0)
+    if result(n) == base:
+        return None
+    lo, hi = 0, n  # result(lo) == base, result(hi) != base
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if result(mid) == base:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table: one row per (variant, profile), one column per metric."""
+    metrics = sorted({k for r in rows for k in r.metrics})
+    head = ["variant", "profile", "patches", "build s", "unique MB", "exit", "run s", *metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        unique = "?" if r.unique_bytes is None else f"{r.unique_bytes / 1e6:.1f}"
+        cells = [r.variant, r.profile or "-", ",".join(r.patches) or "(none)", f"{r.build_s:.0f}", unique,
+                 "timeout" if r.exit is None else str(r.exit), f"{r.run_s:.0f}",
+                 *[str(r.metrics.get(m, "")) for m in metrics]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {"rows": [asdict(r) for r in rows], **(extra or {})}
+    write_json(out_dir / "bisect.json", data)
+    atomic_write(out_dir / "bisect.md", table(rows))
+    return out_dir / "bisect.json", out_dir / "bisect.md"
+
+
+def check_threshold(metric: Optional[str], threshold: Optional[float]) -> None:
+    if (metric is None) != (threshold is None):
+        raise RecipeError("give --metric and --threshold together (or neither: the exit status decides)",
+                          field="--metric")
+
+
+class Session:
+    """One bisect run: every plan is made (and checked) before anything builds; each image is
+    built once and measured once per profile."""
+
+    def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: list[Optional[str]],
+                 options: dict):
+        self.plans = {name: make_plan(root, recipe, o) for name, o in options.items()}
+        self.probe, self.profiles = probe, profiles
+        self.docker = DockerClient()
+        self.gpus = has_nvidia_runtime(self.docker)
+        self.rows: list[Row] = []
+        self.measured: dict[str, list[Row]] = {}
+
+    def measure(self, name: str) -> list[Row]:
+        if name in self.measured:
+            return self.measured[name]
+        plan = self.plans[name]
+        start = time.monotonic()
+        result = build(plan, self.docker)
+        build_s = time.monotonic() - start
+        patches = [p.id for p in plan.loaded.recipe.engine.source.patches] if plan.loaded.recipe.engine else []
+        rows = []
+        for profile in self.profiles:
+            row = Row(variant=name, patches=patches, tag=result.tag, image_id=result.image_id, build_s=build_s,
+                      profile=profile)
+            if self.probe:
+                row.exit, row.run_s, output = run_in_image(self.docker, result.tag, self.probe, profile, self.gpus)
+                row.metrics, row.output_tail = parse_metrics(output), output[-2000:]
+            print(f"  {name}{' / ' + profile if profile else ''}: built in {build_s:.0f}s"
+                  + (f", exit {row.exit}, metrics {row.metrics}" if self.probe else ""), flush=True)
+            rows.append(row)
+        self.rows += rows
+        self.measured[name] = rows
+        return rows
+
+    def outcome(self, name: str, metric: Optional[str], threshold: Optional[float]) -> str:
+        return ",".join(outcome(r, metric, threshold) for r in self.measure(name))
+
+    def culprit(self, jobs: list[tuple], found: Optional[int]) -> str:
+        if found is None:
+            last = jobs[-1][0]
+            return (f"no patch changes the outcome: {jobs[0][0]} and {last} agree "
+                    f"({','.join(self.outcome_of(jobs[0][0]))})")
+        name, stack = jobs[found]
+        entry = self.plans[name].loaded.recipe.engine.source.patches[-1]
+        manifest = json.loads((self.plans[name].build_dir / "manifest.json").read_text())
+        applied = manifest["engine"]["source"]["patches"][-1]
+        where = f"PR #{entry.pr} at {entry.commit}" if entry.pr else entry.file
+        before, after = self.outcome_of(jobs[found - 1][0]), self.outcome_of(name)
+        return (f"first patch that changes the outcome: {entry.id} ({where}, diff sha256 {applied['sha256']}): "
+                f"{','.join(before)} with {jobs[found - 1][0]} -> {','.join(after)} with {name}; "
+                f"{len(self.measured)} of {len(jobs)} prefixes built")
+
+    def outcome_of(self, name: str) -> list[str]:
+        return [f"exit {r.exit}" for r in self.measured[name]]
+
+    def report(self, out_dir: Path) -> tuple[Path, Path]:
+        sizes = {name: layer_sizes(self.docker, rows[0].image_id) for name, rows in self.measured.items()}
+        unique = unique_bytes(sizes) if len(sizes) > 1 else {}
+        for row in self.rows:
+            row.unique_bytes = unique.get(row.variant)
+        return write_report(self.rows, out_dir)

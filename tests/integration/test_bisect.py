@@ -1,0 +1,92 @@
+"""bisect --run and --search on the fixture recipe, on the real engine: a command runs in every
+variant image, its metrics come back in one table, and the search names the patch that changes
+the outcome while building only what bisection needs. (The real SGLang variants are measured by
+`invoke bisect` on a GPU host; here the command is the toy server's banner.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from integration.conftest import CREATED_TAGS, HOST_CA
+from servebuild import bisect as ab
+from servebuild.pipeline import BuildOptions
+from support import fixture_recipe, make_project, make_upstream
+
+VARIANTS = {"release": {"patches": []}, "prs": {"patches": ["pr-1", "pr-2"]},
+            "banner-only": {"patches": ["local-version-banner"]}}
+# the toy server's banner says "patched" once the local patch is in; a JSON line carries the metric
+COMMAND = ('out=$(toy-serve --port 5); echo "$out"; '
+           'printf \'{"patched": %s, "hopper": %s}\\n\' "$(echo "$out" | grep -c patched)" '
+           '"$(echo "$out" | grep -c hopper)"')
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bisect")
+    up = make_upstream(tmp)
+    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS))
+    return root, tmp / "cache"
+
+
+def options(cache, name, stack=None):
+    tag = f"servebuild-test/toy-bisect:{name}"
+    CREATED_TAGS.append(tag)
+    return BuildOptions(platform="linux/amd64", tag=tag, cache_dir=cache, echo=False, variant=name,
+                        stack=stack, ca_bundle=HOST_CA if HOST_CA.exists() else None)
+
+
+def test_run_measures_every_variant(engine, base_images, project, tmp_path):
+    root, cache = project
+    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), [None, "toy-serve"],
+                         {name: options(cache, name) for name in VARIANTS})
+    for name in VARIANTS:
+        session.measure(name)
+    json_path, md_path = session.report(tmp_path / "report")
+    rows = {(r.variant, r.profile): r for r in session.rows}
+    assert len(rows) == 6 and all(r.exit == 0 for r in rows.values())
+    assert {v: rows[(v, None)].metrics for v in VARIANTS} == {
+        "release": {"patched": 0, "hopper": 0}, "prs": {"patched": 0, "hopper": 1},
+        "banner-only": {"patched": 1, "hopper": 0}}
+    assert rows[("prs", "toy-serve")].metrics == rows[("prs", None)].metrics
+    report = json.loads(json_path.read_text())
+    assert len(report["rows"]) == 6 and "| banner-only | - | local-version-banner |" in md_path.read_text()
+    # a variant costs its engine layers, not an image
+    size = int(engine.image_inspect(rows[("prs", None)].image_id)["Size"])
+    for name in VARIANTS:
+        unique = rows[(name, None)].unique_bytes
+        assert unique is not None and 0 < unique < size * 0.05, (name, unique, size)
+    print("\n" + ab.table(session.rows))
+
+
+def test_search_names_the_first_patch_that_changes_the_metric(engine, base_images, project):
+    root, cache = project
+    stack = ["pr-1", "pr-2", "local-version-banner"]
+    jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
+    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), [None],
+                         {name: options(cache, name, s) for name, s in jobs})
+    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "patched", 1.0))
+    assert found == 3
+    message = session.culprit(jobs, found)
+    assert message.startswith("first patch that changes the outcome: local-version-banner "
+                              "(patches/toy-version-banner.patch, diff sha256 ")
+    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "hopper", 1.0))
+    assert found == 2 and "pr-2" in session.culprit(jobs, found)
+    assert len(session.measured) == 4  # prefixes 0..3, each built once for both questions
+
+
+def test_bisection_costs_a_logarithmic_number_of_results():
+    seen = []
+
+    def result(i):
+        seen.append(i)
+        return "pass" if i < 37 else "fail"
+    assert ab.first_change(100, result) == 37
+    assert len(set(seen)) <= 2 + 7  # ends, then log2(100) probes
+
+
+def test_metric_and_threshold_come_together():
+    from servebuild.errors import RecipeError
+    with pytest.raises(RecipeError, match="--metric and --threshold together"):
+        ab.check_threshold("ttft", None)
