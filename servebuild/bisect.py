@@ -163,15 +163,22 @@ def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
 def table(rows: list[Row]) -> str:
     """A Markdown table: one row per (variant, profile), one column per metric."""
     metrics = sorted({k for r in rows for k in r.metrics})
-    head = ["variant", "profile", "patches", "build s", "unique MB", "exit", "run s", *metrics]
+    head = ["variant", "profile", "patches", "build s", "unique", "exit", "run s", *metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        unique = "?" if r.unique_bytes is None else f"{r.unique_bytes / 1e6:.1f}"
+        unique = "?" if r.unique_bytes is None else human_bytes(r.unique_bytes)
         cells = [r.variant, r.profile or "-", ",".join(r.patches) or "(none)", f"{r.build_s:.0f}", unique,
                  "timeout" if r.exit is None else str(r.exit), f"{r.run_s:.0f}",
                  *[str(r.metrics.get(m, "")) for m in metrics]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -> tuple[Path, Path]:
