@@ -83,6 +83,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),
         "engine_fragment": engine.mode.render(engine, platform, _environment()) if engine else "",
+        "runtime_fragment": engine.mode.render(engine, platform, _environment(), runtime=True) if engine else "",
         "runtime_env": [f'{k}="{v}"' for k, v in sorted(env.items())],
         "make_dirs": " ".join([recipe.launch.workdir] + cache_dirs),
         "launchers": bool(recipe.launch.profiles),

@@ -76,11 +76,19 @@ class InstallMode:
 
     # -- rendering
     def fragment(self, engine, platform: str) -> Fragment:
-        """The engine stage's install steps. The tree is at /tmp/src; install into /opt/engine/site;
-        the build arg ENGINE_VERSION carries the version (with the patch stack's local label)."""
+        """The engine stage's install steps, into /opt/engine/site. The patched tree is the context
+        file source.tar (its entries under src/); the build arg ENGINE_VERSION carries the version
+        with the patch stack's local label. Declare that ARG only in a step that uses it: an ARG
+        changes the cache key of every later step of its stage."""
         raise NotImplementedError
 
-    def render(self, engine, platform: str, env: jinja2.Environment) -> str:
-        frag = self.fragment(engine, platform)
+    def runtime_fragment(self, engine, platform: str) -> Optional[Fragment]:
+        """Steps run in the runtime stage after the shared layers are copied (None: nothing)."""
+        return None
+
+    def render(self, engine, platform: str, env: jinja2.Environment, runtime: bool = False) -> str:
+        frag = self.runtime_fragment(engine, platform) if runtime else self.fragment(engine, platform)
+        if frag is None:
+            return ""
         template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
         return template.render(engine=engine, platform=platform, **frag.data).strip("\n")

@@ -32,8 +32,11 @@ class WheelOverlay(InstallMode):
         return None
 
     def fragment(self, engine, platform):
+        return Fragment("modes/wheel-overlay.j2")
+
+    def runtime_fragment(self, engine, platform):
         package = engine.overlay_from.rstrip("/").split("/")[-1]
-        return Fragment("modes/wheel-overlay.j2", {"package": package})
+        return Fragment("modes/wheel-overlay-runtime.j2", {"package": package})
 
 
 MODE = WheelOverlay()

@@ -1,6 +1,7 @@
 """Runs inside the image (standard library only): relabel an installed distribution with the
-version that names its patch stack, and (with --package/--tree) first replace its package with the
-patched tree, so nothing of the release package survives."""
+version that names its patch stack, and (with --package/--tree) first make its package hold exactly
+the patched tree: files the stack deletes are removed, changed files rewritten (and compiled), and
+nothing else is touched, so the layer holds only what the patches change."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import base64
 import csv
 import hashlib
+import py_compile
 import re
 import shutil
 import sys
@@ -18,6 +20,32 @@ def record_row(site: Path, path: Path) -> list[str]:
     data = path.read_bytes()
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return [path.relative_to(site).as_posix(), f"sha256={digest}", str(len(data))]
+
+
+def sync_tree(tree: Path, package: Path) -> list[Path]:
+    """Make `package` hold exactly the files of `tree`, writing only what differs; return them."""
+    def files(root: Path) -> set[Path]:
+        return {p.relative_to(root) for p in root.rglob("*")
+                if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(root).parts}
+
+    want, have = files(tree), files(package)
+    for rel in sorted(have - want):  # deleted (or renamed away) by the stack
+        (package / rel).unlink()
+        for stale in (package / rel).parent.joinpath("__pycache__").glob(f"{rel.stem}.*.pyc"):
+            stale.unlink()
+    changed = []
+    for rel in sorted(want):
+        src, dst = tree / rel, package / rel
+        if dst.is_file() and not dst.is_symlink() and not src.is_symlink() and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists() or dst.is_symlink():
+            dst.unlink()
+        shutil.copy2(src, dst, follow_symlinks=False)
+        if rel.suffix == ".py":
+            py_compile.compile(str(dst), doraise=True)
+        changed.append(dst)
+    return changed
 
 
 def main() -> int:
@@ -39,8 +67,8 @@ def main() -> int:
         package = a.site / (a.package or "")
         if not a.package or not a.tree or not package.is_dir() or not a.tree.is_dir():
             sys.exit(f"overlay: --package and --tree must both name directories ({package}, {a.tree})")
-        shutil.rmtree(package)
-        shutil.copytree(a.tree, package)
+        changed = sync_tree(a.tree, package)
+        print(f"overlay: {len(changed)} file(s) of {a.package} changed by the patch stack")
         replaced = sorted(package.rglob("*"))
     meta = old_info / "METADATA"
     meta.write_text(re.sub(r"^Version: .*$", f"Version: {a.version}", meta.read_text(), count=1, flags=re.M))
@@ -52,7 +80,7 @@ def main() -> int:
             if p.is_file() and p.name != "RECORD"]
     with (new_info / "RECORD").open("w", newline="") as fh:
         csv.writer(fh).writerows(sorted(keep + ours) + [[f"{new_info.name}/RECORD", "", ""]])
-    print(f"overlay: {a.package or 'no package'} replaced; {a.dist} is now {a.version}")
+    print(f"overlay: {a.dist} is now {a.version}")
     return 0
 
 

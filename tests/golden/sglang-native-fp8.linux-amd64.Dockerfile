@@ -25,23 +25,16 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
  && ln -sfn lib /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so
-# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+# ---- engine stage: the engine installed into /opt/engine (by the install mode's steps)
 FROM deps AS engine
 # sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1, install wheel-overlay
-ARG ENGINE_VERSION=0.5.16
 ENV TORCH_CUDA_ARCH_LIST="9.0a"
-ADD source.tar /tmp/
 COPY precompiled.txt /opt/servebuild/precompiled.txt
-COPY tools/overlay_package.py /opt/servebuild/tools/overlay_package.py
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
- && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt \
- && python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
-    --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
- && python -m compileall -q /opt/engine/site/sglang \
- && rm -rf /tmp/src
+ && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
@@ -61,6 +54,14 @@ COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
+COPY tools/overlay_package.py /opt/servebuild/tools/overlay_package.py
+ARG ENGINE_VERSION=0.5.16
+RUN --mount=type=bind,source=source.tar,target=/tmp/source.tar \
+    tar -xf /tmp/source.tar -C /tmp \
+ && /opt/venv/bin/python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
+    --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
+ && rm -rf /tmp/src \
+ && /opt/venv/bin/python -m pip list --format=freeze > /opt/servebuild/packages.txt
 COPY manifest.json /opt/servebuild/manifest.json
 ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \

@@ -24,7 +24,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth"
-# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+# ---- engine stage: the engine installed into /opt/engine (by the install mode's steps)
 FROM deps AS engine
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt

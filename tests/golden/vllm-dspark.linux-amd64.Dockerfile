@@ -25,12 +25,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
  && ln -sfn lib /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so
-# ---- engine stage: the pinned source tarball with its patch stack, installed into /opt/engine
+# ---- engine stage: the engine installed into /opt/engine (by the install mode's steps)
 FROM deps AS engine
 # vllm 0.26.0 at 568afb3a13806beb53bb2e6bd518269357b237c0, install vllm-precompiled
-ARG ENGINE_VERSION=0.26.0
 ENV TORCH_CUDA_ARCH_LIST="9.0a"
 ADD source.tar /tmp/
+ARG ENGINE_VERSION=0.26.0
 COPY precompiled.txt /opt/servebuild/precompiled.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \

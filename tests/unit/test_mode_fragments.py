@@ -33,7 +33,11 @@ def engine_with(mode: str):
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_mode_fragment(mode, platform):
-    text = MODES[mode].render(engine_with(mode), platform, _environment()) + "\n"
+    engine, env = engine_with(mode), _environment()
+    text = MODES[mode].render(engine, platform, env) + "\n"
+    runtime = MODES[mode].render(engine, platform, env, runtime=True)
+    if runtime:
+        text += "# -- runtime stage\n" + runtime + "\n"
     check(f"mode-{mode}.{platform.replace('/', '-')}", text)
     assert "${ENGINE_VERSION}" in text and "/opt/engine/site" in text
     assert ("ARG MAX_JOBS" in text) == MODES[mode].compiles
