@@ -73,7 +73,9 @@ def main() -> int:
     meta = old_info / "METADATA"
     meta.write_text(re.sub(r"^Version: .*$", f"Version: {a.version}", meta.read_text(), count=1, flags=re.M))
     new_info = a.site / f"{old_info.name.split('-')[0]}-{a.version}.dist-info"
-    old_info.rename(new_info)
+    if new_info != old_info:  # copy, not rename: overlayfs cannot rename a directory of a lower layer
+        shutil.copytree(old_info, new_info)
+        shutil.rmtree(old_info)
     gone = (f"{a.package}/", f"{old_info.name}/") if a.package else (f"{old_info.name}/",)
     keep = [r for r in old_rows if r and not r[0].startswith(gone) and (a.site / r[0]).exists()]
     ours = [record_row(a.site, p) for p in replaced + sorted(new_info.iterdir())
