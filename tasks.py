@@ -190,7 +190,10 @@ def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     from servebuild.fsutil import write_json
     from servebuild.loading import load_recipe
     data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
-    write_json(Path(output), data)
+    try:
+        write_json(Path(output), data)
+    except (OSError, ValueError) as exc:
+        raise Exit(f"error: --output: cannot write {output!r}: {getattr(exc, 'strerror', None) or exc}", code=2) from None
     print(output)
 
 
@@ -277,18 +280,19 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
     run in each, one table; --search bisects the patch stack for the first patch that changes the result."""
     from servebuild import bisect as ab
     from servebuild.loading import load_recipe
-    threshold = float(threshold) if threshold is not None else None
-    ab.check_threshold(metric, threshold)
+    threshold = ab.parse_threshold(metric, threshold)
     loaded = load_recipe(recipe, ROOT)
     if search and not run:
         raise Exit("error: --search: give the command that decides the outcome with --run", code=2)
     profile_names = profiles.split(",") if profiles else [None]
-    unknown = [p for p in profile_names if p and p not in loaded.recipe.launch.profiles]
+    unknown = [p for p in profile_names if p not in loaded.recipe.launch.profiles and p is not None]
     if unknown:
         raise Exit(f"error: {loaded.file}: launch.profiles: no profile {unknown[0]!r} "
                    f"(known: {', '.join(loaded.recipe.launch.profiles)})", code=2)
     probe = ab.Probe(run, timeout_s=int(timeout), network=network, metrics_file=metrics_file,
                      volumes=tuple(volume or ())) if run else None
+    if probe:
+        probe.check()
     if search:
         if loaded.recipe.engine is None:
             raise Exit(f"error: {loaded.file}: engine: a recipe without an engine has no patch stack", code=2)
@@ -296,6 +300,10 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
         jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
     else:
         names = variants.split(",") if variants else list(loaded.recipe.variants)
+        unknown = [n for n in names if n not in loaded.recipe.variants]
+        if unknown:
+            raise Exit(f"error: {loaded.file}: variants: no variant {unknown[0]!r} "
+                       f"(known: {', '.join(loaded.recipe.variants) or 'none'})", code=2)
         if not names:
             raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
         jobs = [(name, None) for name in names]

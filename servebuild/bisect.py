@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import shlex
 import subprocess
 import time
 import uuid
@@ -39,9 +41,18 @@ class Probe:
     def script(self) -> str:
         if not self.metrics_file:
             return self.command
-        path = self.metrics_file
-        return (f"{self.command}\nrc=$?\nif [ -f '{path}' ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < '{path}'; "
+        path = shlex.quote(self.metrics_file)
+        return (f"{self.command}\nrc=$?\nif [ -f {path} ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < {path}; "
                 f"printf '\\n'; fi\nexit $rc")
+
+    def check(self) -> None:
+        if self.timeout_s <= 0:
+            raise RecipeError(f"{self.timeout_s} is not a positive number of seconds", field="--timeout")
+        if not self.command.strip():
+            raise RecipeError("the command to run is empty", field="--run")
+        for volume in self.volumes:
+            if volume.startswith("-") or ":" not in volume:
+                raise RecipeError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
 
 
 @dataclass
@@ -189,10 +200,20 @@ def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -
     return out_dir / "bisect.json", out_dir / "bisect.md"
 
 
-def check_threshold(metric: Optional[str], threshold: Optional[float]) -> None:
-    if (metric is None) != (threshold is None):
-        raise RecipeError("give --metric and --threshold together (or neither: the exit status decides)",
+def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional[float]:
+    """--metric and --threshold come together; the threshold is a finite number."""
+    if (metric is None) != (threshold is None) or metric == "":
+        raise RecipeError("give --metric NAME and --threshold NUMBER together (or neither: the exit status decides)",
                           field="--metric")
+    if threshold is None:
+        return None
+    try:
+        value = float(threshold)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise RecipeError(f"{threshold!r} is not a finite number", field="--threshold")
+    return value
 
 
 class Session:

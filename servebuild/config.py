@@ -7,6 +7,7 @@ Read from $SERVEBUILD_CONFIG, else ~/.config/servebuild/config.yaml. SERVEBUILD_
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -14,6 +15,7 @@ from typing import Optional
 import yaml
 
 from .errors import RecipeError
+from .fsutil import read_small_text
 from .recipe import IMAGE_REF
 
 
@@ -33,10 +35,21 @@ def _pairs(text: str, var: str) -> dict[str, str]:
     return out
 
 
+GIT_REMOTE = re.compile(r"^((https?|git|ssh|file)://[^\s-][^\s]*|/[^\s]*)\Z")
+def _git_remotes(mapping: dict[str, str], file: str, field: str) -> dict[str, str]:
+    """Mirror values reach git as its remote argument: a URL or an absolute path, never an option."""
+    for key, value in mapping.items():
+        for what, text in (("URL", key), ("mirror", value)):
+            if not GIT_REMOTE.match(text):
+                raise RecipeError(f"{what} {text!r} is not a git URL (https://, git://, ssh://, file://) "
+                                  f"or an absolute path", file=file, field=f"{field}.{key}")
+    return mapping
+
+
 def _image_refs(mapping: dict[str, str], file: str, field: str) -> dict[str, str]:
     """Mapped references land in FROM lines: each must be an image reference and nothing else."""
     for key, value in mapping.items():
-        if not IMAGE_REF.match(value):
+        if not isinstance(key, str) or not IMAGE_REF.match(key) or not IMAGE_REF.match(value):
             raise RecipeError(f"{value!r} (for {key!r}) is not an image reference name[:tag][@sha256:...]",
                               file=file, field=f"{field}.{key}")
     return mapping
@@ -47,9 +60,7 @@ def load_config(path: Optional[Path] = None) -> Config:
     data: dict = {}
     if path.exists():
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except UnicodeDecodeError as exc:
-            raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
+            data = yaml.safe_load(read_small_text(path, str(path))) or {}
         except yaml.YAMLError as exc:
             raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
         if not isinstance(data, dict) or set(data) - {"git_mirrors", "image_mirrors"}:
@@ -59,21 +70,19 @@ def load_config(path: Optional[Path] = None) -> Config:
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise RecipeError("must map strings to strings", file=str(path), field=key)
             data[key] = value
-    git = {**data.get("git_mirrors", {}), **_pairs(os.environ.get("SERVEBUILD_GIT_MIRRORS", ""),
-                                                   "SERVEBUILD_GIT_MIRRORS")}
-    images = {**data.get("image_mirrors", {}), **_pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""),
-                                                        "SERVEBUILD_IMAGE_MIRRORS")}
-    return Config(git_mirrors=git, image_mirrors=_image_refs(images, str(path), "image_mirrors"))
+    git = _git_remotes(data.get("git_mirrors", {}), str(path), "git_mirrors")
+    git.update(_git_remotes(_pairs(os.environ.get("SERVEBUILD_GIT_MIRRORS", ""), "SERVEBUILD_GIT_MIRRORS"),
+                            "$SERVEBUILD_GIT_MIRRORS", "git_mirrors"))
+    images = _image_refs(data.get("image_mirrors", {}), str(path), "image_mirrors")
+    images.update(_image_refs(_pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""), "SERVEBUILD_IMAGE_MIRRORS"),
+                              "$SERVEBUILD_IMAGE_MIRRORS", "image_mirrors"))
+    return Config(git_mirrors=git, image_mirrors=images)
 
 
 def load_mirror_map(path: Path) -> dict[str, str]:
     """A mirror map file (`images:` section) that rewrites recipe base references."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise RecipeError(f"cannot read mirror map: {exc.strerror}", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=str(path)) from None
+        data = yaml.safe_load(read_small_text(path, str(path))) or {}
     except yaml.YAMLError as exc:
         raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
     images = data.get("images") if isinstance(data, dict) else None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+# the version is PEP 440 characters only: it reaches paths and ENV lines (CUDA_HOME from the nvcc pin)
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]*\])?==([A-Za-z0-9.+!*_-]+)(?=\s|$)")
 
 
 def logical_lines(text: str) -> list[str]:

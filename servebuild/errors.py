@@ -19,12 +19,17 @@ class ServebuildError(Exception):
     def one_line(self) -> str:
         place = []
         if self.file:
-            place.append(f"{self.file}:{self.line}" if self.line else self.file)
+            place.append(f"{_flat(self.file)}:{self.line}" if self.line else _flat(self.file))
         if self.field:
-            place.append(self.field)
+            place.append(_flat(self.field))
         prefix = ": ".join(place)
         text = " ".join(self.problem.split())  # always exactly one line
         return f"{prefix}: {text}" if prefix else text
+
+
+def _flat(text: str) -> str:
+    """A file or field name from user input, shown on the one line: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 class RecipeError(ServebuildError):

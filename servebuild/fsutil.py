@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
+
+from .errors import RecipeError
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -36,3 +39,24 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 def write_json(path: Path, data) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+MAX_BYTES = 1 << 20  # configs, maps and recipes are a few kB
+
+
+def read_small_text(path: Path, file: str) -> str:
+    """A regular file of at most MAX_BYTES, as UTF-8 (no FIFO, device or huge file is read)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise RecipeError(f"cannot read: {exc.strerror}", file=file) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise RecipeError("is not a regular file", file=file)
+    if st.st_size > MAX_BYTES:
+        raise RecipeError(f"is {st.st_size} bytes; at most {MAX_BYTES} are read", file=file)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=file) from None
+    except OSError as exc:
+        raise RecipeError(f"cannot read: {exc.strerror}", file=file) from None

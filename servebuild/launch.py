@@ -68,12 +68,17 @@ def resolve_profile_bases(profiles: dict) -> dict:
         if not isinstance(raw, dict) or "from" not in raw:
             return raw
         parent = raw["from"]
-        if parent not in profiles:
+        if not isinstance(parent, str) or parent not in profiles:
             raise ValueError(f"profile {name!r}: `from` names unknown profile {parent!r}")
         if parent in trail:
             raise ValueError(f"profile {name!r}: cyclic `from`: {' -> '.join(trail + (parent,))}")
         base = expand(parent, trail + (parent,))
         child = {k: v for k, v in raw.items() if k != "from"}
+        for part in (base, child):  # the merge needs the right shapes; field validation comes after
+            if not isinstance(part, dict) or not isinstance(part.get("env") or {}, dict) \
+                    or not isinstance(part.get("extra_args") or [], list):
+                raise ValueError(f"profile {name!r}: `from` needs mapping profiles with an `env` mapping "
+                                 f"and an `extra_args` list")
         merged = {k: v for k, v in base.items() if k in PROFILE_FIELDS}
         merged.update({k: v for k, v in child.items() if k not in ("env", "extra_args")})
         merged["env"] = {**(base.get("env") or {}), **(child.get("env") or {})}

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from .constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
 from .errors import RecipeError
-from .fsutil import canonical_json, sha256_bytes, sha256_file
+from .fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from .recipe import NAME, Recipe
 from .recipe_files import escape_problem, named_files
 
@@ -43,6 +43,9 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
         seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
+                                      line=key.start_mark.line + 1)
                 child = path + (key.value,)
                 lines.setdefault(child, key.start_mark.line + 1)
                 walk(value, child)
@@ -63,13 +66,8 @@ class RecipeFile:
     def __init__(self, path: Path, display: str):
         self.path = path
         self.display = display
-        try:
-            raw = path.read_bytes()
-            text = raw.decode("utf-8")
-        except OSError as exc:
-            raise RecipeError(f"cannot read recipe: {exc.strerror}", file=display) from None
-        except UnicodeDecodeError as exc:
-            raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=display) from None
+        text = read_small_text(path, display)
+        raw = text.encode("utf-8")
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
             self.lines = _line_map(node, display)
@@ -163,8 +161,8 @@ def read_chain(path: Path, root: Path) -> list[RecipeFile]:
         if parent is None:
             return chain
         where = dict(file=rf.display, field="extends", line=rf.lines.get(("extends",)))
-        if not isinstance(parent, str):
-            raise RecipeError("must be a recipe name", **where)
+        if not isinstance(parent, str) or not NAME.match(parent):  # a name in the same directory, no path
+            raise RecipeError(f"{parent!r} is not a recipe name (a recipe in the same directory)", **where)
         try:
             path = recipe_path(parent, path.parent)
         except RecipeError as exc:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+from pydantic import ValidationError
 
 from .engine_source import prepare_engine_source
 from .errors import SourceError
-from .fsutil import atomic_write, sha256_bytes, sha256_file
+from .fsutil import atomic_write, read_small_text, sha256_bytes, sha256_file
 from .loading import LoadedRecipe
 from .patchfiles import is_native
-from .recipe import PatchEntry
+from .recipe import PatchEntry, Recipe
 from .recipe_files import named_files
 from .registry import registry_digest
 from .sources import SourceCache
@@ -32,7 +33,7 @@ def lock_path(loaded: LoadedRecipe) -> Path:
 
 
 def file_hashes(loaded: LoadedRecipe) -> dict[str, str]:
-    return {f.path: sha256_file(loaded.root / f.path) for f in sorted(named_files(loaded.recipe), key=lambda f: f.path)}
+    return {rel: sha256_file(loaded.root / rel) for rel in file_names(loaded)}
 
 
 # ------------------------------------------------------------------ base images
@@ -150,13 +151,47 @@ def write_lock(path: Path, lock: dict) -> None:
     atomic_write(path, header + yaml.safe_dump(lock, sort_keys=True, width=120))
 
 
+def load_lock_file(loaded: LoadedRecipe) -> Optional[dict]:
+    """The lock file next to the recipe, read and checked for shape (None if there is none). Its
+    file list may name only files the recipe names: nothing else is read or hashed."""
+    path, display = lock_path(loaded), lock_display(loaded)
+    if not path.exists():
+        return None
+    try:
+        lock = yaml.safe_load(read_small_text(path, display))
+    except yaml.YAMLError:
+        raise SourceError("the lock file is not valid YAML; run `invoke lock` again", file=display) from None
+    named = set(file_names(loaded))
+    problem = None
+    if not isinstance(lock, dict):
+        problem = ("(top level)", "a lock is a mapping")
+    elif not isinstance(lock.get("recipe_sha256"), str):
+        problem = ("recipe_sha256", "must be a sha256")
+    elif not isinstance(lock.get("files") or {}, dict) or any(
+            not isinstance(k, str) or k not in named or not isinstance(v, str) for k, v in (lock.get("files") or {}).items()):
+        problem = ("files", "must map files the recipe names to their sha256")
+    elif not isinstance(lock.get("unresolved") or [], list) or not all(isinstance(u, str) for u in lock.get("unresolved") or []):
+        problem = ("unresolved", "must be a list of strings")
+    elif not isinstance(lock.get("bases"), dict) or any(not isinstance(lock["bases"].get(s), dict) for s in ("build", "runtime")):
+        problem = ("bases", "must hold build and runtime entries")
+    elif not isinstance(lock.get("patches") or [], list) or not all(
+            isinstance(p, dict) and isinstance(p.get("id"), str) for p in lock.get("patches") or []):
+        problem = ("patches", "must be a list of entries with an id")
+    if problem:
+        raise SourceError(f"malformed lock: {problem[1]}; run `invoke lock` again", file=display, field=problem[0])
+    return lock
+
+
+def file_names(loaded: LoadedRecipe) -> list[str]:
+    return sorted({f.path for f in named_files(loaded.recipe)})
+
+
 def read_lock(loaded: LoadedRecipe) -> dict:
     """The lock for `loaded`, checked: present, current and fully resolved."""
-    path = lock_path(loaded)
-    display = str(path.relative_to(loaded.root)) if path.is_relative_to(loaded.root) else str(path)
-    if not path.exists():
+    display = lock_display(loaded)
+    lock = load_lock_file(loaded)
+    if lock is None:
         raise SourceError(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
-    lock = yaml.safe_load(path.read_text())
     if lock.get("recipe_sha256") != loaded.sha256:
         raise SourceError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked; "
                           f"run `invoke lock` again", file=display, field="recipe_sha256")
@@ -199,7 +234,13 @@ def apply_lock(loaded: LoadedRecipe, lock: dict, partial: bool = False) -> Loade
             "patches": [pinned(e) for e in r.engine.source.patches],
             "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
         update["engine"] = r.engine.model_copy(update={"source": source})
-    return loaded.replace(r.model_copy(update=update))
+    try:  # lock values fill recipe fields: they pass the same validation (model_copy alone skips it)
+        pinned_recipe = Recipe.model_validate(r.model_copy(update=update).model_dump(mode="python"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}; run `invoke lock` again",
+                          file=lock_display(loaded), field=".".join(map(str, err["loc"]))) from None
+    return loaded.replace(pinned_recipe)
 
 
 def lock_display(loaded: LoadedRecipe) -> str:
@@ -211,14 +252,8 @@ def pin_for_build(loaded: LoadedRecipe) -> tuple[LoadedRecipe, Optional[dict]]:
     """A plain build: apply the committed lock when it is current (whatever it resolved), so
     locked PR commits and diff hashes are used; anything still unresolved is refused later,
     entry by entry, only if the stack being built needs it."""
-    path = lock_path(loaded)
-    if not path.exists():
-        return loaded, None
-    try:
-        lock = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError):
-        raise SourceError("the lock file is not valid YAML; run `invoke lock` again", file=lock_display(loaded)) from None
-    if not isinstance(lock, dict) or lock.get("recipe_sha256") != loaded.sha256:
+    lock = load_lock_file(loaded)
+    if lock is None or lock.get("recipe_sha256") != loaded.sha256:
         return loaded, None
     return apply_lock(loaded, lock, partial=True), lock
 

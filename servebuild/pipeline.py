@@ -27,7 +27,10 @@ from .resources import derive
 from .sources import PreparedSource, SourceCache, default_cache_dir
 
 PROJECT_URL = "https://github.com/servebuild/servebuild"
-TAG = re.compile(r"^[a-z0-9][a-z0-9._/:-]*\Z")
+# docker reference grammar: [host[:port]/]path-components[:tag], lower-case path, tag <= 128 chars
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+HOST = r"(?:(?:[a-zA-Z0-9-]+\.)+[a-zA-Z0-9-]+(?::[0-9]+)?|[a-zA-Z0-9-]+:[0-9]+|localhost)"  # has . or :port
+TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")
 
 
 @dataclass
@@ -90,14 +93,16 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     platform = _platform(loaded, options.platform)
     variant = f"{options.variant}-" if options.variant else ""
     tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
-    if not TAG.match(tag) or tag.count(":") > 2:
+    if len(tag) > 255 or not TAG.match(tag):
         raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
     secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
                                            ("netrc", _check_file(options.netrc, "--netrc"))) if path}
     config = load_config()
-    build_root = options.build_root or root / "build"
+    build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
+    if options.dry_run:  # a dry run never touches a real build's context
+        build_dir = build_dir / "dry-run"
     return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
-                     build_dir=build_root / recipe.name / (options.variant or "") / slug(platform), tag=tag,
+                     build_dir=build_dir, tag=tag,
                      secrets=secrets, options=options, config=config, lock=lock)
 
 
@@ -225,7 +230,7 @@ def dry_run(plan: BuildPlan) -> str:
         lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
         if problem:
             lines.append(f"  would stop: {problem}")
-        placeholder = plan.build_dir / "work" / "dry-run-source.tar"
+        placeholder = plan.build_dir / "dry-run-source.tar"
         placeholder.parent.mkdir(parents=True, exist_ok=True)
         placeholder.write_bytes(b"")
     context = render_plan(plan, bases, *_host_resources(), tarball=placeholder if engine else None)

@@ -6,6 +6,7 @@ Every value the templates print is prepared here; templates only compose fragmen
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -13,6 +14,7 @@ from typing import Optional
 import jinja2
 
 from .constraints import parse_pins
+from .errors import RecipeError
 from .fsutil import sha256_file, write_json
 from .launch import launcher_script
 from .loading import LoadedRecipe
@@ -41,7 +43,11 @@ def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
     nvcc = pins.get("nvidia-cuda-nvcc")
     if nvcc is None:
         return None
-    return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{nvcc.split('.')[0]}"
+    major = re.match(r"\d+", nvcc)
+    if major is None:
+        raise RecipeError(f"nvidia-cuda-nvcc=={nvcc} has no numeric major version",
+                          file=recipe.constraints[platform], field="nvidia-cuda-nvcc")
+    return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{major.group(0)}"
 
 
 def _cuda_links(home: Optional[str]) -> Optional[str]:

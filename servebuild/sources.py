@@ -105,10 +105,10 @@ class SourceCache:
         remote = self.mirrors.get(url, url)
         pull = [f"+refs/pull/{n}/head:refs/pull/{n}/head" for n in sorted(set(prs))]
         if pull:  # a PR ref the upstream lacks must not fail the whole fetch
-            listed = git("ls-remote", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))],
+            listed = git("ls-remote", "--", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))],
                          cwd=repo, check=False).stdout.decode()
             pull = [r for r in pull if r.split(":")[0][1:] in listed]
-        proc = git("fetch", "--quiet", "--prune", "--no-tags", remote,
+        proc = git("fetch", "--quiet", "--prune", "--no-tags", "--", remote,
                    "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *pull, cwd=repo, check=False)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -125,7 +125,7 @@ class SourceCache:
     def _set_head(self, repo: Path, url: str) -> None:
         """Point HEAD at the upstream's default branch, as a clone would."""
         remote = self.mirrors.get(url, url)
-        out = git("ls-remote", "--symref", remote, "HEAD", cwd=repo, check=False).stdout.decode()
+        out = git("ls-remote", "--symref", "--", remote, "HEAD", cwd=repo, check=False).stdout.decode()
         m = re.search(r"^ref: (refs/heads/\S+)\tHEAD", out, re.M)
         if m:
             git("symbolic-ref", "HEAD", m.group(1), cwd=repo)

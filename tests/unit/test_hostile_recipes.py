@@ -135,3 +135,87 @@ def test_a_set_with_a_cuda_compiler_outside_13_0_is_refused(project):
     with pytest.raises(RecipeError, match=r"constraints.linux/amd64: .*CUDA compiler wheels outside CUDA 13.0.x: "
                                           r".*nvidia-cuda-nvcc==13.5.37"):
         load_recipe("hostile", project)
+
+
+LOCK_BASE = {"lock_version": 1, "recipe": "hostile", "files": {}, "unresolved": [], "source": None,
+             "bases": {"build": {"ref": "x", "digest": None}, "runtime": {"ref": "y", "digest": None}}}
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"bases": {"build": {"digest": "sha256:" + "a" * 64 + "\nRUN touch /pwned"}, "runtime": {}}}, "lock value refused"),
+    ({"bases": 5}, "bases: malformed lock"),
+    ({"files": {"/etc/hostname": "x"}}, "files: malformed lock"),
+    ({"files": {"/dev/zero": "x"}}, "files: malformed lock"),
+    ({"unresolved": 5}, "unresolved: malformed lock"),
+    ({"patches": [1]}, "patches: malformed lock"),
+    ("- a list", r"\(top level\): malformed lock"),
+])
+def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, message):
+    from servebuild.errors import ServebuildError
+    from servebuild.pipeline import BuildOptions, make_plan
+    path = project / "recipes" / "hostile.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "engine": None}))
+    loaded = load_recipe("hostile", project)
+    lock = yaml.safe_dump(merge({**LOCK_BASE, "recipe_sha256": loaded.sha256}, edit)) if isinstance(edit, dict) else edit
+    (project / "recipes" / "hostile.lock.yaml").write_text(lock)
+    for locked in (False, True):
+        with pytest.raises(ServebuildError, match=message) as info:
+            make_plan(project, "hostile", BuildOptions(platform="linux/amd64", locked=locked, dry_run=True))
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("extends: /tmp/outside.yaml\n", "is not a recipe name"),
+    ("extends: ../../x\n", "is not a recipe name"),
+    ("? [a, b]\n: 1\n", "keys are plain names"),
+    ({"launch": {"profiles": {"a": 5, "b": {"from": "a"}}}}, "`from` needs mapping profiles"),
+    ({"launch": {"profiles": {"a": {"module": "x"}, "b": {"from": ["a"]}}}}, "`from` names unknown profile"),
+    ({"launch": {"profiles": {"a": {"module": "x", "extra_args": 5}, "b": {"from": "a"}}}}, "`from` needs mapping"),
+    ({"bad\nkey": 1}, r"bad\\nkey: unknown field"),
+])
+def test_hostile_structure_is_one_line(project, text, message):
+    if isinstance(text, dict):
+        text = yaml.safe_dump(merge(BASE, text))
+    (project / "recipes" / "hostile.yaml").write_text(text)
+    with pytest.raises(RecipeError, match=message) as info:
+        load_recipe("hostile", project)
+    assert "\n" not in str(info.value)
+
+
+def test_fifo_and_huge_recipes_are_refused_without_reading(project):
+    import os
+    fifo = project / "recipes" / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(RecipeError, match="is not a regular file"):
+        load_recipe("fifo", project)
+    (project / "recipes" / "huge.yaml").write_text("description: " + "x" * (2 << 20) + "\n")
+    with pytest.raises(RecipeError, match="at most 1048576 are read"):
+        load_recipe("huge", project)
+
+
+@pytest.mark.parametrize("tag", ["x:1:2", "a:", "a//b", "a..b", "a:--x", "a/b:c/d", "A/b", "a:" + "x" * 200, "-x"])
+def test_tags_follow_the_docker_reference_grammar(tag):
+    from servebuild.pipeline import BuildOptions, make_plan
+    with pytest.raises(RecipeError, match="not a valid image tag"):
+        make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True))
+
+
+@pytest.mark.parametrize("tag", ["servebuild/x:amd64", "127.0.0.1:5000/a/b:v1.0", "a__b/c-d:x_y"])
+def test_good_tags_pass(tag):
+    from servebuild.pipeline import BuildOptions, make_plan
+    assert make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True)).tag == tag
+
+
+def test_bisect_options_are_checked_before_anything_builds():
+    from servebuild import bisect as ab
+    for metric, threshold, message in (("m", "abc", "not a finite number"), ("m", "nan", "not a finite number"),
+                                       ("", "1", "together"), ("m", None, "together")):
+        with pytest.raises(RecipeError, match=message):
+            ab.parse_threshold(metric, threshold)
+    for probe, message in ((ab.Probe("true", timeout_s=0), "positive"), (ab.Probe(" "), "empty"),
+                           (ab.Probe("true", volumes=("--privileged",)), "SRC:DST")):
+        with pytest.raises(RecipeError, match=message):
+            probe.check()
+    script = ab.Probe("true", metrics_file="x'; touch /pwned; '").script()
+    import shlex
+    assert shlex.quote("x'; touch /pwned; '") in script and "[ -f 'x'; touch" not in script

@@ -62,7 +62,7 @@ def test_dry_run_needs_no_engine(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "would build torch-cu130 for linux/arm64 as servebuild/torch-cu130:arm64" in proc.stdout
     assert "--build-arg MAX_JOBS=" not in proc.stdout  # nothing compiles in a torch-only image
-    context = REPO_ROOT / "build/torch-cu130/linux-arm64/context"
+    context = REPO_ROOT / "build/torch-cu130/linux-arm64/dry-run/context"  # never a real build's context
     assert (context / "Dockerfile").read_text() == (REPO_ROOT / "tests/golden/torch-cu130.linux-arm64.Dockerfile").read_text()
     assert (context / "requirements.txt").read_bytes() == (REPO_ROOT / "constraints/torch-cu130/py3.12-linux-arm64.txt").read_bytes()
 
