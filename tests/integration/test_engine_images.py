@@ -18,11 +18,14 @@ import time
 import pytest
 
 from integration.conftest import CREATED_TAGS, build_fixture
+from servebuild import bisect as ab
 from servebuild import smoke
 from servebuild.loading import load_recipe
 from support import REPO_ROOT
 
 CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
+# a second variant of the same image: it must cost only what its patch changes
+SECOND = {"sglang-native-fp8-bookworm": "original-fix"}
 
 
 def image_size(tag: str) -> int:
@@ -36,6 +39,7 @@ def image_size(tag: str) -> int:
 def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp_path_factory, recipe, variant):
     cache = tmp_path_factory.mktemp("engine-source-cache")
     tag = f"servebuild-test/{recipe}:{variant}-amd64"
+    tags = [tag]
     try:
         result, seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
         manifest = json.loads(result.manifest_path.read_text())
@@ -58,9 +62,23 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         bench.mkdir(parents=True, exist_ok=True)
         (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         assert code == 0, f"smoke suite failed on {tag}; see {out_dir}/smoke-junit.xml\n{junit[-3000:]}"
+        if recipe in SECOND:
+            other = f"servebuild-test/{recipe}:{SECOND[recipe]}-amd64"
+            tags.append(other)
+            _, other_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", other, cache, recipe=recipe,
+                                             variant=SECOND[recipe])
+            unique = ab.unique_bytes({t: ab.layer_sizes(engine, t) for t in (tag, other)})
+            record.update(second_variant=SECOND[recipe], second_build_s=round(other_seconds, 1),
+                          unique_bytes=unique)
+            (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
+            print(f"second variant: {json.dumps(record)}")
+            for t, n in unique.items():
+                assert n is not None and n < 0.01 * record["size_bytes"], (t, n)
     finally:
-        subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
-        if tag in CREATED_TAGS:
-            CREATED_TAGS.remove(tag)
+        for t in tags:
+            subprocess.run(["/usr/bin/docker", "image", "rm", "-f", t], capture_output=True)
+        for t in tags:
+            if t in CREATED_TAGS:
+                CREATED_TAGS.remove(t)
         # engine images are many GB: drop their build cache now, not at the end of the run
         subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
