@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -344,6 +345,9 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
     if not no_verify:
         verify_smoke(plan.build_dir, image_id)
     remote = f"{registry}/{repository or 'servebuild/' + plan.loaded.recipe.name}:{tag or plan.tag.rsplit(':', 1)[1]}"
+    if not re.fullmatch(pipeline.HOST, registry) or not pipeline.TAG.match(remote):
+        raise Exit(f"error: --registry/--repository/--tag: {remote!r} is not a registry reference "
+                   f"HOST[:PORT]/REPOSITORY:TAG", code=2)
     record = push_image(DockerClient(), plan.build_dir, remote)
     print(f"published {record['ref']}\n  pinned: {record['pinned']}")
 

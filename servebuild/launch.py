@@ -23,7 +23,7 @@ def module_names(names: list[str]) -> list[str]:
 
 
 class LaunchProfile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     description: str = ""
     module: str                        # run as `python -m MODULE`

@@ -42,10 +42,15 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
             return
         seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
+            keys: set = set()
             for key, value in node.value:
                 if not isinstance(key, yaml.ScalarNode):
                     raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
                                       line=key.start_mark.line + 1)
+                if key.value in keys:  # YAML would silently keep the last one
+                    raise RecipeError(f"key {key.value!r} is given twice", file=display,
+                                      field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
+                keys.add(key.value)
                 child = path + (key.value,)
                 lines.setdefault(child, key.start_mark.line + 1)
                 walk(value, child)

@@ -16,7 +16,7 @@ from .platforms import PLATFORMS
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}\Z")
-ARCH_LIST = re.compile(r"^\d+\.\d+a?(;\d+\.\d+a?)*(\+PTX)?\Z")
+ARCH_LIST = re.compile(r"^[0-9]+\.[0-9]+a?(;[0-9]+\.[0-9]+a?)*(\+PTX)?\Z")
 IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:{}-]*(@sha256:[0-9a-f]{64})?\Z")
 # values that reach Dockerfile lines or shell words: no whitespace, quotes, `$`, `;` or control characters
 REL_DIR = re.compile(r"^(\.|[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)*)\Z")
@@ -33,7 +33,8 @@ def matches(pattern: re.Pattern, value: str, what: str) -> str:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML already gives real types; `true` is not 1 and "4" is not 4
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def full_sha(value: str) -> str:
@@ -359,7 +360,7 @@ class Recipe(Model):
     @field_validator("python")
     @classmethod
     def _python(cls, v: str) -> str:
-        if not re.match(r"^3\.\d{1,2}\Z", v):
+        if not re.match(r"^3\.[0-9]{1,2}\Z", v):
             raise ValueError(f"{v!r} is not a Python version of the form 3.N")
         return v
 
@@ -368,6 +369,15 @@ class Recipe(Model):
     def _archs(cls, v: str) -> str:
         if not ARCH_LIST.match(v):
             raise ValueError(f"{v!r} is not a TORCH_CUDA_ARCH_LIST such as '9.0a' or '9.0;9.0a'")
+        return v
+
+    @field_validator("wheels")
+    @classmethod
+    def _wheels(cls, v: list[str]) -> list[str]:
+        names = [w.rsplit("/", 1)[-1] for w in v]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice:  # they share one directory in the build context
+            raise ValueError(f"two wheels are named {twice}")
         return v
 
     @model_validator(mode="after")

@@ -219,3 +219,21 @@ def test_bisect_options_are_checked_before_anything_builds():
     script = ab.Probe("true", metrics_file="x'; touch /pwned; '").script()
     import shlex
     assert shlex.quote("x'; touch /pwned; '") in script and "[ -f 'x'; touch" not in script
+
+
+def test_duplicate_keys_and_wheel_names_are_refused(project):
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE) + "python: '3.11'\n")
+    with pytest.raises(RecipeError, match=r"python: key 'python' is given twice"):
+        load_recipe("hostile", project)
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump({**BASE, "wheels": ["a/x.whl", "b/x.whl"]}))
+    with pytest.raises(RecipeError, match="wheels: two wheels are named x.whl"):
+        load_recipe("hostile", project)
+
+
+@pytest.mark.parametrize("edit,field", [({"build": {"max_jobs": True}}, "build.max_jobs"),
+                                         ({"expect": {"torchvision_pair": "yes"}}, "expect.torchvision_pair"),
+                                         ({"python": "3.\u0661\u0662"}, "python")])
+def test_loose_types_and_unicode_digits_are_refused(project, edit, field):
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edit)))
+    with pytest.raises(RecipeError, match=field):
+        load_recipe("hostile", project)
