@@ -433,6 +433,11 @@ def probe_tilelang(ctx) -> dict:
     # TileLang reads the arch from the target (contrib/nvcc.get_target_compute_version strips any
     # 'a'/'f' and get_target_arch appends 'a' again for sm_90+), else from GPU 0
     target = {"kind": "cuda", "arch": want}
+    try:  # TileLang 0.1.9 (vLLM's set) takes a Target object, 0.1.11 (SGLang's) a dict or a Target
+        from tilelang import tvm as tl_tvm
+        target = tl_tvm.target.Target(target)
+    except Exception:  # noqa: BLE001
+        pass
     mod = _import_source(ctx, "jit_probe_tilelang_kernel", TILELANG_KERNEL)
     out = {"tilelang": importlib.metadata.version("tilelang"), "target": target,
            "cache_dir": os.environ["TILELANG_CACHE_DIR"]}
