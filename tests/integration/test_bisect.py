@@ -88,5 +88,5 @@ def test_bisection_costs_a_logarithmic_number_of_results():
 
 def test_metric_and_threshold_come_together():
     from servebuild.errors import RecipeError
-    with pytest.raises(RecipeError, match="--metric and --threshold together"):
-        ab.check_threshold("ttft", None)
+    with pytest.raises(RecipeError, match="--metric NAME and --threshold NUMBER together"):
+        ab.parse_threshold("ttft", None)

@@ -25,6 +25,7 @@ class CopyTree(InstallMode):
 
     def fragment(self, engine, platform):
         return Fragment(
+            "ADD source.tar /tmp/\n"
             "COPY copy-tree-marker.txt /opt/engine/marker.txt\n"
             "RUN cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/ && rm -rf /tmp/src\n")
 
