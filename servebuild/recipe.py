@@ -32,6 +32,11 @@ def matches(pattern: re.Pattern, value: str, what: str) -> str:
     return value
 
 
+def pattern_field(name: str, pattern: re.Pattern, what: str):
+    """A field validator: the value (if set) matches `pattern` and holds no `..` segment."""
+    return field_validator(name)(classmethod(lambda cls, v: v if v is None else matches(pattern, v, what)))
+
+
 class Model(BaseModel):
     # strict: YAML already gives real types; `true` is not 1 and "4" is not 4
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -144,10 +149,7 @@ class EngineSource(Model):
     def _commit(cls, v: str) -> str:
         return full_sha(v)
 
-    @field_validator("subdir")
-    @classmethod
-    def _subdir(cls, v: str) -> str:
-        return matches(REL_DIR, v, "a relative directory of the tree")
+    _subdir = pattern_field("subdir", REL_DIR, "a relative directory of the tree")
 
     @field_validator("url")
     @classmethod
@@ -210,15 +212,9 @@ class Engine(Model):
             raise ValueError(f"{v!r} is not a valid engine name")
         return v
 
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: str) -> str:
-        return matches(VERSION, v, "a version such as 0.5.16")
+    _version = pattern_field("version", VERSION, "a version such as 0.5.16")
 
-    @field_validator("overlay_from")
-    @classmethod
-    def _overlay(cls, v: Optional[str]) -> Optional[str]:
-        return None if v is None else matches(REL_DIR, v, "a relative directory of the tree (e.g. python/sglang)")
+    _overlay = pattern_field("overlay_from", REL_DIR, "a relative directory of the tree (e.g. python/sglang)")
 
     @field_validator("install")
     @classmethod
@@ -261,15 +257,8 @@ class Launch(Model):
     default: Optional[str] = None  # the profile the image runs by default (else the first declared)
     profiles: dict[str, LaunchProfile] = {}
 
-    @field_validator("user")
-    @classmethod
-    def _user(cls, v: str) -> str:
-        return matches(USER, v, "a user name or numeric uid[:gid]")
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, v: str) -> str:
-        return matches(ABS_DIR, v, "an absolute directory (letters, digits, '._-')")
+    _user = pattern_field("user", USER, "a user name or numeric uid[:gid]")
+    _workdir = pattern_field("workdir", ABS_DIR, "an absolute directory (letters, digits, '._-')")
 
     @field_validator("cache_dirs")
     @classmethod
