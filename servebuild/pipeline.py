@@ -183,10 +183,33 @@ def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
         if locked_id and locked_id != info["Id"]:
             raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
                               f"run `invoke lock` again", file=plan.loaded.file, field=f"bases.{stage}")
-        repo_digest = next((d.split("@", 1)[1] for d in info.get("RepoDigests") or [] if "@" in d), None)
+        repo_digest = digest_for_ref(ref, info.get("RepoDigests") or [])
         original = getattr(plan.loaded.recipe.bases, stage)
         out[stage] = {"ref": original.ref, "resolved": ref, "id": info["Id"], "digest": repo_digest}
     return out
+
+
+def repository_of(ref: str) -> str:
+    """`reg:5000/a/b:tag@sha256:...` -> `reg:5000/a/b`, with Docker Hub's implied prefixes dropped."""
+    name = ref.split("@", 1)[0]
+    if name.rfind(":") > name.rfind("/"):
+        name = name[:name.rfind(":")]
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    return name.removeprefix("library/")
+
+
+def digest_for_ref(ref: str, repo_digests: list[str]) -> Optional[str]:
+    """The registry digest of the base *as referenced*: a digest the ref pins, else a RepoDigest of the
+    same repository. A RepoDigest left by a push to some other registry says nothing about this
+    reference and is not a base digest (the image id is recorded instead)."""
+    if "@" in ref:
+        return ref.split("@", 1)[1]
+    want = repository_of(ref)
+    return next((d.split("@", 1)[1] for d in repo_digests
+                 if "@" in d and repository_of(d) == want), None)
 
 
 def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int,

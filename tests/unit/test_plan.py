@@ -93,3 +93,15 @@ def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
     with pytest.raises(RecipeError, match=r"--suite: '../../x' is not a Debian suite name"):
         rootfs_tarball("amd64", "../../x", tmp_path)
     assert not (tmp_path / "rootfs").exists()
+
+
+def test_base_digest_is_taken_only_from_the_referenced_repository():
+    """A RepoDigest left behind by pushing the base to another registry (as a test does) is not the
+    digest of `servebuild/debian:bookworm-amd64`; the label then carries the image id instead."""
+    from servebuild.pipeline import digest_for_ref
+    other = ["127.0.0.1:55653/servebuild/debian@sha256:" + "3" * 64]
+    assert digest_for_ref("servebuild/debian:bookworm-amd64", other) is None
+    assert digest_for_ref("127.0.0.1:55653/servebuild/debian:x", other) == "sha256:" + "3" * 64
+    assert digest_for_ref("docker.io/library/debian:bookworm", ["debian@sha256:" + "a" * 64]) == "sha256:" + "a" * 64
+    assert digest_for_ref("debian:bookworm@sha256:" + "b" * 64, other) == "sha256:" + "b" * 64
+    assert digest_for_ref("reg:5000/debian:bookworm", ["debian@sha256:" + "a" * 64]) is None
