@@ -299,3 +299,60 @@ def start_registry(root: Path, htpasswd: Path | None = None):
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("docker-registry did not start")
+
+
+class EngineSnapshot:
+    """What the engine held when the test run started, so cleanup removes only what the tests made.
+
+    A user may run the suite on their build host: their images (dangling ones included) and their
+    build cache must survive it. BuildKit prunes one record id per call, so new records go in
+    parallel.
+    """
+
+    DOCKER = "/usr/bin/docker"
+
+    def __init__(self) -> None:
+        self.images = self.all_images()  # tagged too: a user's tag the run displaces stays theirs
+        self.cache = self.cache_records()
+
+    @classmethod
+    def _lines(cls, *args: str) -> set[str]:
+        proc = subprocess.run([cls.DOCKER, *args], capture_output=True, text=True)
+        return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+
+    @classmethod
+    def all_images(cls) -> set[str]:
+        return cls._lines("image", "ls", "-aq", "--no-trunc")
+
+    @classmethod
+    def cache_records(cls) -> set[str]:
+        import json
+        proc = subprocess.run([cls.DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"],
+                              capture_output=True, text=True)
+        try:
+            return {r["ID"] for r in json.loads(proc.stdout or "[]") or []}
+        except ValueError:
+            return set()
+
+    def remove_new_dangling(self, label: str = "io.servebuild.recipe") -> list[str]:
+        """Dangling images that carry our label and did not exist at the start."""
+        ours = self._lines("image", "ls", "-q", "--no-trunc", "--filter", "dangling=true",
+                           "--filter", f"label={label}") - self.images
+        for image in sorted(ours):
+            subprocess.run([self.DOCKER, "image", "rm", image], capture_output=True)
+        return sorted(ours)
+
+    def prune_new_cache(self) -> int:
+        """Build-cache records made since the start (the user's own cache stays)."""
+        from concurrent.futures import ThreadPoolExecutor
+        new = sorted(self.cache_records() - self.cache)
+
+        def prune(record: str) -> None:
+            subprocess.run([self.DOCKER, "builder", "prune", "-af", "--filter", f"id={record}"],
+                           capture_output=True)
+        # records depend on each other: a parent stays while a child holds it, so go twice
+        for _ in range(2):
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(prune, new))
+            new = sorted(self.cache_records() - self.cache)
+        return len(new)

@@ -12,10 +12,11 @@ import pytest
 from servebuild import bases, pipeline
 from servebuild.docker import DockerClient
 from servebuild.sources import default_cache_dir
-from support import make_project, make_upstream, start_registry
+from support import EngineSnapshot, make_project, make_upstream, start_registry
 
 HOST_CA = Path(os.environ.get("SERVEBUILD_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
 CREATED_TAGS: list[str] = []
+SNAPSHOT: "EngineSnapshot | None" = None  # taken when the run starts
 
 
 @pytest.fixture(scope="session")
@@ -83,11 +84,17 @@ def registry(tmp_path_factory):
     proc.wait()
 
 
+def pytest_sessionstart(session):
+    global SNAPSHOT
+    SNAPSHOT = EngineSnapshot()
+
+
 def pytest_sessionfinish(session, exitstatus):
     for tag in CREATED_TAGS:
         subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
-    # rebuilds under the same tag leave the older image dangling: remove those of ours
-    subprocess.run(["/usr/bin/docker", "image", "prune", "-f", "--filter", "label=io.servebuild.recipe"],
-                   capture_output=True)
+    if SNAPSHOT is None:
+        return
+    # rebuilds under the same tag leave the older image dangling: remove those the run made
+    SNAPSHOT.remove_new_dangling()
     if os.environ.get("SERVEBUILD_TEST_PRUNE") == "1":
-        subprocess.run(["/usr/bin/docker", "builder", "prune", "-af"], capture_output=True)
+        SNAPSHOT.prune_new_cache()
