@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
@@ -27,6 +29,29 @@ class BuildRequest:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     target: Optional[str] = None
+    inline_cache: bool = False      # embed BuildKit cache metadata in the image (for a registry cache ref)
+    network: Optional[str] = None   # RUN steps' network (`host` on engines without a bridge network)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An engine reached by DOCKER_HOST: unix:///path, ssh://[user@]host[:port] or tcp://host:port + TLS.
+
+    `ca`/`cert`/`key` are checked paths (farm.py checks them); the key's content is never read here.
+    """
+
+    host: str
+    ca: Optional[Path] = None
+    cert: Optional[Path] = None
+    key: Optional[Path] = None
+    network: Optional[str] = None
+
+    def __str__(self) -> str:
+        return self.host
+
+
+# the client's own variables that would otherwise leak from the caller's environment into an endpoint
+_ENDPOINT_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_TLS", "DOCKER_CONTEXT")
 
 
 def _client_candidates() -> list[str]:
@@ -43,13 +68,44 @@ def _client_candidates() -> list[str]:
 class DockerClient:
     """One Docker engine reached through a client that builds with BuildKit."""
 
-    def __init__(self, client: Optional[str] = None):
+    def __init__(self, client: Optional[str] = None, endpoint: Optional[Endpoint] = None,
+                 timeout: Optional[float] = None):
+        """No endpoint: the engine the caller's environment names (DOCKER_HOST or the local socket).
+        An endpoint: that engine only; `timeout` bounds every non-build command (the ping included)."""
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._endpoint_env = self._endpoint_variables(endpoint) if endpoint else {}
         self.client = client or self._find_client()
         self._ping()
 
-    @staticmethod
-    def _env() -> dict[str, str]:
-        return {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+    def _env(self) -> dict[str, str]:
+        env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+        if self.endpoint is not None:
+            for var in _ENDPOINT_VARS:
+                env.pop(var, None)
+            env.update(self._endpoint_env)
+        return env
+
+    def _endpoint_variables(self, endpoint: Endpoint) -> dict[str, str]:
+        env = {"DOCKER_HOST": endpoint.host}
+        if endpoint.ca is None:
+            return env
+        # the 20.10 client reads ca.pem, cert.pem and key.pem from one directory
+        wanted = {"ca.pem": endpoint.ca, "cert.pem": endpoint.cert, "key.pem": endpoint.key}
+        wanted = {name: path for name, path in wanted.items() if path is not None}
+        folders = {path.parent for path in wanted.values()}
+        if len(folders) == 1 and all(path.name == name for name, path in wanted.items()):
+            cert_dir = folders.pop()
+        else:  # a private (0700) directory of links, removed with the client; no key bytes are copied
+            cert_dir = Path(tempfile.mkdtemp(prefix="servebuild-tls."))
+            weakref.finalize(self, shutil.rmtree, str(cert_dir), True)
+            for name, path in wanted.items():
+                (cert_dir / name).symlink_to(path)
+        return {**env, "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(cert_dir)}
+
+    @property
+    def name(self) -> str:
+        return str(self.endpoint) if self.endpoint else "local engine"
 
     def _find_client(self) -> str:
         candidates = _client_candidates()
@@ -69,11 +125,20 @@ class DockerClient:
         proc = self.run("version", "--format", "{{.Server.Version}}", check=False)
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+            if self.endpoint is not None:
+                raise DockerError(f"engine {self.endpoint} not reachable: {detail}", field="engine")
             raise DockerError(f"Docker engine not reachable ({detail}); {DOCKER_HOST_HELP}", field="engine")
         self.server_version = proc.stdout.strip()
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True)
+        extra = {}
+        if self.endpoint is not None:  # never wait on a prompt (ssh) or a silent host for ever
+            extra = {"stdin": subprocess.DEVNULL, "timeout": self.timeout, "start_new_session": True}
+        try:
+            proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True, **extra)
+        except subprocess.TimeoutExpired:
+            raise DockerError(f"engine {self.endpoint} did not answer `docker {args[0]}` within "
+                              f"{self.timeout:.0f}s", field="engine") from None
         if check and proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")
@@ -107,6 +172,10 @@ class DockerClient:
             cmd += ["--secret", f"id={sid},src={src}"]
         for ref in req.cache_from:
             cmd += ["--cache-from", ref]
+        if req.inline_cache:  # a frontend option, not a Dockerfile ARG: it changes no step's cache key
+            cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+        if req.network:
+            cmd += ["--network", req.network]
         if req.no_cache:
             cmd.append("--no-cache")
         if req.target:
@@ -134,6 +203,15 @@ class DockerClient:
 
     def tag(self, image_id: str, tag: str) -> None:
         self.run("tag", image_id, tag)
+
+    def push(self, image_id: str, ref: str) -> None:
+        """Tag `image_id` as `ref` and push it (a registry cache ref; not a published release)."""
+        self.run("tag", image_id, ref)
+        proc = subprocess.run([self.client, "push", ref], env=self._env(), capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise DockerError(f"push of {ref} from {self.name} failed: {detail}", field="--cache-to")
 
     def remove_image(self, ref: str) -> None:
         self.run("image", "rm", "-f", ref, check=False)

@@ -10,9 +10,10 @@ import datetime as dt
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TextIO
 
 from .config import Config, load_config, load_mirror_map
 from .docker import BuildRequest, DockerClient
@@ -51,6 +52,7 @@ class BuildOptions:
     variant: Optional[str] = None
     fetching: bool = True  # False for plans that only render or name a build (render, test-image, publish)
     stack: Optional[tuple[str, ...]] = None  # an ad-hoc variant (named by `variant`): these patch ids, in order
+    cache_to: Optional[str] = None  # REGISTRY/REPO:TAG: push the image with inline BuildKit cache metadata
 
 
 @dataclass
@@ -76,6 +78,7 @@ class BuildResult:
     tag: str
     manifest_path: Path
     log_path: Path
+    cache_ref: Optional[str] = None
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -93,8 +96,10 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     platform = _platform(loaded, options.platform)
     variant = f"{options.variant}-" if options.variant else ""
     tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
+    tag = tag.replace("{arch}", arch_of(platform))  # one option for several platforms
     if len(tag) > 255 or not TAG.match(tag):
         raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
+    options = _cache_refs(options, platform)
     secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
                                            ("netrc", _check_file(options.netrc, "--netrc"))) if path}
     config = load_config()
@@ -104,6 +109,22 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
                      build_dir=build_dir, tag=tag,
                      secrets=secrets, options=options, config=config, lock=lock)
+
+
+def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
+    """--cache-from/--cache-to with `{arch}` filled in; a cache-to ref must name its registry."""
+    import dataclasses
+    arch = arch_of(platform)
+    cache_from = tuple(ref.replace("{arch}", arch) for ref in options.cache_from)
+    for ref in cache_from:
+        if len(ref) > 255 or not TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", ref)):
+            raise RecipeError(f"{ref!r} is not an image reference", field="--cache-from")
+    cache_to = options.cache_to.replace("{arch}", arch) if options.cache_to else None
+    if cache_to is not None and (len(cache_to) > 255 or not TAG.match(cache_to)
+                                 or not re.match(rf"{HOST}/", cache_to)):
+        raise RecipeError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]",
+                          field="--cache-to")
+    return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
 
 
 def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[dict]]:
@@ -152,14 +173,18 @@ def _base_refs(loaded: LoadedRecipe, platform: str, config: Config, options: Bui
     return bases
 
 
+_FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
+
+
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
     cache = SourceCache(plan.options.cache_dir or default_cache_dir(), plan.config.git_mirrors,
                         offline=plan.options.offline, recipe=plan.loaded.file)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
-    plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
-                                        offline=plan.options.offline)
+    with _FETCH_LOCK:
+        plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
+                                            offline=plan.options.offline)
     return plan.source
 
 
@@ -264,10 +289,12 @@ def dry_run(plan: BuildPlan) -> str:
                       f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
 
 
-def build(plan: BuildPlan, docker: DockerClient) -> BuildResult:
+def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
+    """`echo` takes the live progress (default stderr unless options.echo is off)."""
     info = docker.info()
     bases = resolve_bases(plan, docker)
-    if engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
+    # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
+    if docker.endpoint is None and engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
         raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
                           f"binfmt; run `invoke binfmt`", field="--platform")
     fetch_sources(plan)
@@ -277,8 +304,9 @@ def build(plan: BuildPlan, docker: DockerClient) -> BuildResult:
     log_path = plan.build_dir / "build.log"
     request = BuildRequest(context=context, platform=plan.platform, build_args=plan.build_args,
                            labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
-                           cache_from=plan.options.cache_from)
-    image_id = docker.build(request, log_path, echo=sys.stderr if plan.options.echo else None)
+                           cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
+                           network=docker.endpoint.network if docker.endpoint else None)
+    image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
     packages, apt = (docker.run_in_image(image_id, f"/opt/servebuild/{name}", platform=plan.platform,
                                          entrypoint="cat").splitlines()
                      for name in ("packages.txt", "apt-runtime.txt"))
@@ -286,11 +314,15 @@ def build(plan: BuildPlan, docker: DockerClient) -> BuildResult:
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
                            "apt_packages": sorted(p for p in apt if p.strip()),
-                           "engine": {"server_version": docker.server_version, "client": docker.client}}
+                           "engine": {"server_version": docker.server_version, "client": docker.client,
+                                      **({"host": docker.endpoint.host} if docker.endpoint else {})}}
     manifest_path = plan.build_dir / "manifest.json"
     write_json(manifest_path, manifest)
     docker.tag(image_id, plan.tag)
-    return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path)
+    if plan.options.cache_to:
+        docker.push(image_id, plan.options.cache_to)
+    return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path,
+                       cache_ref=plan.options.cache_to)
 
 
 def engine_arch(info: dict) -> str:
