@@ -22,6 +22,15 @@ def module_names(names: list[str]) -> list[str]:
     return names
 
 
+def printable(text: str, what: str) -> str:
+    """One line of printable text: no control character (NUL cannot even reach an argv), no line
+    or paragraph separator. Quoting in the launcher is the second wall, not the only one."""
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"{what}: {text!r} holds the control character {bad!r}; one printable line only")
+    return text
+
+
 class LaunchProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -33,11 +42,11 @@ class LaunchProfile(BaseModel):
     dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
     port: Optional[int] = Field(default=None, ge=1, le=65535)  # default: the engine kind's port
 
-    @field_validator("description")
+    @field_validator("description", "args", "extra_args")
     @classmethod
-    def _one_line(cls, v: str) -> str:
-        if any(ord(c) < 32 for c in v):
-            raise ValueError("description must be one line of printable text")
+    def _printable(cls, v, info):
+        for text in [v] if isinstance(v, str) else v:
+            printable(text, info.field_name)
         return v
 
     @field_validator("module")
@@ -48,9 +57,10 @@ class LaunchProfile(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
+        for key, value in v.items():
             if not ENV_NAME.match(key):
                 raise ValueError(f"environment variable name {key!r} is not valid")
+            printable(value, f"env {key}")
         return v
 
     def argv(self) -> list[str]:
