@@ -71,33 +71,74 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
     sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, ROOT))
 
 
-@task(help={"recipe": "recipe name or path", "platform": "linux/arm64 or linux/amd64",
-            "tag": "image tag (default servebuild/NAME:ARCH)", "no_cache": "build without cache",
+@task(help={"recipe": "recipe name or path",
+            "platform": "linux/arm64 or linux/amd64, or several comma-separated (built concurrently)",
+            "tag": "image tag (default servebuild/NAME:ARCH; {arch} is filled in)", "no_cache": "build without cache",
             "dry_run": "render the context and print the docker command; build nothing",
             "ca_bundle": "extra CA bundle for pip (a BuildKit secret, in no layer)",
             "netrc": "netrc with index tokens (a BuildKit secret, in no layer)",
             "mirror_map": "YAML file rewriting base image references",
             "offline": "use only the source cache for git sources",
-            "cache_from": "image to use as a cache source (repeatable)",
+            "cache_from": "image to use as a cache source (repeatable; {arch} is filled in)",
+            "cache_to": "REGISTRY/REPO:TAG: push the image with inline BuildKit cache there ({arch} is filled in)",
+            "farm": "farm file mapping platforms to engines (default: farm.yaml at the project root, if any)",
             "locked": "build exactly what the lock file next to the recipe pins; refuse if stale",
             "variant": "build one A/B variant of the recipe (see `invoke bisect`)"},
       iterable=["cache_from"])
 @one_line_errors
 def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry_run=False,
-          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False, variant=None):
-    """Build a recipe into an image through the Docker engine with BuildKit."""
-    from servebuild import pipeline
+          ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False, variant=None,
+          cache_to=None, farm=None):
+    """Build a recipe into an image through the Docker engine with BuildKit (several platforms: each on
+    its farm engine, concurrently)."""
+    from servebuild import farm as farms, pipeline
     from servebuild.docker import DockerClient
-    plan = pipeline.make_plan(ROOT, recipe, _options(platform, tag, no_cache, dry_run, ca_bundle, netrc,
-                                                     mirror_map, offline, cache_from, locked, variant))
+    platforms = farms.split_platforms(platform)
+    farms.per_platform_option(tag, "--tag", platforms)
+    farms.per_platform_option(cache_to, "--cache-to", platforms)
+    farm_file = farms.farm_path(ROOT, farm)
+    plans = {}
+    for wanted in platforms:
+        options = _options(wanted, tag, no_cache, dry_run, ca_bundle, netrc, mirror_map, offline, cache_from, locked,
+                           variant)
+        options.cache_to = cache_to
+        plan = pipeline.make_plan(ROOT, recipe, options)
+        plans[plan.platform] = plan
     if dry_run:
-        print(pipeline.dry_run(plan))
+        print("\n".join(pipeline.dry_run(plan) for plan in plans.values()))
         return
-    engine = DockerClient()
-    result = pipeline.build(plan, engine)
-    print(f"built {result.tag} ({result.image_id})")
+    if farm_file is None and len(plans) == 1:  # one platform on the local engine: as it always was
+        result = pipeline.build(plan, DockerClient())
+        _built(result)
+        return
+    _farm_build(farms, plans, farm_file)
+
+
+def _built(result, where=""):
+    print(f"built {result.tag} ({result.image_id}){where}")
     print(f"  manifest: {result.manifest_path}")
     print(f"  log:      {result.log_path}")
+    if result.cache_ref:
+        print(f"  cache:    {result.cache_ref} (inline BuildKit cache)")
+
+
+def _farm_build(farms, plans, farm_file):
+    """Preflight every platform's engine (one line and nothing built on any problem), then build
+    each platform on its engine concurrently; a failed platform is one line, exit 2, and untagged."""
+    farm = farms.load_farm(farm_file, ROOT) if farm_file else farms.local_farm(list(plans))
+    nodes = farms.preflight(farm, plans)
+    for platform, node in nodes.items():
+        print(f"[{platform}] on {node.name} ({node.client.server_version})", file=sys.stderr)
+    results, errors = farms.build_all(plans, nodes)
+    for platform in plans:
+        if platform in results:
+            _built(results[platform], f" for {platform} on {nodes[platform].name}")
+    if errors:
+        first = next(p for p in plans if p in errors)
+        built = ", ".join(results[p].tag for p in plans if p in results)
+        tail = f"; built: {built}" if built else ""
+        more = f" (also failed: {', '.join(p for p in plans if p in errors and p != first)})" if len(errors) > 1 else ""
+        raise Exit(f"error: {first}: {errors[first]}{more}{tail}", code=errors[first].exit_code)
 
 
 @task(help={"recipe": "recipe name or path", "offline": "do not touch the network",

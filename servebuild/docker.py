@@ -112,9 +112,11 @@ class DockerClient:
         if not candidates:
             raise DockerError("no docker client found; install docker.io (which ships a BuildKit "
                               "client) or set SERVEBUILD_DOCKER", field="engine")
+        env = self._env()
+        if self.endpoint is not None:  # `build --help` needs no engine; a silent endpoint must not stall it
+            env = {k: v for k, v in env.items() if k not in _ENDPOINT_VARS}
         for client in candidates:
-            proc = subprocess.run([client, "build", "--help"], env=self._env(), capture_output=True,
-                                  text=True)
+            proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True)
             if proc.returncode == 0 and "--secret" in proc.stdout:
                 return client
         raise DockerError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
@@ -130,15 +132,15 @@ class DockerClient:
             raise DockerError(f"Docker engine not reachable ({detail}); {DOCKER_HOST_HELP}", field="engine")
         self.server_version = proc.stdout.strip()
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def run(self, *args: str, check: bool = True, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
         extra = {}
         if self.endpoint is not None:  # never wait on a prompt (ssh) or a silent host for ever
-            extra = {"stdin": subprocess.DEVNULL, "timeout": self.timeout, "start_new_session": True}
+            extra = {"stdin": subprocess.DEVNULL, "timeout": timeout or self.timeout, "start_new_session": True}
         try:
             proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True, **extra)
         except subprocess.TimeoutExpired:
             raise DockerError(f"engine {self.endpoint} did not answer `docker {args[0]}` within "
-                              f"{self.timeout:.0f}s", field="engine") from None
+                              f"{timeout or self.timeout:.0f}s", field="engine") from None
         if check and proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")

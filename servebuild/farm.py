@@ -1,0 +1,385 @@
+"""The build farm: which Docker engine builds which platform, checked before anything builds.
+
+A farm file (default `farm.yaml` at the project root, or `--farm FILE`) maps each platform to one
+or more engine endpoints, in order of preference:
+
+    platforms:
+      linux/amd64:
+        - host: unix:///var/run/docker.sock
+      linux/arm64:
+        - host: tcp://gh200-01.lab:2376
+          tls: {ca: certs/ca.pem, cert: certs/cert.pem, key: certs/key.pem}
+        - host: ssh://builder@gh200-02
+    preflight_timeout: 30
+
+The first engine of a platform that passes the preflight builds it: reachable within the timeout,
+the recipe's bases present (or pullable) there, and either of the platform's architecture or able
+to run the platform's containers (a throwaway `uname -m` container of the build base under
+`--platform`, which is exactly what the build's RUN steps need from QEMU binfmt on that host).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal, Optional, TextIO
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from .docker import DockerClient, Endpoint
+from .errors import DockerError, RecipeError, ServebuildError
+from .fsutil import MAX_BYTES, read_small_text
+from .loading import _line_map, _message, _place
+from .platforms import PLATFORMS, arch_of, docker_arch, machine_of
+from .recipe import Model
+
+FARM_FILE = "farm.yaml"
+PULL_TIMEOUT_S = 1800  # a missing base may be pulled during the preflight (CUDA bases are GBs)
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]{{2,45}}\])"
+UNIX = re.compile(r"^unix://(?P<path>/[A-Za-z0-9_.@+/-]*[A-Za-z0-9_.@+-])\Z")
+SSH = re.compile(rf"^ssh://(?:(?P<user>[A-Za-z_][A-Za-z0-9_.-]{{0,31}})@)?(?P<host>{_HOSTNAME})(?::(?P<port>[0-9]{{1,5}}))?\Z")
+TCP = re.compile(rf"^tcp://(?P<host>{_HOSTNAME}):(?P<port>[0-9]{{1,5}})\Z")
+SCHEMES = "unix:///PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)"
+
+
+class TLSFiles(Model):
+    ca: str                      # the CA that signed the engine's certificate
+    cert: Optional[str] = None   # client certificate and key, both or neither
+    key: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _pair(self):
+        if (self.cert is None) != (self.key is None):
+            given, missing = ("key", "cert") if self.cert is None else ("cert", "key")
+            raise ValueError(f"{given} is given without {missing}: a client certificate needs both")
+        return self
+
+
+class EngineEntry(Model):
+    host: str
+    tls: Optional[TLSFiles] = None
+    network: Optional[Literal["host"]] = None  # RUN steps' network: `host` on an engine without a bridge
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        problem = host_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _scheme(self):
+        if self.host.startswith("tcp://") and self.tls is None:
+            raise ValueError(f"{self.host} needs `tls` (an engine's plain TCP socket is root on that host)")
+        if self.tls is not None and not self.host.startswith("tcp://"):
+            raise ValueError(f"`tls` is for tcp:// engines; {self.host.split(':', 1)[0]}:// carries its own security")
+        return self
+
+
+class FarmModel(Model):
+    platforms: dict[str, list[EngineEntry]]
+    preflight_timeout: int = Field(default=30, gt=0, le=600)
+
+
+def host_problem(host: str) -> Optional[str]:
+    scheme = host.split("://", 1)[0] if "://" in host else None
+    pattern = {"unix": UNIX, "ssh": SSH, "tcp": TCP}.get(scheme or "")
+    if pattern is None:
+        return f"{host!r}: unsupported scheme {scheme or '(none)'!r}; an engine is {SCHEMES}"
+    found = pattern.match(host)
+    if not found or (scheme == "unix" and ".." in found["path"].split("/")):
+        return f"{host!r} is not a {scheme}:// engine address ({SCHEMES})"
+    port = found.groupdict().get("port")
+    if port is not None and not 0 < int(port) < 65536:
+        return f"{host!r}: port {port} is out of range"
+    return None
+
+
+def endpoint_key(host: str) -> tuple:
+    """The same engine written two ways (case, a leading zero, `//`, ssh's default port) is one key."""
+    scheme = host.split("://", 1)[0]
+    if scheme == "unix":
+        return ("unix", os.path.normpath(UNIX.match(host)["path"]))
+    found = (SSH if scheme == "ssh" else TCP).match(host)
+    default_port = 22 if scheme == "ssh" else None
+    port = int(found["port"]) if found["port"] else default_port
+    return (scheme, found.groupdict().get("user"), found["host"].lower(), port)
+
+
+@dataclass(frozen=True)
+class FarmEngine:
+    endpoint: Endpoint
+    field: str            # platforms.linux/arm64.0: where the farm file names it
+    line: Optional[int]
+
+
+@dataclass(frozen=True)
+class Farm:
+    file: str             # as shown in errors
+    engines: dict[str, list[FarmEngine]]
+    timeout: int
+
+    def error(self, engine: FarmEngine, problem: str, cls=DockerError) -> ServebuildError:
+        return cls(problem, file=self.file, field=engine.field, line=engine.line)
+
+
+def farm_path(root: Path, option: Optional[str]) -> Optional[Path]:
+    """--farm FILE, else FARM_FILE at the project root if there is one, else None (the local engine)."""
+    if option:
+        path = Path(option)
+        if not path.exists():
+            raise RecipeError(f"farm file {option!r} does not exist", field="--farm")
+        return path
+    default = root / FARM_FILE
+    return default if default.exists() else None
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def load_farm(path: Path, root: Path) -> Farm:
+    """Read, validate and check a farm file; every problem is one line naming file, field (and line)."""
+    display = _display(path, root)
+    text = read_small_text(path, display)
+    try:
+        lines = _line_map(yaml.compose(text, Loader=yaml.SafeLoader), display)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=display,
+                          line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise RecipeError("the YAML is nested too deeply", file=display) from None
+    chain = [types.SimpleNamespace(display=display, lines=lines)]
+    if not isinstance(data, dict):
+        raise RecipeError("a farm file is a YAML mapping with `platforms:`", file=display)
+    try:
+        model = FarmModel.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise _place(chain, tuple(err["loc"]), _message(err)) from None
+    if not model.platforms:
+        raise _place(chain, ("platforms",), "names no platform; map each platform to its engines")
+    engines: dict[str, list[FarmEngine]] = {}
+    for platform, entries in model.platforms.items():
+        if platform not in PLATFORMS:
+            raise _place(chain, ("platforms", platform), f"unknown platform {platform!r}; expected one of "
+                                                         f"{', '.join(PLATFORMS)}")
+        if not entries:
+            raise _place(chain, ("platforms", platform), "lists no engine")
+        seen: dict[tuple, int] = {}
+        engines[platform] = []
+        for i, entry in enumerate(entries):
+            key = endpoint_key(entry.host)
+            if key in seen:
+                raise _place(chain, ("platforms", platform, i, "host"),
+                             f"{entry.host} is listed twice for {platform} (also entry {seen[key]})")
+            seen[key] = i
+            tls = _tls_files(entry, path.parent, chain, ("platforms", platform, i, "tls"))
+            loc = ("platforms", platform, i)
+            engines[platform].append(FarmEngine(
+                Endpoint(entry.host, network=entry.network, **tls),
+                field=".".join(map(str, loc)), line=lines.get(loc)))
+    return Farm(display, engines, model.preflight_timeout)
+
+
+PEM_MARKERS = {"ca": ("-----BEGIN CERTIFICATE-----",), "cert": ("-----BEGIN CERTIFICATE-----",),
+               "key": ("PRIVATE KEY-----",)}
+
+
+def _tls_files(entry: EngineEntry, base: Path, chain, loc: tuple) -> dict[str, Path]:
+    """Each TLS file: relative to the farm file, a readable regular PEM file. A key's bytes are
+    checked for a PEM marker and never shown."""
+    if entry.tls is None:
+        return {}
+    out = {}
+    for name in ("ca", "cert", "key"):
+        value = getattr(entry.tls, name)
+        if value is None:
+            continue
+        if not value or "\x00" in value:
+            raise _place(chain, loc + (name,), "is not a file path")
+        path = (base / value) if not os.path.isabs(value) else Path(value)
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise _place(chain, loc + (name,), f"{value}: {exc.strerror.lower()}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise _place(chain, loc + (name,), f"{value} is not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise _place(chain, loc + (name,), f"{value} is {st.st_size} bytes; a PEM file is a few kB")
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(MAX_BYTES)
+        except OSError as exc:
+            raise _place(chain, loc + (name,), f"{value}: cannot read: {exc.strerror.lower()}") from None
+        if not any(marker.encode() in head for marker in PEM_MARKERS[name]):
+            what = "a PEM private key" if name == "key" else "a PEM certificate"
+            raise _place(chain, loc + (name,), f"{value} is not {what}")
+        del head
+        out[name] = path.resolve()
+    return out
+
+
+def local_farm(platforms: list[str]) -> Farm:
+    """No farm file: every platform on the engine the environment names (as a single build does)."""
+    return Farm("", {p: [FarmEngine(None, field="--platform", line=None)] for p in platforms}, 30)
+
+
+# -- preflight
+
+@dataclass
+class Node:
+    platform: str
+    engine: FarmEngine
+    client: DockerClient
+
+    @property
+    def name(self) -> str:
+        return self.client.name
+
+
+Connect = Callable[[Optional[Endpoint], int], DockerClient]
+
+
+def _connect(endpoint: Optional[Endpoint], timeout: int) -> DockerClient:
+    return DockerClient(endpoint=endpoint, timeout=timeout) if endpoint else DockerClient()
+
+
+def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Optional[TextIO] = sys.stderr) -> dict:
+    """One healthy engine per planned platform, or one line naming the first problem; nothing is
+    built or tagged here. `plans` maps platform -> pipeline.BuildPlan."""
+    nodes = {}
+    for platform, plan in plans.items():
+        if platform not in farm.engines:
+            raise RecipeError(f"no engine for {platform}; the farm lists {', '.join(farm.engines)}",
+                              file=farm.file, field="platforms")
+        problems = []
+        for engine in farm.engines[platform]:
+            try:
+                nodes[platform] = check_engine(farm, engine, plan, connect)
+                break
+            except ServebuildError as exc:
+                problems.append(exc)
+                if note is not None and len(farm.engines[platform]) > 1:
+                    note.write(f"[{platform}] skipping {engine.endpoint}: {exc.problem}\n")
+        else:
+            first = problems[0]
+            more = f" (and {len(problems) - 1} more engines for {platform} failed)" if len(problems) > 1 else ""
+            raise type(first)(first.problem + more, file=first.file, field=first.field, line=first.line)
+    return nodes
+
+
+def check_engine(farm: Farm, engine: FarmEngine, plan, connect: Connect = _connect) -> Node:
+    from .pipeline import resolve_bases
+    platform = plan.platform
+    name = str(engine.endpoint) if engine.endpoint else "the local engine"
+    try:
+        client = connect(engine.endpoint, farm.timeout)
+        info = client.info()
+    except DockerError as exc:
+        raise farm.error(engine, f"{name}: {exc.problem}") from None
+    for stage, ref in sorted(plan.bases.items()):
+        if client.image_id(ref) is None:
+            pulled = client.run("pull", "--platform", platform, ref, check=False, timeout=PULL_TIMEOUT_S)
+            if pulled.returncode != 0:
+                host = f"DOCKER_HOST={engine.endpoint} " if engine.endpoint else ""
+                raise farm.error(engine, f"{name} has no base image {ref} ({plan.loaded.file}: bases.{stage}) and "
+                                         f"cannot pull it; load it there (`docker save {ref} | {host}docker load`) "
+                                         f"or make it with `invoke bootstrap-base` against that engine")
+    try:
+        resolve_bases(plan, client)
+    except ServebuildError as exc:
+        raise farm.error(engine, f"{name}: {exc.file}: {exc.field}: {exc.problem}") from None
+    arch, want = docker_arch(info.get("Architecture", "")), arch_of(platform)
+    if arch != want:  # foreign platform: can this engine run it? ask it, with the base the build uses
+        probe = client.run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "uname",
+                           plan.bases["build"], "-m", check=False)
+        answer = probe.stdout.strip()
+        if probe.returncode != 0 or answer != machine_of(platform):
+            detail = answer or (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
+            raise farm.error(engine, f"{name} is {arch or 'of unknown architecture'} and cannot run {platform} "
+                                     f"containers ({detail}); register QEMU binfmt on that host (`invoke binfmt`) "
+                                     f"or list a {want} engine for {platform}")
+    return Node(platform, engine, client)
+
+
+# -- building several platforms at once
+
+class PrefixedStream:
+    """Whole lines, each prefixed, written under one lock so concurrent builds never interleave a line."""
+
+    def __init__(self, prefix: str, out: TextIO, lock: threading.Lock):
+        self.prefix, self.out, self.lock, self.pending = prefix, out, lock, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        if lines:
+            with self.lock:
+                self.out.write("".join(f"{self.prefix}{line}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.out.flush()
+
+
+def build_all(plans: dict, nodes: dict[str, Node], out: TextIO = sys.stderr) -> tuple[dict, dict]:
+    """pipeline.build for each platform on its node, concurrently. Returns (results, errors) by
+    platform; a failed platform is never tagged (pipeline tags only after its manifest)."""
+    from .pipeline import build
+    lock = threading.Lock()
+    results, errors = {}, {}
+
+    def one(platform: str) -> None:
+        stream = PrefixedStream(f"[{platform}] ", out, lock)
+        try:
+            results[platform] = build(plans[platform], nodes[platform].client, echo=stream)
+        except ServebuildError as exc:
+            errors[platform] = exc
+        except Exception as exc:  # a thread must report, not vanish
+            errors[platform] = DockerError(f"{type(exc).__name__}: {exc}", field="build")
+        stream.write("" if not stream.pending else "\n")
+
+    threads = [threading.Thread(target=one, args=(p,), name=f"build {p}") for p in plans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors
+
+
+def split_platforms(value: Optional[str]) -> list[Optional[str]]:
+    """--platform linux/arm64,linux/amd64 -> each once, in order; none given -> [None] (the default)."""
+    if not value:
+        return [None]
+    items = [p.strip() for p in value.split(",")]
+    for p in items:
+        if not p:
+            raise RecipeError(f"{value!r} has an empty entry", field="--platform")
+        if items.count(p) > 1:
+            raise RecipeError(f"{p} is given twice", field="--platform")
+    return items
+
+
+def per_platform_option(value: Optional[str], option: str, platforms: list) -> None:
+    """With several platforms, one reference must become one per platform: it needs `{arch}`."""
+    if value and len(platforms) > 1 and "{arch}" not in value:
+        raise RecipeError(f"{value!r} would name every platform's image; put {{arch}} in it "
+                          f"(e.g. {value.rsplit(':', 1)[0] if ':' in value.rsplit('/', 1)[-1] else value}:{{arch}})",
+                          field=option)
