@@ -364,33 +364,79 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
     print(f"report: {json_path} and {md_path}")
 
 
-@task(help={"recipe": "recipe whose build to publish", "registry": "HOST[:PORT] of the registry",
-            "platform": "platform of the build", "variant": "A/B variant of the build",
+@task(help={"recipe": "recipe whose builds to publish", "registry": "HOST[:PORT] of the registry",
+            "platform": "platform(s) to put under the tag, comma-separated (default: the recipe's first)",
+            "variant": "A/B variant of the builds",
             "repository": "repository in the registry (default servebuild/RECIPE)",
-            "tag": "tag in the registry (default: VARIANT-ARCH or ARCH)",
-            "no_verify": "publish without a passing smoke verdict for this exact image"})
+            "tag": "tag of the OCI index (default: the variant, else latest)",
+            "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
+            "ca": "PEM CA bundle the registry's certificate is checked against (private CA)",
+            "force": "move a tag that already points at other images",
+            "no_verify": "publish without a passing smoke verdict for each exact image"})
 @one_line_errors
 def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None, repository=None, tag=None,
-            no_verify=False):
-    """Push a built, smoke-tested image and verify the registry serves it by digest."""
-    from servebuild import pipeline
+            credentials=None, ca=None, force=False, no_verify=False):
+    """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance, write one
+    OCI index under the tag and read it back."""
+    from servebuild import credentials as creds_mod, pipeline
     from servebuild.docker import DockerClient
-    from servebuild.publish import publish as push_image, verify_smoke
+    from servebuild.lock import lock_path
+    from servebuild.platforms import PLATFORMS
+    from servebuild.publish import check_build, lock_record, publish as publish_builds
+    from servebuild.registry import RegistryClient
     if not registry:
         raise Exit("error: --registry: give the registry as HOST[:PORT]", code=2)
-    plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant, fetching=False))
-    manifest = plan.build_dir / "manifest.json"
-    if not manifest.exists():
-        raise Exit(f"error: {manifest}: no build of {recipe} for {plan.platform}; run `invoke build` first", code=2)
-    image_id = json.loads(manifest.read_text())["outputs"]["image_id"]
-    if not no_verify:
-        verify_smoke(plan.build_dir, image_id)
-    remote = f"{registry}/{repository or 'servebuild/' + plan.loaded.recipe.name}:{tag or plan.tag.rsplit(':', 1)[1]}"
-    if not re.fullmatch(pipeline.HOST, registry) or not pipeline.TAG.match(remote):
-        raise Exit(f"error: --registry/--repository/--tag: {remote!r} is not a registry reference "
-                   f"HOST[:PORT]/REPOSITORY:TAG", code=2)
-    record = push_image(DockerClient(), plan.build_dir, remote)
-    print(f"published {record['ref']}\n  pinned: {record['pinned']}")
+    name = (repository or f"servebuild/{recipe}").strip()
+    tag = tag or variant or "latest"
+    if not re.fullmatch(pipeline.HOST, registry) or not pipeline.TAG.match(f"{registry}/{name}:{tag}") \
+            or "@" in name or name.count(":"):
+        raise Exit(f"error: --registry/--repository/--tag: {f'{registry}/{name}:{tag}'!r} is not a registry "
+                   f"reference HOST[:PORT]/REPOSITORY:TAG", code=2)
+    platforms = [p.strip() for p in (platform or "").split(",") if p.strip()] if platform else [None]
+    for p in platforms:
+        if p is not None and p not in PLATFORMS:
+            raise Exit(f"error: --platform: unknown platform {p!r} (one of {', '.join(PLATFORMS)})", code=2)
+    if len(set(platforms)) != len(platforms):
+        raise Exit("error: --platform: a platform is named twice", code=2)
+    docker = DockerClient()
+    builds, plan = [], None
+    for p in platforms:  # every build checked before the registry is touched
+        plan = pipeline.make_plan(ROOT, recipe, _options(platform=p, variant=variant, fetching=False))
+        if plan.platform not in plan.loaded.recipe.platforms:
+            raise Exit(f"error: --platform: recipe {plan.loaded.recipe.name} does not build {plan.platform}", code=2)
+        build = check_build(docker, plan.platform, plan.build_dir, verify=not no_verify)
+        build.lock = lock_record(lock_path(plan.loaded), ROOT)
+        builds.append(build)
+    if repository is None:
+        name = f"servebuild/{plan.loaded.recipe.name}"
+    creds = creds_mod.resolve(registry, _path(credentials))
+    client = RegistryClient(registry, creds, _path(ca))
+    result = publish_builds(docker, builds, client, name, tag, force=force,
+                            progress=lambda event, detail: print(f"{event}: {detail}", flush=True))
+    print(f"published {result['ref']}\n  index: {result['pinned']}")
+    for p, digest in result["platforms"].items():
+        print(f"  {p}: {registry}/{name}@{digest}")
+
+
+@task(help={"ref": "HOST[:PORT]/REPOSITORY:TAG to check",
+            "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
+            "ca": "PEM CA bundle the registry's certificate is checked against"}, positional=["ref"])
+@one_line_errors
+def verify(c, ref=None, credentials=None, ca=None):
+    """Check a published tag end to end: index, platform digests, labels, attached manifest/SBOM/provenance, lock."""
+    from servebuild import credentials as creds_mod, pipeline
+    from servebuild.registry import RegistryClient
+    from servebuild.verify import verify as verify_tag
+    m = re.fullmatch(rf"({pipeline.HOST})/([a-z0-9][a-z0-9._/-]*):([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})", ref or "")
+    if not m or not pipeline.TAG.match(ref):
+        raise Exit(f"error: REF: {ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", code=2)
+    registry, name, tag = m.groups()
+    client = RegistryClient(registry, creds_mod.resolve(registry, _path(credentials)), _path(ca))
+    report = verify_tag(client, name, tag, ROOT)
+    print(f"verified {report['ref']} (index {report['index']})")
+    for p, r in sorted(report["platforms"].items()):
+        print(f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
+              f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}")
 
 
 @task(help={"stack": "stack to regenerate: a directory constraints/STACK with an inputs.yaml",

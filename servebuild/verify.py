@@ -1,0 +1,163 @@
+"""`invoke verify REF`: check a published tag end to end.
+
+index -> each platform digest -> its image config (platform, io.servebuild.* labels) -> the artifacts
+attached to that digest (exactly one SBOM, build manifest and provenance statement, each naming the
+digest as its subject; every byte checked against its digest) -> the build manifest hashes to the
+image's label -> the SBOM holds what the build installed -> the statement names those artifacts, the
+recipe of the label and the lock -> the project's lock file for that recipe, if there is one.
+The first problem is one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Optional
+
+from .errors import ServebuildError
+from .fsutil import sha256_bytes, sha256_file
+from .manifest import LABEL_PREFIX, manifest_sha256
+from .provenance import ARTIFACT_TYPES, SLSA_PREDICATE
+from .registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
+
+
+class VerifyError(ServebuildError):
+    """A published tag does not check out."""
+
+
+def _name(n: str) -> str:
+    return re.sub(r"[-_.]+", "-", n).lower()
+
+
+def _json(data: bytes, what: str) -> dict:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise VerifyError(f"{what} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise VerifyError(f"{what} is not a JSON object")
+    return doc
+
+
+def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = None) -> dict:
+    ref = f"{client.registry}/{repo}:{tag}"
+    found = client.get_manifest(repo, tag)
+    if found is None:
+        raise VerifyError(f"{ref}: no such tag")
+    body, index_digest, media = found
+    if media not in (OCI_INDEX, DOCKER_LIST):
+        raise VerifyError(f"{ref}: is a {media}, not an image index (publish writes an OCI index)")
+    index = _json(body, f"{ref} index")
+    entries = index.get("manifests") or []
+    if not entries:
+        raise VerifyError(f"{ref}: the index names no images")
+    report = {"ref": ref, "index": index_digest, "platforms": {}}
+    seen = set()
+    for entry in entries:
+        p = entry.get("platform") or {}
+        platform = f"{p.get('os')}/{p.get('architecture')}"
+        if platform in seen:
+            raise VerifyError(f"{ref}: {platform} appears twice in the index")
+        seen.add(platform)
+        report["platforms"][platform] = _verify_platform(client, repo, ref, platform, entry.get("digest", ""), root)
+    return report
+
+
+def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str, digest: str,
+                     root: Optional[Path]) -> dict:
+    where = f"{ref} {platform}"
+    found = client.get_manifest(repo, digest)
+    if found is None:
+        raise VerifyError(f"{where}: the index names {digest}, which the registry does not have")
+    if found[2] not in (OCI_MANIFEST, DOCKER_MANIFEST):
+        raise VerifyError(f"{where}: {digest} is a {found[2]}, not an image manifest")
+    image = _json(found[0], f"{where} manifest")
+    config_digest = (image.get("config") or {}).get("digest", "")
+    config = _json(client.get_blob(repo, config_digest), f"{where} image config")
+    actual = f"{config.get('os')}/{config.get('architecture')}"
+    if actual != platform:
+        raise VerifyError(f"{where}: the index entry's image {digest} is a {actual} image")
+    labels = (config.get("config") or {}).get("Labels") or {}
+    for key in ("manifest.sha256", "recipe", "recipe.sha256", "platform"):
+        if not labels.get(f"{LABEL_PREFIX}.{key}"):
+            raise VerifyError(f"{where}: image {digest} has no label {LABEL_PREFIX}.{key}")
+    if labels[f"{LABEL_PREFIX}.platform"] != platform:
+        raise VerifyError(f"{where}: image {digest} is labelled {labels[f'{LABEL_PREFIX}.platform']}")
+
+    artifacts = _artifacts(client, repo, where, digest)
+    manifest = _json(artifacts["manifest"], f"{where} attached build manifest")
+    inputs = {k: v for k, v in manifest.items() if k != "outputs"}
+    if manifest_sha256(inputs) != labels[f"{LABEL_PREFIX}.manifest.sha256"]:
+        raise VerifyError(f"{where}: the attached build manifest hashes to {manifest_sha256(inputs)}, the image's "
+                          f"label {LABEL_PREFIX}.manifest.sha256 says {labels[f'{LABEL_PREFIX}.manifest.sha256']}")
+    if (manifest.get("outputs") or {}).get("image_id") != config_digest:
+        raise VerifyError(f"{where}: the attached build manifest is for image "
+                          f"{(manifest.get('outputs') or {}).get('image_id')}, the index names {config_digest}")
+
+    sbom = _json(artifacts["sbom"], f"{where} attached SBOM")
+    component = (sbom.get("metadata") or {}).get("component") or {}
+    if sbom.get("bomFormat") != "CycloneDX" or component.get("version") != digest:
+        raise VerifyError(f"{where}: the attached SBOM is not a CycloneDX SBOM of {digest}")
+    installed = {(_name(c.get("name", "")), c.get("version")) for c in sbom.get("components") or []}
+    for pin in (manifest.get("outputs") or {}).get("packages") or []:
+        name, _, version = pin.partition("==")
+        if version and (_name(name), version) not in installed:
+            raise VerifyError(f"{where}: the SBOM lacks {name}=={version}, which the build manifest lists")
+
+    statement = _json(artifacts["provenance"], f"{where} attached provenance")
+    subjects = [s.get("digest", {}).get("sha256") for s in statement.get("subject") or []]
+    if statement.get("predicateType") != SLSA_PREDICATE or subjects != [digest.split(":", 1)[1]]:
+        raise VerifyError(f"{where}: the provenance statement is not SLSA provenance for {digest}")
+    predicate = statement.get("predicate") or {}
+    params = (predicate.get("buildDefinition") or {}).get("externalParameters") or {}
+    if (params.get("recipe") or {}).get("sha256") != labels[f"{LABEL_PREFIX}.recipe.sha256"]:
+        raise VerifyError(f"{where}: the provenance names recipe sha256 {(params.get('recipe') or {}).get('sha256')}, "
+                          f"the image label says {labels[f'{LABEL_PREFIX}.recipe.sha256']}")
+    byproducts = {b.get("name"): b.get("digest", {}).get("sha256")
+                  for b in (predicate.get("runDetails") or {}).get("byproducts") or []}
+    for kind in ("sbom", "manifest"):
+        if byproducts.get(kind) != sha256_bytes(artifacts[kind]):
+            raise VerifyError(f"{where}: the provenance names {kind} sha256:{byproducts.get(kind)}, the attached "
+                              f"{kind} is sha256:{sha256_bytes(artifacts[kind])}")
+    lock = params.get("lock")
+    lock_state = _check_lock(where, lock, root, labels[f"{LABEL_PREFIX}.recipe"])
+    return {"digest": digest, "image_id": config_digest, "recipe": labels[f"{LABEL_PREFIX}.recipe"],
+            "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"], "packages": len(installed),
+            "lock": lock_state}
+
+
+def _artifacts(client: RegistryClient, repo: str, where: str, digest: str) -> dict[str, bytes]:
+    referrers, _ = client.referrers(repo, digest)
+    out = {}
+    for kind, artifact_type in ARTIFACT_TYPES.items():
+        matching = [d for d in referrers if d.get("artifactType") == artifact_type]
+        if len(matching) != 1:
+            raise VerifyError(f"{where}: {len(matching)} {kind} artifacts are attached to {digest}, want exactly 1")
+        desc = matching[0]
+        found = client.get_manifest(repo, desc.get("digest", ""))
+        if found is None:
+            raise VerifyError(f"{where}: the {kind} artifact {desc.get('digest')} is listed but not in the registry")
+        art = _json(found[0], f"{where} {kind} artifact manifest")
+        if (art.get("subject") or {}).get("digest") != digest or art.get("artifactType") != artifact_type:
+            raise VerifyError(f"{where}: the {kind} artifact {found[1]} is not a {artifact_type} about {digest}")
+        layers = art.get("layers") or []
+        if len(layers) != 1:
+            raise VerifyError(f"{where}: the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
+        out[kind] = client.get_blob(repo, layers[0].get("digest", ""))
+    return out
+
+
+def _check_lock(where: str, lock: Optional[dict], root: Optional[Path], recipe: str) -> str:
+    project_lock = root / "recipes" / f"{recipe}.lock.yaml" if root else None
+    if lock is None:
+        if project_lock is not None and project_lock.is_file():
+            raise VerifyError(f"{where}: published without a lock, but the project has {project_lock}")
+        return "none"
+    if project_lock is None or not project_lock.is_file():
+        return f"{lock.get('path')} sha256:{lock.get('sha256')} (no project lock to compare)"
+    actual = sha256_file(project_lock)
+    if actual != lock.get("sha256"):
+        raise VerifyError(f"{where}: the provenance names lock {lock.get('path')} sha256:{lock.get('sha256')}, "
+                          f"the project's {project_lock} is sha256:{actual}")
+    return f"{lock.get('path')} sha256:{actual} (matches the project's)"
