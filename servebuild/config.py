@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 from .errors import RecipeError
-from .fsutil import read_small_text
 from .recipe import IMAGE_REF
+from .yamlfile import load_yaml
 
 
 @dataclass(frozen=True)
@@ -59,10 +57,7 @@ def load_config(path: Optional[Path] = None) -> Config:
     path = path or Path(os.environ.get("SERVEBUILD_CONFIG", Path.home() / ".config/servebuild/config.yaml"))
     data: dict = {}
     if path.exists():
-        try:
-            data = yaml.safe_load(read_small_text(path, str(path))) or {}
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
+        data = load_yaml(path)[0] or {}
         if not isinstance(data, dict) or set(data) - {"git_mirrors", "image_mirrors"}:
             raise RecipeError("expected a mapping with git_mirrors and/or image_mirrors", file=str(path))
         for key in ("git_mirrors", "image_mirrors"):
@@ -81,10 +76,7 @@ def load_config(path: Optional[Path] = None) -> Config:
 
 def load_mirror_map(path: Path) -> dict[str, str]:
     """A mirror map file (`images:` section) that rewrites recipe base references."""
-    try:
-        data = yaml.safe_load(read_small_text(path, str(path))) or {}
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=str(path)) from None
+    data = load_yaml(path)[0] or {}
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
         raise RecipeError("a mirror map needs an `images:` mapping of reference to reference",

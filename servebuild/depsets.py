@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
+
 
 from .constraints import (CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines,
                           normalize, parse_pins)
 from .errors import RecipeError
 from .platforms import PLATFORMS, machine_of
+from .yamlfile import load_yaml
 
 CONSTRAINTS_DIR = "constraints"
 INPUTS_NAME = "inputs.yaml"
@@ -123,14 +124,7 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
     def bad(field: str, problem: str) -> RecipeError:
         return RecipeError(problem, file=display, field=field)
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise bad("(file)", f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise RecipeError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=display,
-                          line=mark.line + 1 if mark else None) from None
+    data = load_yaml(path, display)[0]
     if not isinstance(data, dict):
         raise bad("(top level)", "must be a mapping of fields")
     unknown = sorted(set(map(str, data)) - FIELDS)

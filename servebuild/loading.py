@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 from pydantic import ValidationError
 
 from .constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
@@ -13,57 +12,7 @@ from .errors import RecipeError
 from .fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from .recipe import NAME, Recipe
 from .recipe_files import escape_problem, named_files
-
-MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions
-
-
-def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
-    """Map each key path of a YAML document to its 1-based line, for error places.
-
-    Aliased nodes are walked once (first path wins) and the document's expanded size is bounded,
-    so an alias bomb is refused instead of expanded.
-    """
-    lines: dict[tuple, int] = {}
-    sizes: dict[int, int] = {}
-
-    def size(node: yaml.Node) -> int:
-        if id(node) not in sizes:
-            sizes[id(node)] = 1  # a recursive alias counts once
-            children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
-                node.value if isinstance(node, yaml.SequenceNode) else [])
-            sizes[id(node)] = 1 + sum(size(c) for c in children)
-        return sizes[id(node)]
-
-    seen: set[int] = set()
-
-    def walk(node: yaml.Node, path: tuple) -> None:
-        lines.setdefault(path, node.start_mark.line + 1)
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set = set()
-            for key, value in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
-                                      line=key.start_mark.line + 1)
-                if key.value in keys:  # YAML would silently keep the last one
-                    raise RecipeError(f"key {key.value!r} is given twice", file=display,
-                                      field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
-                keys.add(key.value)
-                child = path + (key.value,)
-                lines.setdefault(child, key.start_mark.line + 1)
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    if root is not None:
-        if size(root) > MAX_YAML_NODES:
-            raise RecipeError(f"the YAML expands to more than {MAX_YAML_NODES} nodes (aliases?)", file=display)
-        walk(root, ())
-    return lines
-
+from .yamlfile import _line_map, parse_bounded  # noqa: F401  (_line_map: farm files use it too)
 
 class RecipeFile:
     """One YAML file as read: its data, its hash and where each field sits."""
@@ -73,17 +22,7 @@ class RecipeFile:
         self.display = display
         text = read_small_text(path, display)
         raw = text.encode("utf-8")
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.lines = _line_map(node, display)
-            self.data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise RecipeError(f"invalid YAML: {problem}", file=display,
-                              line=mark.line + 1 if mark else None) from None
-        except RecursionError:
-            raise RecipeError("the YAML is nested too deeply", file=display) from None
+        self.data, self.lines = parse_bounded(text, display)
         if not isinstance(self.data, dict):
             raise RecipeError("a recipe is a YAML mapping of fields", file=display)
         self.text_sha256 = sha256_bytes(raw)

@@ -15,14 +15,15 @@ import yaml
 from pydantic import ValidationError
 
 from .engine_source import prepare_engine_source
-from .errors import SourceError
-from .fsutil import atomic_write, read_small_text, sha256_bytes, sha256_file
+from .errors import RecipeError, SourceError
+from .fsutil import atomic_write, sha256_bytes, sha256_file
 from .loading import LoadedRecipe
 from .patchfiles import is_native
 from .recipe import PatchEntry, Recipe
 from .recipe_files import named_files
 from .registry import registry_digest
 from .sources import SourceCache
+from .yamlfile import load_yaml
 
 LOCK_VERSION = 1
 
@@ -158,9 +159,9 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[dict]:
     if not path.exists():
         return None
     try:
-        lock = yaml.safe_load(read_small_text(path, display))
-    except yaml.YAMLError:
-        raise SourceError("the lock file is not valid YAML; run `invoke lock` again", file=display) from None
+        lock = load_yaml(path, display)[0]
+    except RecipeError as exc:
+        raise SourceError(f"{exc.problem}; run `invoke lock` again", file=display, line=exc.line) from None
     named = set(file_names(loaded))
     problem = None
     if not isinstance(lock, dict):

@@ -230,7 +230,7 @@ def test_unquoted_date_is_refused(tmp_path):
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
-    with pytest.raises(RecipeError, match=r"^constraints/demo/inputs.yaml:\d+: not valid YAML"):
+    with pytest.raises(RecipeError, match=r"^constraints/demo/inputs.yaml:\d+: invalid YAML"):
         depsets.load_inputs(_write_inputs(tmp_path, "stack: demo\nengine: x\nrequirements: [a\n"), tmp_path)
 
 

@@ -81,7 +81,7 @@ def test_yaml_alias_bomb_is_refused_quickly(project):
         for i in range(8))
     (project / "recipes" / "hostile.yaml").write_text(bomb)
     start = time.monotonic()
-    with pytest.raises(RecipeError, match="expands to more than"):
+    with pytest.raises(RecipeError, match="more than 100000 nodes once aliases are expanded"):
         load_recipe("hostile", project)
     assert time.monotonic() - start < 10
 
@@ -237,3 +237,31 @@ def test_loose_types_and_unicode_digits_are_refused(project, edit, field):
     (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edit)))
     with pytest.raises(RecipeError, match=field):
         load_recipe("hostile", project)
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(8))
+
+
+@pytest.mark.parametrize("blob,words", [
+    (BOMB, "more than 100000 nodes"), ("a: " + "[" * 3000 + "\n", "nesting depth"),
+    ("images: {a: b}\nimages: {c: d}\n", "given twice"), (b"images:\n  \xff: x\n", "not UTF-8"),
+    ("".join(f"k{i}: 1\n" for i in range(30000)), "at most 20000"), ("images: [unclosed\n", "invalid YAML")])
+@pytest.mark.parametrize("reader", ["mirror map", "config", "lock"])
+def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, reader, blob, words):
+    """Mirror maps, the user config and lock files go through the recipe's bounded YAML reader."""
+    from servebuild.config import load_config, load_mirror_map
+    from servebuild.errors import ServebuildError
+    from servebuild import lock as locking
+    path = tmp_path / "input.yaml"
+    if reader == "lock":
+        (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE))
+        path = project / "recipes" / "hostile.lock.yaml"
+    path.write_bytes(blob if isinstance(blob, bytes) else blob.encode())
+    start = time.monotonic()
+    with pytest.raises(ServebuildError) as info:
+        {"mirror map": lambda: load_mirror_map(path), "config": lambda: load_config(path),
+         "lock": lambda: locking.load_lock_file(load_recipe("hostile", project))}[reader]()
+    line = str(info.value)
+    assert "\n" not in line and words in line and path.name in line, line
+    assert time.monotonic() - start < 5  # a hang guard, not a speed target (see scripts/bench_hostile_yaml.py)

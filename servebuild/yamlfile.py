@@ -1,0 +1,105 @@
+"""Bounded YAML for every input file (recipes, locks, mirror maps, config, farm files).
+
+One parse: libyaml composes the node graph, which is bounded in lines, expanded size (alias bombs)
+and depth before any data is constructed; duplicate and non-scalar keys are refused; every
+problem is one RecipeError with the file and, where known, the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import RecipeError
+from .fsutil import read_small_text
+
+MAX_YAML_LINES = 20_000   # a recipe is a few hundred lines
+MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions
+MAX_YAML_DEPTH = 64       # a recipe is about six levels deep
+# libyaml's composer where PyYAML was built with it (fast on big hostile input); same nodes and marks
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
+    """Map each key path of a YAML document to its 1-based line, for error places.
+
+    Aliased nodes are walked once (first path wins) and the document's expanded size is bounded,
+    so an alias bomb is refused instead of expanded.
+    """
+    lines: dict[tuple, int] = {}
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int = 0) -> int:
+        if depth > MAX_YAML_DEPTH:
+            raise RecipeError(f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=display,
+                              line=node.start_mark.line + 1)
+        if id(node) not in sizes:
+            sizes[id(node)] = 1  # a recursive alias counts once
+            children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
+                node.value if isinstance(node, yaml.SequenceNode) else [])
+            sizes[id(node)] = 1 + sum(size(c, depth + 1) for c in children)
+        return sizes[id(node)]
+
+    seen: set[int] = set()
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set = set()
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
+                                      line=key.start_mark.line + 1)
+                if key.value in keys:  # YAML would silently keep the last one
+                    raise RecipeError(f"key {key.value!r} is given twice", file=display,
+                                      field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
+                keys.add(key.value)
+                child = path + (key.value,)
+                lines.setdefault(child, key.start_mark.line + 1)
+                walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    if root is not None:
+        if size(root) > MAX_YAML_NODES:
+            raise RecipeError(f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded "
+                              f"(a recipe has a few hundred)", file=display)
+        walk(root, ())
+    return lines
+
+
+def _compose_and_construct(text: str, display: str) -> tuple[Any, dict[tuple, int]]:
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        lines = _line_map(node, display)
+        return (loader.construct_document(node) if node is not None else None), lines
+    finally:
+        loader.dispose()
+
+
+def parse_bounded(text: str, display: str) -> tuple[Any, dict[tuple, int]]:
+    """Parse once: compose the node graph, bound it (lines, size, depth, keys), then construct the data."""
+    if text.count("\n") > MAX_YAML_LINES:
+        raise RecipeError(f"has {text.count(chr(10))} lines; an input file has at most {MAX_YAML_LINES}",
+                          file=display)
+    try:
+        return _compose_and_construct(text, display)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise RecipeError(f"invalid YAML: {problem}", file=display, line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise RecipeError("the YAML is nested too deeply", file=display) from None
+
+
+def load_yaml(path: Path, display: Optional[str] = None) -> tuple[Any, dict[tuple, int]]:
+    """Read (size-bounded, regular files only) and parse an input file: (data, line of each key path)."""
+    display = display or str(path)
+    return parse_bounded(read_small_text(path, display), display)
