@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from .artifacts import fetch_artifact
+from .fsutil import canonical_json
 from .loading import LoadedRecipe
 from .sources import PreparedSource, SourceCache
 
@@ -24,5 +25,7 @@ def prepare_engine_source(loaded: LoadedRecipe, platform: str, cache: SourceCach
         path, digest = fetch_artifact(loaded.root / origin.requirement, origin.requirement, origin.artifact,
                                       platform, loaded.recipe.python, cache.root, offline=offline)
         release = (path, digest, origin.artifact, origin.package_prefix)
-    return cache.prepare(engine.source, loaded.root, work, release=release,
+    # the rule depends on the mode and the engine's other fields: they key a remembered preparation
+    rule_key = canonical_json(engine.model_dump(mode="json", exclude={"source"}))
+    return cache.prepare(engine.source, loaded.root, work, release=release, rule_key=rule_key,
                          rule=lambda path, release_files: mode.patch_problem(path, release_files, engine))

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from urllib.parse import urlparse
 
 from .errors import SourceError
-from .fsutil import atomic_write, canonical_json, sha256_bytes
+from .fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
 from .patchfiles import is_native, is_test_or_doc
 from .recipe import EngineSource, PatchEntry
 
@@ -187,9 +187,13 @@ class SourceCache:
 
     def prepare(self, source: EngineSource, project_root: Path, work: Path,
                 release: Optional[tuple[Path, str, str, str]] = None,
-                rule: Optional[PatchRule] = None) -> PreparedSource:
+                rule: Optional[PatchRule] = None, rule_key: str = "") -> PreparedSource:
         """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
-        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball."""
+        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball.
+
+        The result is remembered under a key of everything it depends on (tree origin, each
+        entry's diff bytes, the mode's rule as `rule_key`): an A/B variant or a rebuild with the
+        same inputs reuses its tarball (checked by hash) instead of laying out the tree again."""
         unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
         if unresolved:
             e = unresolved[0]
@@ -200,12 +204,48 @@ class SourceCache:
         needs_git = release is None or bool(commits)
         repo = self.mirror(source.url, ([source.commit] if release is None else []) + commits) if needs_git else None
 
+        diffs = {entry.id: self._checked_diff(repo, entry, project_root) for entry in source.patches}
+        memo = self.root / "prepared" / (sha256_bytes(canonical_json({
+            "v": 1, "url": source.url, "commit": source.commit, "subdir": source.subdir,
+            "release": list(release[1:]) if release else None, "rule": rule_key,
+            "patches": [[e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
+                        for e in source.patches]}).encode()) + ".json")
+        remembered = self._remembered(memo)
+        if remembered is not None:
+            return remembered
         tree = work / "tree"
         env, origin, release_files = self._lay_out(source, tree, repo, release)
-        applied = [self._apply_entry(tree, repo, project_root, entry, env, release_files, rule)
+        applied = [self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
                    for entry in source.patches]
         tar_path, tar_sha = self.write_tarball(tree, env)
-        return PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+        prepared = PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(memo, canonical_json({**prepared.as_dict(), "tarball": tar_path.name}).encode())
+        return prepared
+
+    def _remembered(self, memo: Path) -> Optional[PreparedSource]:
+        """A PreparedSource from an earlier identical preparation, if its tarball is intact."""
+        import json
+        try:
+            data = json.loads(memo.read_text())
+            tarball = self.root / "tarballs" / data["tarball"]
+            if sha256_file(tarball) != data["tarball_sha256"]:
+                return None
+            patches = [AppliedPatch(**p) for p in data["patches"]]
+            return PreparedSource(data["url"], data["commit"], tarball, data["tarball_sha256"], patches,
+                                  data["tree"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent, partial or from another version: prepare afresh
+
+    def _checked_diff(self, repo: Optional[Path], entry: PatchEntry, project_root: Path) -> bytes:
+        diff = self.entry_diff(repo, entry, project_root)
+        digest = sha256_bytes(diff)
+        if entry.sha256 is not None and digest != entry.sha256:
+            what = entry.file or f"PR #{entry.pr} at {entry.commit}"
+            raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
+                              f"{entry.sha256}, got {digest}", file=self.recipe,
+                              field=f"engine.source.patches.{entry.id}.sha256")
+        return diff
 
     @staticmethod
     def _lay_out(source: EngineSource, tree: Path, repo: Optional[Path],
@@ -225,16 +265,10 @@ class SourceCache:
         return env, {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
                      "tag_commit": source.commit}, release_files
 
-    def _apply_entry(self, tree: Path, repo: Optional[Path], project_root: Path, entry: PatchEntry, env: dict,
+    def _apply_entry(self, tree: Path, project_root: Path, entry: PatchEntry, diff: bytes, env: dict,
                      release_files: Optional[set], rule: Optional[PatchRule]) -> AppliedPatch:
-        """Check the entry's hash and every path against the mode's rule, then apply it."""
-        diff = self.entry_diff(repo, entry, project_root)
+        """Check every path of the entry's (hash-checked) diff against the mode's rule, then apply it."""
         digest = sha256_bytes(diff)
-        if entry.sha256 is not None and digest != entry.sha256:
-            what = entry.file or f"PR #{entry.pr} at {entry.commit}"
-            raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
-                              f"{entry.sha256}, got {digest}", file=self.recipe,
-                              field=f"engine.source.patches.{entry.id}.sha256")
         files = self.diff_files(entry, diff)
         # test/doc files a release artifact does not ship are dropped (and recorded), not applied
         dropped = [f for f in files if release_files is not None and f not in release_files
@@ -330,7 +364,7 @@ class SourceCache:
         blob = buf.getvalue()
         digest = sha256_bytes(blob)
         final = self.root / "tarballs" / f"{digest}.tar"
-        if not final.exists():
+        if not final.exists() or sha256_file(final) != digest:  # absent, or damaged since
             atomic_write(final, blob)
         return final, digest
 

@@ -7,11 +7,13 @@ on 127.0.0.1.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -70,9 +72,37 @@ def test_fetch_applies_three_entry_stack_over_git_daemon(daemon_upstream, tmp_pa
     print(f"\nfetch over git daemon: cold {cold_s:.2f}s, warm {warm_s:.2f}s")
     assert [p.id for p in cold.patches] == ["pr-1", "pr-2", "local-version-banner"]
     assert cold.tarball_sha256 == warm.tarball_sha256
-    tree = tmp_path / "w2" / "tree"
-    assert (tree / "toyserve/greeting.py").read_text() == 'GREETING = "hello, hopper"\nFAREWELL = "bye"\n'
-    assert "patched" in (tree / "toyserve/__main__.py").read_text()
+    assert warm.tarball == cold.tarball and not (tmp_path / "w2" / "tree").exists()  # remembered
+    with tarfile.open(warm.tarball) as tar:
+        read = lambda name: tar.extractfile(f"src/{name}").read().decode()  # noqa: E731
+        assert read("toyserve/greeting.py") == 'GREETING = "hello, hopper"\nFAREWELL = "bye"\n'
+        assert "patched" in read("toyserve/__main__.py")
+
+
+def test_a_remembered_preparation_is_reused_only_for_the_same_inputs(upstream, tmp_path):
+    """Same origin and diffs: the tarball is reused (no tree laid out). One byte of a local patch, a
+    damaged tarball or another mode rule: prepared afresh."""
+    root = make_project(tmp_path, upstream)
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    first = cache.prepare(source(upstream), root, tmp_path / "w1")
+    again = cache.prepare(source(upstream), root, tmp_path / "w2")
+    assert not (tmp_path / "w2" / "tree").exists()
+    assert again.as_dict() == first.as_dict() and again.tarball == first.tarball
+    assert cache.prepare(source(upstream), root, tmp_path / "w3", rule_key="other").tarball == first.tarball
+    assert (tmp_path / "w3" / "tree").exists()  # another rule: laid out and checked again
+    patch = root / "patches" / "toy-version-banner.patch"
+    patch.write_text(patch.read_text().replace("servebuild fixture patch", "servebuild fixture Patch"))
+    data = fixture_recipe(upstream)["engine"]["source"]
+    data["patches"][2]["sha256"] = hashlib.sha256(patch.read_bytes()).hexdigest()
+    edited = cache.prepare(EngineSource.model_validate(data), root, tmp_path / "w4")
+    assert (tmp_path / "w4" / "tree").exists()
+    assert edited.patches[2].sha256 != first.patches[2].sha256
+    patch.write_text(patch.read_text().replace("servebuild fixture Patch", "servebuild fixture patch"))
+    first.tarball.write_bytes(first.tarball.read_bytes()[:-1] + b"x")  # a damaged cache entry
+    repaired = cache.prepare(source(upstream), root, tmp_path / "w5")
+    assert repaired.tarball_sha256 == first.tarball_sha256
+    assert hashlib.sha256(repaired.tarball.read_bytes()).hexdigest() == first.tarball_sha256
+    assert (tmp_path / "w5" / "tree").exists()
 
 
 def test_tarball_is_bit_identical_across_caches_days_and_umasks(upstream, project, tmp_path):
