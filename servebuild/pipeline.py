@@ -307,9 +307,7 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
                            cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
                            network=docker.endpoint.network if docker.endpoint else None)
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
-    packages, apt = (docker.run_in_image(image_id, f"/opt/servebuild/{name}", platform=plan.platform,
-                                         entrypoint="cat").splitlines()
-                     for name in ("packages.txt", "apt-runtime.txt"))
+    packages, apt = installed_lists(docker, image_id, plan.platform)
     manifest = dict(plan.manifest_inputs)
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
@@ -323,6 +321,14 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
         docker.push(image_id, plan.options.cache_to)
     return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path,
                        cache_ref=plan.options.cache_to)
+
+
+def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:
+    """The image's pip and apt package lists, read in one throwaway container (no network)."""
+    out = docker.run_in_image(image_id, "-c", "cat /opt/servebuild/packages.txt; echo '#apt'; "
+                              "cat /opt/servebuild/apt-runtime.txt", platform=platform, entrypoint="/bin/sh")
+    packages, _, apt = out.partition("#apt\n")
+    return packages.splitlines(), apt.splitlines()
 
 
 def engine_arch(info: dict) -> str:
