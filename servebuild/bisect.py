@@ -157,17 +157,20 @@ def outcome(row: Row, metric: Optional[str], threshold: Optional[float]) -> str:
 
 def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
     """The smallest prefix length i in 1..n whose outcome differs from prefix 0's, by bisection
-    (the outcome is assumed to change once along the stack); None if prefix n agrees with 0."""
-    base = result(0)
-    if result(n) == base:
-        return None
-    lo, hi = 0, n  # result(lo) == base, result(hi) != base
+    (the outcome is assumed to change once along the stack); None if prefix n agrees with 0.
+
+    The full stack is measured first and prefix 0 only when the search ends next to it: a
+    culprit in the middle of 8 patches costs 4 results (8, 4, 6, 5), not 5."""
+    top = result(n)
+    lo, hi = 0, n  # result(hi) == top; result(lo) != top once measured (lo 0: not yet)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if result(mid) == base:
-            lo = mid
-        else:
+        if result(mid) == top:
             hi = mid
+        else:
+            lo = mid
+    if lo == 0 and result(0) == top:
+        return None
     return hi
 
 

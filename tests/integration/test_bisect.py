@@ -90,3 +90,54 @@ def test_metric_and_threshold_come_together():
     from servebuild.errors import RecipeError
     with pytest.raises(RecipeError, match="--metric NAME and --threshold NUMBER together"):
         ab.parse_threshold("ttft", None)
+
+
+def step_patch(i: int) -> str:
+    """Local patch i of an 8-patch stack: each adds a module; patch 6 also changes the greeting."""
+    header = f"servebuild fixture: step {i} of a stack of eight.\n\nWhy: bisection fixture.\n---\n"
+    body = (f"diff --git a/toyserve/step{i}.py b/toyserve/step{i}.py\nnew file mode 100644\n"
+            f"--- /dev/null\n+++ b/toyserve/step{i}.py\n@@ -0,0 +1 @@\n+STEP = {i}\n")
+    if i == 6:
+        body += ("diff --git a/toyserve/greeting.py b/toyserve/greeting.py\n--- a/toyserve/greeting.py\n"
+                 "+++ b/toyserve/greeting.py\n@@ -1 +1 @@\n-GREETING = \"hello\"\n+GREETING = \"goodbye\"\n")
+    return header + body
+
+
+@pytest.fixture(scope="module")
+def stack_project(tmp_path_factory):
+    import hashlib
+    tmp = tmp_path_factory.mktemp("bisect8")
+    up = make_upstream(tmp)
+    recipe = fixture_recipe(up, platforms=["linux/amd64"])
+    texts = {i: step_patch(i) for i in range(1, 9)}
+    recipe["engine"]["source"]["patches"] = [
+        {"id": f"step-{i}", "file": f"patches/step-{i}.patch",
+         "sha256": hashlib.sha256(texts[i].encode()).hexdigest()} for i in texts]
+    recipe["expect"]["versions"].pop("toyserve")
+    root = make_project(tmp, up, recipe)
+    for i, text in texts.items():
+        (root / "patches" / f"step-{i}.patch").write_text(text)
+    return root, tmp / "cache"
+
+
+def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_images, stack_project):
+    root, cache = stack_project
+    stack = [f"step-{i}" for i in range(1, 9)]
+    jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
+    plans = {name: options(cache, f"s8-{name}", s) for name, s in jobs}
+    greets = ab.Probe("toy-serve --port 5 | grep -q hello", timeout_s=120)
+    session = ab.Session(root, "toy", greets, [None], {name: plans[name] for name, _ in jobs})
+    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], None, None))
+    print(f"\n8-patch search: culprit prefix {found}, builds {sorted(session.measured)}")
+    assert found == 6 and len(session.measured) <= 4
+    line = session.culprit(jobs, found)
+    assert line.startswith("first patch that changes the outcome: step-6 (patches/step-6.patch, diff sha256 ")
+    assert "exit 0 with prefix-5 -> exit 1 with prefix-6" in line and "4 of 9 prefixes built" in line
+
+    # a check no patch changes: "no change", reusing the prefixes already built
+    quiet = ab.Session(root, "toy", ab.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), [None],
+                       {name: plans[name] for name, _ in jobs})
+    assert ab.first_change(len(stack), lambda i: quiet.outcome(jobs[i][0], None, None)) is None
+    assert quiet.culprit(jobs, None).startswith("no patch changes the outcome: prefix-0 and prefix-8 agree")
+    assert set(quiet.measured) == {"prefix-8", "prefix-4", "prefix-2", "prefix-1", "prefix-0"}
+    print(ab.table(quiet.rows))
