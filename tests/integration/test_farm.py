@@ -1,0 +1,312 @@
+"""Two Docker engines on this machine acting as a build farm, through `invoke build --farm`.
+
+Node 1 is the machine's engine (unix:///var/run/docker.sock). Node 2 is a second dockerd this
+test starts with its own data root, exec root, pidfile, unix socket and a TCP endpoint with
+mutual TLS (certificates made here with trustme). Node 2 has a bridge of its own and no iptables
+rules (`--bridge=sbn2N --iptables=false`: a second daemon must not touch the first one's docker0,
+which `--bridge=none` deletes, or its iptables chains), so its farm entry says `network: host`
+and its builds' RUN steps use the host network.
+Its base images are copied from node 1 with `docker save | docker load`. Nothing is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from invoke import Context, Exit
+
+import tasks
+from integration.conftest import HOST_CA
+from support import free_port, make_project, start_registry
+
+DOCKER = "/usr/bin/docker"
+BASES = ("servebuild/debian:bookworm-amd64", "servebuild/debian:bookworm-arm64")
+TAGS = "servebuild-test/farm-toy:{arch}"
+
+
+class SecondEngine:
+    """A second dockerd, started and torn down by this test (every process it leaves is ours: its
+    command line names this test's own temp dir)."""
+
+    def __init__(self):
+        # a short path: a unix socket path must stay under 108 bytes
+        self.dir = Path(tempfile.mkdtemp(prefix="sbnode2.", dir="/tmp"))
+        self.sock = self.dir / "docker.sock"
+        self.port = free_port()
+        self.certs = self.dir / "certs"
+        self.proc = None
+        self._make_certs()
+
+    def _make_certs(self):
+        import trustme
+        ca = trustme.CA()
+        self.certs.mkdir()
+        ca.cert_pem.write_to_path(str(self.certs / "ca.pem"))
+        server = ca.issue_cert("127.0.0.1", "localhost")
+        server.cert_chain_pems[0].write_to_path(str(self.certs / "server-cert.pem"))
+        server.private_key_pem.write_to_path(str(self.certs / "server-key.pem"))
+        # names the 20.10 client does not look for: the client links them into a private dir
+        client = ca.issue_cert("servebuild-client.test")
+        client.cert_chain_pems[0].write_to_path(str(self.certs / "client-cert.pem"))
+        client.private_key_pem.write_to_path(str(self.certs / "client-key.pem"))
+        os.chmod(self.certs / "client-key.pem", 0o600)
+        os.chmod(self.certs / "server-key.pem", 0o600)
+        self.client_key = (self.certs / "client-key.pem").read_text()
+
+    @property
+    def tcp(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        c = self.certs
+        # its own bridge: with --bridge=none dockerd deletes the host's docker0 (the first
+        # engine's default network) on startup, which broke every build of the first engine
+        self.bridge = f"sbn2{os.getpid() % 100000}"
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], capture_output=True)
+        subprocess.run(["ip", "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", self.bridge],
+                       capture_output=True)
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], capture_output=True)
+        log = (self.dir / "dockerd.log").open("a")
+        self.proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(self.dir / "data"), "--exec-root", str(self.dir / "exec"),
+             "--pidfile", str(self.dir / "docker.pid"), "-H", f"unix://{self.sock}", "-H", self.tcp,
+             "--tlsverify", "--tlscacert", str(c / "ca.pem"), "--tlscert", str(c / "server-cert.pem"),
+             "--tlskey", str(c / "server-key.pem"), f"--bridge={self.bridge}", "--iptables=false",
+             "--ip-masq=false"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"second dockerd exited {self.proc.returncode}: "
+                                   f"{(self.dir / 'dockerd.log').read_text()[-2000:]}")
+            if self.docker("version", check=False).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise RuntimeError("second dockerd did not answer within 60 s")
+
+    def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+        return subprocess.run([DOCKER, "-H", f"unix://{self.sock}", *args], env=env, check=check,
+                              capture_output=True, text=True, **kw)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.proc = None
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+        for pid in self._leftover_pids():  # its containerd and shims, had dockerd died hard
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _leftover_pids(self) -> list[int]:
+        mine = str(self.dir).encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    if mine in (entry / "cmdline").read_bytes():
+                        pids.append(int(entry.name))
+                except OSError:
+                    pass
+        return pids
+
+    def remove(self) -> None:
+        self.stop()
+        prefix = str(self.dir) + "/"
+        with open("/proc/self/mountinfo") as fh:
+            mounts = [line.split()[4] for line in fh]
+        for point in reversed([m for m in mounts if m.startswith(prefix)]):
+            subprocess.run(["umount", "-l", point], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def node2(base_images):
+    node = SecondEngine()
+    try:
+        node.start()
+        save = subprocess.Popen([DOCKER, "save", *BASES], stdout=subprocess.PIPE)
+        node.docker("load", stdin=save.stdout)
+        assert save.wait() == 0
+        yield node
+    finally:
+        node.remove()
+
+
+@pytest.fixture(scope="module")
+def farm_project(tmp_path_factory, upstream) -> Path:
+    """The fixture recipe in a project of its own (its build/ is not the other tests')."""
+    return make_project(tmp_path_factory.mktemp("farm"), upstream)
+
+
+@pytest.fixture(autouse=True)
+def _ca(monkeypatch, farm_project):
+    monkeypatch.setattr(tasks, "ROOT", farm_project)
+    if HOST_CA.exists():
+        monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(HOST_CA))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_our_tags():
+    yield
+    for arch in ("amd64", "arm64"):
+        for tag in (TAGS, "servebuild-test/farm-down:{arch}", "servebuild-test/farm-cache:{arch}"):
+            subprocess.run([DOCKER, "image", "rm", "-f", tag.replace("{arch}", arch)], capture_output=True)
+
+
+def write_farm(root: Path, text: str) -> Path:
+    path = root / "farm-test.yaml"
+    path.write_text(text)
+    return path
+
+
+def tls_entry(node: SecondEngine) -> str:
+    c = node.certs
+    return (f"    - host: {node.tcp}\n"
+            f"      tls: {{ca: {c / 'ca.pem'}, cert: {c / 'client-cert.pem'}, key: {c / 'client-key.pem'}}}\n"
+            f"      network: host\n")
+
+
+def build(farm: Path, capsys, **options) -> tuple[str, str]:
+    tasks.build(Context(), recipe="toy", farm=str(farm), **options)
+    out = capsys.readouterr()
+    return out.out, out.err
+
+
+def image_arch(run, ref: str) -> str:
+    return run("image", "inspect", "--format", "{{.Architecture}}", ref).stdout.strip()
+
+
+def node1(*args, check=True):
+    return subprocess.run([DOCKER, *args], check=check, capture_output=True, text=True)
+
+
+def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, capsys, monkeypatch):
+    """amd64 on node 1 (unix socket), arm64 on node 2 (TCP + mutual TLS), both at once (the real
+    pipeline.build, timed by a wrapper, shows the two builds overlap)."""
+    from servebuild import pipeline
+    spans, real_build = {}, pipeline.build
+
+    def timed(plan, docker, echo=None):
+        begin = time.monotonic()
+        try:
+            return real_build(plan, docker, echo=echo)
+        finally:
+            spans[plan.platform] = (begin, time.monotonic())
+
+    monkeypatch.setattr(pipeline, "build", timed)
+    farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
+                                    "  linux/arm64:\n" + tls_entry(node2))
+    start = time.monotonic()
+    out, err = build(farm, capsys, platform="linux/amd64,linux/arm64", tag=TAGS)
+    took = time.monotonic() - start
+    amd, arm = TAGS.replace("{arch}", "amd64"), TAGS.replace("{arch}", "arm64")
+    assert f"built {amd} (" in out and "for linux/amd64 on unix:///var/run/docker.sock" in out
+    assert f"built {arm} (" in out and f"for linux/arm64 on {node2.tcp}" in out
+    # each image is on its node only, of its architecture
+    assert image_arch(node1, amd) == "amd64" and image_arch(node2.docker, arm) == "arm64"
+    assert node1("image", "inspect", arm, check=False).returncode != 0
+    assert node2.docker("image", "inspect", amd, check=False).returncode != 0
+    # the two builds overlapped in time; both logs streamed, each line prefixed with its platform
+    (amd_start, amd_end), (arm_start, arm_end) = spans["linux/amd64"], spans["linux/arm64"]
+    assert arm_start < amd_end and amd_start < arm_end
+    lines = err.splitlines()
+    for platform in ("linux/amd64", "linux/arm64"):
+        assert any(re.match(rf"\[{platform}\] \[ *\d+s\] #\d+ ", line) for line in lines), platform
+    assert all(line.startswith(("[linux/amd64] ", "[linux/arm64] ")) for line in lines), lines[:3]
+    for platform, run, ref in (("linux/amd64", node1, amd), ("linux/arm64", node2.docker, arm)):
+        build_dir = farm_project / "build" / "toy" / platform.replace("/", "-")
+        manifest = json.loads((build_dir / "manifest.json").read_text())
+        assert manifest["platform"] == platform
+        assert manifest["outputs"]["image_id"] == run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+        assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if run is node1 else node2.tcp)
+        inside = json.loads(run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
+                                ref, "/opt/servebuild/manifest.json").stdout)
+        assert inside == {k: v for k, v in manifest.items() if k != "outputs"}
+        log = (build_dir / "build.log").read_text()
+        assert "writing image sha256:" in log
+        assert node2.client_key not in log  # the TLS client key reaches no log
+    with capsys.disabled():
+        print(f"\nfarm build, amd64 on node 1 + arm64 (QEMU) on node 2 concurrently: {took:.1f}s")
+
+
+def _deps_steps(log: str) -> dict[str, bool]:
+    """`[deps N/M] RUN ...` steps of a plain BuildKit log -> whether each was CACHED."""
+    headers = {m.group(1): m.group(2) for m in re.finditer(r"^#(\d+) (\[deps [^\]]*\] RUN .*)$", log, re.M)}
+    return {text: bool(re.search(rf"^#{n} CACHED$", log, re.M)) for n, text in headers.items()}
+
+
+def test_registry_cache_reaches_an_empty_node(node2, farm_project, tmp_path_factory, capsys):
+    """Node 1 pushes inline cache to a plain-HTTP loopback registry; node 2, its build cache
+    emptied, builds the same recipe from that cache: the deps steps are CACHED."""
+    address, registry = start_registry(tmp_path_factory.mktemp("farm-registry"))
+    cache_ref = f"{address}/servebuild-cache/toy:{{arch}}"
+    on_node1 = write_farm(farm_project, "platforms:\n  linux/amd64:\n"
+                                        "    - host: unix:///var/run/docker.sock\n      network: host\n")
+    on_node2 = farm_project / "farm-node2.yaml"
+    on_node2.write_text(f"platforms:\n  linux/amd64:\n    - host: unix://{node2.sock}\n      network: host\n")
+    tag = "servebuild-test/farm-cache:{arch}"
+    log_path = farm_project / "build" / "toy" / "linux-amd64" / "build.log"
+    try:
+        def empty_node2():
+            node2.docker("image", "rm", "-f", tag.replace("{arch}", "amd64"), check=False)
+            node2.docker("builder", "prune", "-af")  # node 2 is this test's own engine
+
+        empty_node2()
+        start = time.monotonic()
+        build(on_node2, capsys, platform="linux/amd64", tag=tag)
+        cold = time.monotonic() - start
+        assert not any(_deps_steps(log_path.read_text()).values())
+        empty_node2()
+
+        out, _ = build(on_node1, capsys, platform="linux/amd64", tag=tag, cache_to=cache_ref)
+        pushed = cache_ref.replace("{arch}", "amd64")
+        assert f"cache:    {pushed} (inline BuildKit cache)" in out
+        node1("image", "rm", pushed, check=False)
+
+        start = time.monotonic()
+        build(on_node2, capsys, platform="linux/amd64", tag=tag, cache_from=[cache_ref])
+        warm = time.monotonic() - start
+        steps = _deps_steps(log_path.read_text())
+        assert steps and all(steps.values()), steps
+    finally:
+        registry.kill()
+        registry.wait()
+    with capsys.disabled():
+        print(f"\nregistry cache, fixture amd64 on node 2 with an empty build cache: cold {cold:.1f}s, "
+              f"from node 1's inline cache {warm:.1f}s")
+
+
+def test_stopped_node_is_one_line_and_nothing_is_tagged(node2, farm_project, capsys):
+    farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
+                                    "  linux/arm64:\n" + tls_entry(node2))
+    node2.stop()
+    log = farm_project / "build" / "toy" / "linux-amd64" / "build.log"
+    before = log.stat().st_mtime_ns if log.exists() else None
+    with pytest.raises(Exit) as info:
+        build(farm, capsys, platform="linux/amd64,linux/arm64", tag="servebuild-test/farm-down:{arch}")
+    message = info.value.message
+    assert info.value.code == 2 and "\n" not in message
+    assert message.startswith(f"error: farm-test.yaml:5: platforms.linux/arm64.0: {node2.tcp}: engine {node2.tcp} "
+                              f"not reachable"), message
+    assert node1("image", "inspect", "servebuild-test/farm-down:amd64", check=False).returncode != 0
+    assert (log.stat().st_mtime_ns if log.exists() else None) == before  # nothing built on node 1 either
+    assert node2.client_key not in message
