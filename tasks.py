@@ -301,7 +301,8 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
 
 
 @task(help={"recipe": "recipe with `variants` (or a patch stack, with --search)",
-            "variants": "comma-separated subset (default: all)",
+            "variants": "comma-separated recipe variants (default: all), or ad-hoc NAME=ID+ID stacks "
+                        "(`release=` is the stack-less release)",
             "platform": "platform (default: this host's if the recipe has it)",
             "locked": "build what the lock pins", "offline": "sources from the cache only",
             "ca_bundle": "extra CA bundle for pip (BuildKit secret)",
@@ -341,14 +342,10 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
         stack = [e.id for e in loaded.recipe.engine.source.patches]
         jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
     else:
-        names = variants.split(",") if variants else list(loaded.recipe.variants)
-        unknown = [n for n in names if n not in loaded.recipe.variants]
-        if unknown:
-            raise Exit(f"error: {loaded.file}: variants: no variant {unknown[0]!r} "
-                       f"(known: {', '.join(loaded.recipe.variants) or 'none'})", code=2)
-        if not names:
+        specs = variants.split(",") if variants else list(loaded.recipe.variants)
+        jobs = [ab.variant_job(loaded, spec) for spec in specs]
+        if not jobs:
             raise Exit(f"error: {loaded.file}: variants: the recipe defines no variants", code=2)
-        jobs = [(name, None) for name in names]
     options = {name: _options(platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle, variant=name,
                               stack_=stack_) for name, stack_ in jobs}
     session = ab.Session(ROOT, recipe, probe, profile_names, options)  # plans checked before anything builds

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shlex
 import subprocess
 import time
@@ -24,6 +25,8 @@ from .errors import RecipeError
 from .fsutil import atomic_write, write_json
 from .pipeline import build, make_plan
 from .smoke import has_nvidia_runtime
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
 
 METRICS_MARK = "SERVEBUILD-METRICS"
 
@@ -155,6 +158,29 @@ def outcome(row: Row, metric: Optional[str], threshold: Optional[float]) -> str:
     return "pass" if value >= threshold else "fail"
 
 
+def variant_job(loaded, spec: str) -> tuple[str, Optional[tuple[str, ...]]]:
+    """`NAME` (a recipe variant) or `NAME=ID+ID` (an ad-hoc stack; `NAME=` is the release as is):
+    (name, stack or None). Unknown names and ids are one placed error; `requires` is checked
+    when the plan is made, before anything builds."""
+    name, eq, stack = spec.partition("=")
+    if not NAME_RE.fullmatch(name):
+        raise RecipeError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: letters, digits, '-', '_')",
+                          file=loaded.file, field="--variants")
+    if not eq:
+        if name not in loaded.recipe.variants:
+            raise RecipeError(f"no variant {name!r} (known: {', '.join(loaded.recipe.variants) or 'none'}; "
+                              f"or give a stack as NAME=ID+ID)", file=loaded.file, field="variants")
+        return name, None
+    ids = tuple(filter(None, stack.split("+")))
+    engine = loaded.recipe.engine
+    known = [e.id for e in engine.source.patches + engine.source.optional_patches] if engine else []
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise RecipeError(f"variant {name}: no patch {missing[0]!r} (known: {', '.join(known) or 'none'})",
+                          file=loaded.file, field="--variants")
+    return name, ids
+
+
 def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
     """The smallest prefix length i in 1..n whose outcome differs from prefix 0's, by bisection
     (the outcome is assumed to change once along the stack); None if prefix n agrees with 0.
@@ -255,7 +281,14 @@ class Session:
         return rows
 
     def outcome(self, name: str, metric: Optional[str], threshold: Optional[float]) -> str:
-        return ",".join(outcome(r, metric, threshold) for r in self.measure(name))
+        rows = self.measure(name)
+        ran = [r for r in rows if r.exit is not None]
+        if metric and ran and all(metric not in r.metrics for r in ran):
+            printed = sorted({k for r in ran for k in r.metrics})
+            raise RecipeError(f"the command printed no metric {metric!r} in {name} (it printed: "
+                              f"{', '.join(printed) or 'no JSON metrics'}); the search cannot decide",
+                              field="--metric")
+        return ",".join(outcome(r, metric, threshold) for r in rows)
 
     def culprit(self, jobs: list[tuple], found: Optional[int]) -> str:
         if found is None:

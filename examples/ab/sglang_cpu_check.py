@@ -1,0 +1,75 @@
+"""A CPU-only A/B check for SGLang variant images: it runs the patched code itself and prints one
+JSON line of metrics, so `invoke bisect --run` tells the variants apart without a GPU or a model.
+
+- chunks_1m / first_chunk / min_chunk: the prefill chunk plan of a 1,048,535-token request with
+  --chunked-prefill-size 12288, walked through the image's scheduler policy: the adaptive-prefill
+  patch's `next_chunk_size` (SGLANG_DSV4_ADAPTIVE_PREFILL=1) where the image has it, else the
+  stock fixed chunk.
+- shared_expert_slot: where the DSpark draft loader maps a shared-expert weight name
+  (`_remap_dspark_weight_name` of the image's deepseek_v4_dspark.py): 256 when the original remap
+  fix is in, -1 when the name stays a shared expert.
+
+Run inside an image: python /checks/sglang_cpu_check.py (bind-mount this directory at /checks).
+Only sglang's stdlib-level modules are imported (no torch, no CUDA).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Optional
+
+TOKENS, CONFIGURED = 1_048_535, 12_288
+
+
+def sglang_dir() -> Path:
+    spec = importlib.util.find_spec("sglang")  # a top-level spec imports nothing
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def chunk_plan(root: Path) -> dict:
+    if not (root / "srt" / "managers" / "adaptive_prefill.py").exists():
+        sizes = [min(CONFIGURED, TOKENS - done) for done in range(0, TOKENS, CONFIGURED)]
+        return {"adaptive_prefill": 0, "chunks_1m": len(sizes), "first_chunk": sizes[0], "min_chunk": min(sizes[:-1])}
+    # bind the parent packages to their directories without running their __init__ (torch)
+    for pkg in ("sglang", "sglang.srt", "sglang.srt.managers"):
+        module = types.ModuleType(pkg)
+        module.__path__ = [str(root.parent / pkg.replace(".", "/"))]
+        sys.modules[pkg] = module
+    os.environ["SGLANG_DSV4_ADAPTIVE_PREFILL"] = "1"
+    policy = importlib.import_module("sglang.srt.managers.adaptive_prefill")
+    config = policy.AdaptivePrefillConfig.from_env()
+    done, sizes = 0, []
+    while done < TOKENS:
+        take = min(policy.next_chunk_size(config, CONFIGURED, TOKENS, done), TOKENS - done)
+        sizes.append(take)
+        done += take
+    return {"adaptive_prefill": 1, "chunks_1m": len(sizes), "first_chunk": sizes[0], "min_chunk": min(sizes[:-1])}
+
+
+def shared_expert_slot(root: Path) -> int:
+    path = root / "srt" / "models" / "deepseek_v4_dspark.py"
+    tree = ast.parse(path.read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_remap_dspark_weight_name")
+    namespace = {"Optional": Optional}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), namespace)
+    mapped = namespace["_remap_dspark_weight_name"](types.SimpleNamespace(confidence_head=None),
+                                                   "mtp.0.ffn.shared_experts.w1.weight")
+    return 256 if mapped and ".experts.256." in mapped else -1
+
+
+def main() -> int:
+    root = sglang_dir()
+    metrics = {**chunk_plan(root), "shared_expert_slot": shared_expert_slot(root)}
+    print(json.dumps(metrics, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

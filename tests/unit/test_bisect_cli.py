@@ -1,0 +1,50 @@
+"""`invoke bisect` refuses bad input in one line, exit 2, before anything builds (real CLI, real
+recipes; every case fails before the engine is asked for anything)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import REPO_ROOT
+
+INVOKE = str(Path(sys.executable).parent / "invoke")
+R = ["--recipe", "sglang-native-fp8-bookworm"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (R + ["--search"], "--search: give the command"),
+    (R + ["--variants", "nope", "--run", "true"], "no variant 'nope'"),
+    (R + ["--variants", "x=not-a-patch", "--run", "true"], "variant x: no patch 'not-a-patch'"),
+    (R + ["--variants", "a b=", "--run", "true"], "is not VARIANT or NAME=ID+ID"),
+    (R + ["--variants", "x=sglang-pr-33312", "--run", "true"], "requires 'sglang-pr-33889'"),
+    (R + ["--profiles", "nope", "--run", "true"], "no profile 'nope'"),
+    (R + ["--metric", "ttft", "--run", "true"], "--metric NAME and --threshold NUMBER together"),
+    (R + ["--run", "true", "--timeout", "0"], "positive"),
+    (R + ["--run", "true", "--volume", "--privileged"], "SRC:DST"),
+])
+def test_bad_bisect_input_is_one_line(args, words):
+    proc = subprocess.run([INVOKE, "bisect", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_metric_the_command_never_printed_stops_the_search():
+    from servebuild import bisect as ab
+    from servebuild.errors import RecipeError
+
+    class Measured(ab.Session):
+        def __init__(self):
+            self.measured = {"prefix-1": [ab.Row(variant="prefix-1", patches=[], tag="t", image_id="i", build_s=1,
+                                                 exit=0, metrics={"tok_s": 3})]}
+
+        def measure(self, name):
+            return self.measured[name]
+    with pytest.raises(RecipeError) as info:
+        Measured().outcome("prefix-1", "ttft", 1.0)
+    assert "printed no metric 'ttft'" in str(info.value) and "tok_s" in str(info.value)
+    assert Measured().outcome("prefix-1", "tok_s", 2.0) == "pass"
