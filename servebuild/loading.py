@@ -130,6 +130,12 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
     except ValidationError as exc:
         err = exc.errors()[0]
         raise _place(chain, tuple(err["loc"]), _message(err)) from None
+    stem = chain[0].path.stem
+    if recipe.name != stem:
+        # the name picks the build directory, the default tag and the lock: a file elsewhere that
+        # borrows another recipe's name would overwrite that recipe's builds and verdicts
+        raise _place(chain, ("name",), f"the recipe in {chain[0].path.name} must be named {stem!r} "
+                                       f"(its file name), not {recipe.name!r}")
     loaded = LoadedRecipe(recipe, chain, root)
     check_files(loaded)
     return loaded

@@ -26,6 +26,7 @@ from support import copy_real
 from unit.test_hostile_recipes import BASE, merge
 
 RECIPE = merge(BASE, {
+    "name": "fuzz",
     "apt": {"build": ["git"], "runtime": ["curl"]},
     "launch": {"workdir": "/workspace", "user": "root", "cache_dirs": ["/cache/x"],
                "profiles": {"p": {"description": "d", "module": "vllm.entrypoints.cli.main",

@@ -265,3 +265,15 @@ def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, read
     line = str(info.value)
     assert "\n" not in line and words in line and path.name in line, line
     assert time.monotonic() - start < 5  # a hang guard, not a speed target (see scripts/bench_hostile_yaml.py)
+
+
+def test_a_recipe_must_be_named_as_its_file(project, tmp_path):
+    """A file elsewhere that borrows another recipe's name would share its build directory,
+    default tag and verdicts (publish would take its image for the real recipe's)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "other.yaml").write_text(yaml.safe_dump({**BASE, "name": "torch-cu130"}))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(outside / "other.yaml"), project)
+    line = str(info.value)
+    assert "\n" not in line and "name" in line and "must be named 'other'" in line
