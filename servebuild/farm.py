@@ -30,15 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional, TextIO
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .docker import DockerClient, Endpoint
 from .errors import DockerError, RecipeError, ServebuildError
-from .fsutil import MAX_BYTES, read_small_text
-from .loading import _line_map, _message, _place
+from .fsutil import MAX_BYTES
+from .loading import _message, _place
 from .platforms import PLATFORMS, arch_of, docker_arch, machine_of
 from .recipe import Model
+from .yamlfile import load_yaml
 
 FARM_FILE = "farm.yaml"
 PULL_TIMEOUT_S = 1800  # a missing base may be pulled during the preflight (CUDA bases are GBs)
@@ -154,16 +154,7 @@ def _display(path: Path, root: Path) -> str:
 def load_farm(path: Path, root: Path) -> Farm:
     """Read, validate and check a farm file; every problem is one line naming file, field (and line)."""
     display = _display(path, root)
-    text = read_small_text(path, display)
-    try:
-        lines = _line_map(yaml.compose(text, Loader=yaml.SafeLoader), display)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise RecipeError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}", file=display,
-                          line=mark.line + 1 if mark else None) from None
-    except RecursionError:
-        raise RecipeError("the YAML is nested too deeply", file=display) from None
+    data, lines = load_yaml(path, display)
     chain = [types.SimpleNamespace(display=display, lines=lines)]
     if not isinstance(data, dict):
         raise RecipeError("a farm file is a YAML mapping with `platforms:`", file=display)
@@ -260,9 +251,11 @@ def _connect(endpoint: Optional[Endpoint], timeout: int) -> DockerClient:
     return DockerClient(endpoint=endpoint, timeout=timeout) if endpoint else DockerClient()
 
 
-def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Optional[TextIO] = sys.stderr) -> dict:
+def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Optional[TextIO] = None) -> dict:
     """One healthy engine per planned platform, or one line naming the first problem; nothing is
-    built or tagged here. `plans` maps platform -> pipeline.BuildPlan."""
+    built or tagged here. `plans` maps platform -> pipeline.BuildPlan; `note` (default stderr) hears
+    about engines skipped for the next one listed."""
+    note = note or sys.stderr
     nodes = {}
     for platform, plan in plans.items():
         if platform not in farm.engines:
@@ -275,7 +268,7 @@ def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Option
                 break
             except ServebuildError as exc:
                 problems.append(exc)
-                if note is not None and len(farm.engines[platform]) > 1:
+                if len(farm.engines[platform]) > 1:
                     note.write(f"[{platform}] skipping {engine.endpoint}: {exc.problem}\n")
         else:
             first = problems[0]
@@ -339,10 +332,12 @@ class PrefixedStream:
             self.out.flush()
 
 
-def build_all(plans: dict, nodes: dict[str, Node], out: TextIO = sys.stderr) -> tuple[dict, dict]:
-    """pipeline.build for each platform on its node, concurrently. Returns (results, errors) by
-    platform; a failed platform is never tagged (pipeline tags only after its manifest)."""
+def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None) -> tuple[dict, dict]:
+    """pipeline.build for each platform on its node, concurrently, each live log line prefixed with
+    `[PLATFORM] ` on `out` (default stderr). Returns (results, errors) by platform; a failed platform
+    is never tagged (pipeline tags only after its manifest)."""
     from .pipeline import build
+    out = out or sys.stderr
     lock = threading.Lock()
     results, errors = {}, {}
 
