@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .engines import kind_for
 from .errors import RecipeError
-from .launch import LaunchProfile, module_names, resolve_profile_bases, validate_profile
+from .launch import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
 from .modes import get_mode
 from .platforms import PLATFORMS
 
@@ -23,6 +23,10 @@ REL_DIR = re.compile(r"^(\.|[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-
 ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\Z")
 VERSION = re.compile(r"^[0-9][0-9A-Za-z.!+-]{0,63}\Z")
 APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,100}(=[A-Za-z0-9.+:~-]{1,100})?\Z")
+GIT_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}\Z")
+DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?\Z")
+CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}\Z")
+SM_ARCH = re.compile(r"^sm_[0-9]{2,3}a?\Z")
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 
 
@@ -35,6 +39,12 @@ def matches(pattern: re.Pattern, value: str, what: str) -> str:
 def pattern_field(name: str, pattern: re.Pattern, what: str):
     """A field validator: the value (if set) matches `pattern` and holds no `..` segment."""
     return field_validator(name)(classmethod(lambda cls, v: v if v is None else matches(pattern, v, what)))
+
+
+def printable_field(*names: str):
+    """A field validator: one line of printable text (free text such as descriptions and notes
+    reaches labels, manifests and tables, never a Dockerfile line or a shell word)."""
+    return field_validator(*names)(classmethod(lambda cls, v, info: printable(v, info.field_name)))
 
 
 class Model(BaseModel):
@@ -84,6 +94,8 @@ class PatchEntry(Model):
     sha256: Optional[str] = None        # of the exact diff applied
     requires: list[str] = []
     note: str = ""
+
+    _note = printable_field("note")
 
     @field_validator("id")
     @classmethod
@@ -143,6 +155,8 @@ class EngineSource(Model):
     subdir: str = "."  # the directory of the tree that pip installs
     patches: list[PatchEntry] = []
     optional_patches: list[PatchEntry] = []  # not applied by default; variants may pick them
+
+    _tag = pattern_field("tag", GIT_TAG, "a git tag name such as v0.5.16")
 
     @field_validator("commit")
     @classmethod
@@ -296,6 +310,8 @@ class Variant(Model):
     description: str = ""
     patches: list[str]
 
+    _description = printable_field("description")
+
 
 class Expect(Model):
     imports: list[str] = []
@@ -308,12 +324,27 @@ class Expect(Model):
 
     # the smoke suite runs `import NAME` on the host it tests
     _modules = field_validator("imports", "gpu_imports", "arch_modules")(classmethod(lambda cls, v: module_names(v)))
+    _cuda = pattern_field("cuda", CUDA_VERSION, "a CUDA major.minor such as 13.0")
+
+    @field_validator("archs")
+    @classmethod
+    def _archs(cls, v: list[str]) -> list[str]:
+        return [matches(SM_ARCH, a, "an SASS arch such as sm_90a") for a in v]
+
+    @field_validator("versions")
+    @classmethod
+    def _versions(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, version in v.items():
+            matches(DIST_NAME, name, "a distribution name")
+            matches(VERSION, version, "a version such as 0.5.16")
+        return v
 
 
 class Recipe(Model):
     name: str
     description: str
     extends: Optional[str] = None
+    _description = printable_field("description")
     platforms: list[str] = ["linux/arm64"]
     python: str
     cuda_arch_list: str = "9.0a"

@@ -31,8 +31,9 @@ RECIPE = merge(BASE, {
     "launch": {"workdir": "/workspace", "user": "root", "cache_dirs": ["/cache/x"],
                "profiles": {"p": {"description": "d", "module": "vllm.entrypoints.cli.main",
                                   "args": ["serve", "/m", "--port", "8000"], "env": {"A_B": "v"}}}},
-    "engine": {"source": {"subdir": "python"}},
-    "expect": {"imports": ["vllm"]},
+    "engine": {"source": {"subdir": "python", "tag": "v0.26.0"}},
+    "expect": {"imports": ["vllm"], "versions": {"vllm": "0.26.0"}, "cuda": "13.0", "archs": ["sm_90a"]},
+    "variants": {"bare": {"description": "the release", "patches": []}},
 })
 
 # every string leaf the fuzzer may replace: (path into RECIPE, is it a dict key?)
@@ -44,9 +45,10 @@ FIELDS = [
     ("launch", "profiles", "p", "description"), ("launch", "profiles", "p", "module"),
     ("launch", "profiles", "p", "args", 1), ("launch", "profiles", "p", "args", 3),
     ("launch", "profiles", "p", "env", "A_B"), ("expect", "imports", 0),
-    ("constraints", "linux/amd64"),
+    ("constraints", "linux/amd64"), ("engine", "source", "tag"), ("expect", "versions", "vllm"),
+    ("expect", "cuda"), ("expect", "archs", 0), ("variants", "bare", "description"),
 ]
-KEYS = [("launch", "profiles", "p", "env"), ("launch", "profiles")]  # dicts whose key is fuzzed
+KEYS = [("launch", "profiles", "p", "env"), ("launch", "profiles"), ("expect", "versions"), ("variants",)]  # dicts whose key is fuzzed
 
 CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\u2028", "\nRUN id", "\nRUN touch /pwned"]
 SHELL = ["'", '"', "`", "$(", ")", "${", "}", ";", "&&", "|", "\\", " ", "#", "RUN touch /pwned",

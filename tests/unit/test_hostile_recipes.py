@@ -43,6 +43,14 @@ CASES = {
     "constraints escape": ({"constraints": {"linux/amd64": "../../etc/passwd"}}, "constraints.linux/amd64"),
     "absolute constraints": ({"constraints": {"linux/amd64": "/etc/passwd"}}, "constraints.linux/amd64"),
     "unknown install mode": ({"engine": {"install": "curl-pipe-sh"}}, "engine.install"),
+    "git tag with newline": ({"engine": {"source": {"tag": "v1\nRUN id"}}}, "engine.source.tag"),
+    "expected version as code": ({"expect": {"versions": {"vllm": "$(id)"}}}, "expect.versions"),
+    "expected dist name as path": ({"expect": {"versions": {"../x": "1.0"}}}, "expect.versions"),
+    "cuda as code": ({"expect": {"cuda": "13.0; id"}}, "expect.cuda"),
+    "arch with newline": ({"expect": {"archs": ["sm_90a\n"]}}, "expect.archs"),
+    "description with escape": ({"description": "ok\x1b[2J"}, "description"),
+    "variant description newline": ({"variants": {"v": {"description": "a\nb", "patches": []}}},
+                                    "variants.v.description"),
 }
 
 
