@@ -1,10 +1,14 @@
-"""Benchmark one engine recipe on this machine's engine: a cold build (build cache pruned first),
-a warm rebuild with nothing changed, then each further variant (only its engine layers differ);
-image and base sizes, what the runtime adds (venv, engine, apt), unique bytes per variant.
+"""Benchmark one engine recipe on this machine's engine: a cold build (`--no-cache`; with --prune
+the whole builder cache is pruned first, which also empties pip's cache mounts), a warm rebuild
+with nothing changed, each further variant (only its engine layers differ), then a rebuild of the
+second variant after a one-line edit of the first local patch it carries; image and base sizes,
+what the runtime adds (venv, engine, apt), unique bytes per variant.
 
-Usage: .venv/bin/python scripts/bench_engine_image.py RECIPE PLATFORM VARIANT [VARIANT...]
+Usage: .venv/bin/python scripts/bench_engine_image.py [--prune] RECIPE PLATFORM VARIANT [VARIANT...]
 A VARIANT is a recipe variant's name, or NAME=ID+ID+... (an ad-hoc stack of patch ids, `NAME=` empty).
-Prints a table and writes build/bench/RECIPE-ARCH.json. Figures, not assertions: machines are noisy.
+Builds run in a scratch copy of the project's recipes, patches and constraints (the patch edit
+never touches the work tree). Prints a table and writes build/bench/RECIPE-ARCH.json. Figures, not
+assertions: machines are noisy.
 """
 
 from __future__ import annotations
@@ -26,12 +30,12 @@ from servebuild.pipeline import BuildOptions, build, make_plan  # noqa: E402
 CA = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 
 
-def timed_build(docker, recipe, platform, spec):
+def timed_build(docker, root, recipe, platform, spec, no_cache=False):
     name, _, stack = spec.partition("=")
-    options = BuildOptions(platform=platform, variant=name, echo=False,
+    options = BuildOptions(platform=platform, variant=name, echo=False, no_cache=no_cache,
                            stack=tuple(filter(None, stack.split("+"))) if "=" in spec else None,
                            ca_bundle=Path(CA) if Path(CA).exists() else None)
-    plan = make_plan(ROOT, recipe, options)
+    plan = make_plan(root, recipe, options)
     start = time.monotonic()
     result = build(plan, docker)
     return result, time.monotonic() - start
@@ -43,17 +47,55 @@ def du(docker, tag, platform, paths):
     return {line.split("\t")[1]: int(line.split("\t")[0]) for line in out.splitlines()}
 
 
+def scratch_project() -> Path:
+    import shutil
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="servebuild-bench-"))
+    for part in ("recipes", "patches", "constraints"):
+        shutil.copytree(ROOT / part, root / part)
+    return root
+
+
+def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
+    """A one-line change in an added comment of the first local patch the variant carries; the
+    recipes' recorded sha256 follows. Returns the patch's path."""
+    import hashlib
+    import yaml
+    from servebuild.loading import load_recipe
+    loaded = load_recipe(recipe, root)
+    name, _, stack = variant_spec.partition("=")
+    ids = stack.split("+") if "=" in variant_spec else loaded.recipe.variants[name].patches
+    entries = {e.id: e for e in loaded.recipe.engine.source.patches + loaded.recipe.engine.source.optional_patches}
+    entry = next(entries[i] for i in ids if entries[i].file)
+    path = root / entry.file
+    old = path.read_text()
+    line = next(x for x in old.splitlines() if x.startswith("+") and "# " in x)
+    path.write_text(old.replace(line, line + " (edited)", 1))
+    new_sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    for recipe_file in (root / "recipes").glob("*.yaml"):
+        recipe_file.write_text(recipe_file.read_text().replace(entry.sha256, new_sha))
+    yaml.safe_load((root / "recipes" / f"{recipe}.yaml").read_text())
+    return entry.file
+
+
 def main() -> int:
-    recipe, platform, variants = sys.argv[1], sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    prune = "--prune" in args
+    recipe, platform, variants = [a for a in args if a != "--prune"][0], \
+        [a for a in args if a != "--prune"][1], [a for a in args if a != "--prune"][2:]
     docker = DockerClient()
-    subprocess.run([docker.client, "builder", "prune", "-af"], capture_output=True)
+    if prune:
+        subprocess.run([docker.client, "builder", "prune", "-af"], capture_output=True)
+    root = scratch_project()
     rows = []
-    result, cold = timed_build(docker, recipe, platform, variants[0])
-    _, warm = timed_build(docker, recipe, platform, variants[0])
+    result, cold = timed_build(docker, root, recipe, platform, variants[0], no_cache=True)
+    _, warm = timed_build(docker, root, recipe, platform, variants[0])
     rows.append({"variant": variants[0], "build_s": round(cold), "warm_rebuild_s": round(warm, 1), "tag": result.tag})
     for variant in variants[1:]:
-        other, seconds = timed_build(docker, recipe, platform, variant)
+        other, seconds = timed_build(docker, root, recipe, platform, variant)
         rows.append({"variant": variant, "build_s": round(seconds, 1), "tag": other.tag})
+    edited = edit_local_patch(root, recipe, variants[1]) if len(variants) > 1 else None
+    patch_edit_s = timed_build(docker, root, recipe, platform, variants[1])[1] if edited else None
     total = sum(r["build_s"] for r in rows)
     sizes = {r["variant"]: ab.layer_sizes(docker, r["tag"]) for r in rows}
     unique = ab.unique_bytes(sizes) if len(sizes) > 1 else {}
@@ -63,7 +105,10 @@ def main() -> int:
     parts = du(docker, result.tag, platform, ["/opt/venv", "/opt/engine", "/usr", "/opt/servebuild"])
     report = {"recipe": recipe, "platform": platform, "image_bytes": image, "runtime_base_bytes": base,
               "runtime_parts_bytes": parts, "rows": [{**r, "unique_bytes": unique.get(r["variant"])} for r in rows],
-              "all_variants_over_cold": round(total / rows[0]["build_s"], 3),
+              "all_variants_over_cold": round(total / rows[0]["build_s"], 3), "pruned_first": prune,
+              "patch_edit": {"patch": edited, "variant": variants[1] if edited else None,
+                             "rebuild_s": round(patch_edit_s, 1) if edited else None,
+                             "over_cold": round(patch_edit_s / rows[0]["build_s"], 4) if edited else None},
               "unique_over_image": {r["variant"]: round((unique.get(r["variant"]) or 0) / image, 5) for r in rows}}
     out = ROOT / "build" / "bench" / f"{recipe}-{platform.split('/')[1]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
