@@ -31,6 +31,7 @@ from support import free_port, make_project, start_registry
 DOCKER = "/usr/bin/docker"
 BASES = ("servebuild/debian:bookworm-amd64", "servebuild/debian:bookworm-arm64")
 TAGS = "servebuild-test/farm-toy:{arch}"
+CACHE_REF = "{address}/servebuild-cache/toy:{arch}"
 
 
 class SecondEngine:
@@ -152,6 +153,17 @@ def node2(base_images):
 
 
 @pytest.fixture(scope="module")
+def cache_registry(tmp_path_factory):
+    """A real registry on 127.0.0.1, plain HTTP (dockerd 20.10's BuildKit reaches loopback only so)."""
+    address, proc = start_registry(tmp_path_factory.mktemp("farm-registry"))
+    yield address
+    proc.kill()
+    proc.wait()
+    for arch in ("amd64", "arm64"):  # the local tags a push leaves on node 1
+        subprocess.run([DOCKER, "image", "rm", CACHE_REF.format(address=address, arch=arch)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
 def farm_project(tmp_path_factory, upstream) -> Path:
     """The fixture recipe in a project of its own (its build/ is not the other tests')."""
     return make_project(tmp_path_factory.mktemp("farm"), upstream)
@@ -199,9 +211,11 @@ def node1(*args, check=True):
     return subprocess.run([DOCKER, *args], check=check, capture_output=True, text=True)
 
 
-def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, capsys, monkeypatch):
+def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_registry, capsys, monkeypatch):
     """amd64 on node 1 (unix socket), arm64 on node 2 (TCP + mutual TLS), both at once (the real
-    pipeline.build, timed by a wrapper, shows the two builds overlap)."""
+    pipeline.build, timed by a wrapper, shows the two builds overlap); each pushes its inline
+    cache to the registry (node 1 builds with the host network too, so the cache keys of its RUN
+    steps are the ones node 2 computes)."""
     from servebuild import pipeline
     spans, real_build = {}, pipeline.build
 
@@ -214,13 +228,16 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, capsys,
 
     monkeypatch.setattr(pipeline, "build", timed)
     farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
-                                    "  linux/arm64:\n" + tls_entry(node2))
+                                    "      network: host\n  linux/arm64:\n" + tls_entry(node2))
     start = time.monotonic()
-    out, err = build(farm, capsys, platform="linux/amd64,linux/arm64", tag=TAGS)
+    out, err = build(farm, capsys, platform="linux/amd64,linux/arm64", tag=TAGS,
+                     cache_to=CACHE_REF.format(address=cache_registry, arch="{arch}"))
     took = time.monotonic() - start
     amd, arm = TAGS.replace("{arch}", "amd64"), TAGS.replace("{arch}", "arm64")
     assert f"built {amd} (" in out and "for linux/amd64 on unix:///var/run/docker.sock" in out
     assert f"built {arm} (" in out and f"for linux/arm64 on {node2.tcp}" in out
+    for arch in ("amd64", "arm64"):
+        assert f"cache:    {CACHE_REF.format(address=cache_registry, arch=arch)} (inline BuildKit cache)" in out
     # each image is on its node only, of its architecture
     assert image_arch(node1, amd) == "amd64" and image_arch(node2.docker, arm) == "arm64"
     assert node1("image", "inspect", arm, check=False).returncode != 0
@@ -254,42 +271,35 @@ def _deps_steps(log: str) -> dict[str, bool]:
     return {text: bool(re.search(rf"^#{n} CACHED$", log, re.M)) for n, text in headers.items()}
 
 
-def test_registry_cache_reaches_an_empty_node(node2, farm_project, tmp_path_factory, capsys):
-    """Node 1 pushes inline cache to a plain-HTTP loopback registry; node 2, its build cache
-    emptied, builds the same recipe from that cache: the deps steps are CACHED."""
-    address, registry = start_registry(tmp_path_factory.mktemp("farm-registry"))
-    cache_ref = f"{address}/servebuild-cache/toy:{{arch}}"
-    on_node1 = write_farm(farm_project, "platforms:\n  linux/amd64:\n"
-                                        "    - host: unix:///var/run/docker.sock\n      network: host\n")
-    on_node2 = farm_project / "farm-node2.yaml"
-    on_node2.write_text(f"platforms:\n  linux/amd64:\n    - host: unix://{node2.sock}\n      network: host\n")
+def test_registry_cache_reaches_an_empty_node(node2, farm_project, cache_registry, capsys):
+    """Node 2, its build cache emptied, builds the amd64 fixture cold, then (emptied again) from the
+    inline cache node 1 pushed in the test above: the deps steps are CACHED."""
+    import urllib.request
+    pushed = CACHE_REF.format(address=cache_registry, arch="amd64")
+    request = urllib.request.Request(f"http://{cache_registry}/v2/servebuild-cache/toy/manifests/amd64", method="HEAD",
+                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    assert urllib.request.urlopen(request, timeout=10).status == 200, "node 1 pushed no cache (see the test above)"
+    on_node2 = write_farm(farm_project, f"platforms:\n  linux/amd64:\n    - host: unix://{node2.sock}\n"
+                                        f"      network: host\n")
     tag = "servebuild-test/farm-cache:{arch}"
     log_path = farm_project / "build" / "toy" / "linux-amd64" / "build.log"
-    try:
-        def empty_node2():
-            node2.docker("image", "rm", "-f", tag.replace("{arch}", "amd64"), check=False)
-            node2.docker("builder", "prune", "-af")  # node 2 is this test's own engine
 
-        empty_node2()
-        start = time.monotonic()
-        build(on_node2, capsys, platform="linux/amd64", tag=tag)
-        cold = time.monotonic() - start
-        assert not any(_deps_steps(log_path.read_text()).values())
-        empty_node2()
+    def empty_node2():
+        node2.docker("image", "rm", "-f", tag.replace("{arch}", "amd64"), check=False)
+        node2.docker("builder", "prune", "-af")  # node 2 is this test's own engine
 
-        out, _ = build(on_node1, capsys, platform="linux/amd64", tag=tag, cache_to=cache_ref)
-        pushed = cache_ref.replace("{arch}", "amd64")
-        assert f"cache:    {pushed} (inline BuildKit cache)" in out
-        node1("image", "rm", pushed, check=False)
-
-        start = time.monotonic()
-        build(on_node2, capsys, platform="linux/amd64", tag=tag, cache_from=[cache_ref])
-        warm = time.monotonic() - start
-        steps = _deps_steps(log_path.read_text())
-        assert steps and all(steps.values()), steps
-    finally:
-        registry.kill()
-        registry.wait()
+    empty_node2()
+    start = time.monotonic()
+    build(on_node2, capsys, platform="linux/amd64", tag=tag)
+    cold = time.monotonic() - start
+    steps = _deps_steps(log_path.read_text())
+    assert steps and not any(steps.values()), steps
+    empty_node2()
+    start = time.monotonic()
+    build(on_node2, capsys, platform="linux/amd64", tag=tag, cache_from=[pushed])
+    warm = time.monotonic() - start
+    steps = _deps_steps(log_path.read_text())
+    assert steps and all(steps.values()), steps
     with capsys.disabled():
         print(f"\nregistry cache, fixture amd64 on node 2 with an empty build cache: cold {cold:.1f}s, "
               f"from node 1's inline cache {warm:.1f}s")
