@@ -353,3 +353,20 @@ def test_one_failed_platform_reports_the_others(capsys):
     assert info.value.message == ("error: linux/arm64: build: build failed (exit 1): pip: no match; full log: "
                                   "build/toy/linux-arm64/build.log; built: me/toy:amd64")
     assert "built me/toy:amd64 (sha256:" in capsys.readouterr().out
+
+
+def test_missing_base_names_the_node(tmp_path):
+    """An engine without the recipe's base that cannot pull it (simulated: no second engine here;
+    the integration test loads the bases into its real second engine)."""
+    farm = _gh200_farm(tmp_path)
+    engine = AnsweringEngine(arch="x86_64", probe=(1, "", "pull access denied for base"))
+    engine.image_id = lambda ref: None
+    plan = _plan("linux/amd64")
+    plan.bases = {"build": "base:bookworm-amd64", "runtime": "base:bookworm-amd64"}
+    with pytest.raises(DockerError) as info:
+        farms.preflight(farm, {"linux/amd64": plan}, connect=lambda ep, t: engine)
+    assert str(info.value) == (
+        "farm.yaml:3: platforms.linux/amd64.0: tcp://gh200:2376 has no base image base:bookworm-amd64 "
+        "(recipes/toy.yaml: bases.build) and cannot pull it; load it there (`docker save base:bookworm-amd64 | "
+        "DOCKER_HOST=tcp://gh200:2376 docker load`) or make it with `invoke bootstrap-base` against that engine")
+    assert engine.calls == [("pull", "--platform", "linux/amd64", "base:bookworm-amd64")]
