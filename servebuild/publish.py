@@ -160,8 +160,8 @@ def check_collisions(client: RegistryClient, repo: str, tag: str, builds: list[P
     wanted = {b.platform: b.image_id for b in builds}
     current = _existing_images(client, repo, tag)
     if current is not None and current != wanted and not force:
-        raise PublishError(f"tag {tag} of {client.registry}/{repo} already points at other images "
-                           f"({', '.join(f'{p or 'single'}={(d or '?')[:19]}' for p, d in sorted(current.items()))}); "
+        shown = ", ".join(f"{p or 'single'}={(d or '?')[:19]}" for p, d in sorted(current.items()))
+        raise PublishError(f"tag {tag} of {client.registry}/{repo} already points at other images ({shown}); "
                            f"give --force to move it", field="--tag")
     for b in builds:
         helper = _arch_tag(tag, b.platform)
