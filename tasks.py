@@ -21,13 +21,46 @@ DEFAULT_RECIPE = "sglang-native-fp8"
 
 
 def one_line_errors(fn):
+    import inspect
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        for key, value in kwargs.items():  # an explicit '' is a mistake, not "not given"
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values) and defaults.get(key) != value:
+                raise Exit(f"error: --{key.replace('_', '-')}: empty value", code=2)
         try:
             return fn(*args, **kwargs)
         except ServebuildError as exc:
             raise Exit(f"error: {exc}", code=exc.exit_code) from None
+        except BrokenPipeError:  # `invoke validate | head`: the reader left; say nothing more
+            import os
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=141) from None
     return wrapper
+
+
+def _parse_errors_exit_2():
+    """invoke's own parse errors ("No idea what '--bogus' is!") are user errors too: one line, exit 2."""
+    from invoke import ParseError
+    from invoke.program import Program
+    if getattr(Program.parse_tasks, "_servebuild", False):
+        return
+    original = Program.parse_tasks
+
+    def parse_tasks(self):
+        try:
+            return original(self)
+        except ParseError as exc:
+            raise Exit(f"error: {' '.join(str(exc).split())}", code=2) from None
+        except ValueError as exc:  # a typed option's cast (int/float default) refused the value
+            raise Exit(f"error: an option's value is not valid: {' '.join(str(exc).split())}", code=2) from None
+    parse_tasks._servebuild = True
+    Program.parse_tasks = parse_tasks
+
+
+_parse_errors_exit_2()
 
 
 def _verdict(code, out_dir):
@@ -311,13 +344,13 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
             "metric": "metric whose value against --threshold is the outcome (default: the exit status)",
             "threshold": "pass when the metric is at least this", "profiles": "comma-separated launch "
             "profiles: run the command once per profile ($SERVEBUILD_PROFILE, $SERVEBUILD_LAUNCHER)",
-            "timeout": "seconds per run", "network": "give the run containers network",
+            "timeout": "seconds per run (default 1800)", "network": "give the run containers network",
             "metrics_file": "JSON file the command writes in the container (default: its last JSON line)",
             "volume": "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)"},
       iterable=["volume"])
 @one_line_errors
 def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
-           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=1800, network=False,
+           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=False,
            metrics_file=None, volume=None):
     """A/B images: one isolated image per variant (sharing every layer but the engine's), a command
     run in each, one table; --search bisects the patch stack for the first patch that changes the result."""
@@ -332,8 +365,11 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
     if unknown:
         raise Exit(f"error: {loaded.file}: launch.profiles: no profile {unknown[0]!r} "
                    f"(known: {', '.join(loaded.recipe.launch.profiles)})", code=2)
+    timeout = "1800" if timeout is None else timeout  # a str option: invoke's int() would traceback on 'abc'
+    if not re.fullmatch(r"[0-9]{1,9}", timeout):
+        raise Exit(f"error: --timeout: {timeout!r} is not a whole number of seconds", code=2)
     probe = ab.Probe(run, timeout_s=int(timeout), network=network, metrics_file=metrics_file,
-                     volumes=tuple(volume or ())) if run else None
+                     volumes=tuple(volume or ())) if run is not None else None
     if probe:
         probe.check()
     if search:

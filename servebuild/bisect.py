@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .docker import DockerClient
-from .errors import RecipeError
+from .errors import DockerError, RecipeError
 from .fsutil import atomic_write, write_json
 from .pipeline import build, make_plan
 from .smoke import has_nvidia_runtime
@@ -54,8 +54,31 @@ class Probe:
         if not self.command.strip():
             raise RecipeError("the command to run is empty", field="--run")
         for volume in self.volumes:
-            if volume.startswith("-") or ":" not in volume:
-                raise RecipeError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
+            check_volume(volume)
+
+
+VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")  # docker's grammar for a named volume
+VOLUME_OPTIONS = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared", "rslave", "rprivate", "nocopy",
+                  "consistent", "cached", "delegated"}
+
+
+def check_volume(volume: str) -> None:
+    """SRC:DST[:OPTIONS] as docker reads it, checked before anything builds: SRC an existing absolute
+    path or a volume name (a relative path would be taken as neither), DST absolute."""
+    parts = volume.split(":")
+    if volume.startswith("-") or len(parts) not in (2, 3):
+        raise RecipeError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
+    src, dst = parts[0], parts[1]
+    if src.startswith("/"):
+        if not Path(src).exists():
+            raise RecipeError(f"{volume!r}: {src} does not exist", field="--volume")
+    elif not VOLUME_NAME.fullmatch(src):
+        raise RecipeError(f"{volume!r}: SRC must be an absolute path or a volume name", field="--volume")
+    if not dst.startswith("/") or dst == "/":
+        raise RecipeError(f"{volume!r}: DST must be an absolute path in the container (not /)", field="--volume")
+    if len(parts) == 3 and not set(parts[2].split(",")) <= VOLUME_OPTIONS:
+        raise RecipeError(f"{volume!r}: unknown volume option in {parts[2]!r} "
+                          f"(one of {', '.join(sorted(VOLUME_OPTIONS))})", field="--volume")
 
 
 @dataclass
@@ -112,6 +135,8 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=probe.timeout_s)
         code, output = proc.returncode, proc.stdout + proc.stderr
+        if code == 125 and proc.stderr.lstrip().startswith("docker:"):  # docker run itself failed: no measurement
+            raise DockerError(f"docker run of {tag} failed: {proc.stderr.strip()}", field="--run")
     except subprocess.TimeoutExpired as exc:
         code = None
         output = ((exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""))

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 PROFILE_FIELDS = ("description", "module", "args", "extra_args", "env", "dspark_block_size", "port")
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
+PORT = re.compile(r"[0-9]{1,5}")
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
@@ -119,12 +120,58 @@ def flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
     return found
 
 
+NUMBER = re.compile(r"-?[0-9][0-9.e+-]*\Z")
+
+
+def canonical_flags(args: list[str], known: tuple[str, ...] = (), aliases: Optional[dict[str, str]] = None,
+                    underscores: bool = False) -> dict[str, list[Optional[str]]]:
+    """The flags of an argv as the engine's parser reads them, whatever the spelling: `--f=v` and
+    `--f v`; short aliases (`-sc`); `--f_g` as `--f-g` where the parser converts underscores
+    (vLLM); a unique prefix of a `known` flag as that flag (argparse's abbreviations; a prefix of
+    several is refused, as argparse refuses it); dotted sub-keys (`--f.key v`) kept as `--f.key`."""
+    aliases = aliases or {}
+    found: dict[str, list[Optional[str]]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("-") and len(arg) > 1 and not NUMBER.match(arg):
+            flag, eq, value = arg.partition("=")
+            if not eq:
+                following = args[i + 1] if i + 1 < len(args) else None
+                if following is not None and not (following.startswith("-") and len(following) > 1
+                                                   and not NUMBER.match(following)):
+                    value = following
+                    i += 1
+                else:
+                    value = None
+            flag = aliases.get(flag, flag)
+            if flag.startswith("--"):
+                parent, dot, key = flag[2:].partition(".")
+                parent = "--" + (parent.replace("_", "-") if underscores else parent)
+                flag = _unabbreviated(parent, known) + (f".{key}" if dot else "")
+            found.setdefault(flag, []).append(value)
+        i += 1
+    return found
+
+
+def _unabbreviated(flag: str, known: tuple[str, ...]) -> str:
+    if flag in known:
+        return flag
+    matches = [k for k in known if k.startswith(flag)]
+    if len(matches) > 1:
+        raise ValueError(f"{flag} is an ambiguous abbreviation of {', '.join(matches)}")
+    return matches[0] if matches else flag
+
+
 def validate_profile(name: str, profile: LaunchProfile) -> None:
     """Rules for every engine: each flag at most once. Engine kinds add their own (servebuild/engines)."""
     flags = flag_values(profile.args + profile.extra_args)
     for flag, values in flags.items():
         if len(values) > 1:
             raise ValueError(f"profile {name!r}: flag {flag} is given {len(values)} times")
+    for value in flags.get("--port", []):  # it is EXPOSEd and listened on: a TCP port, ASCII digits
+        if value is None or not PORT.fullmatch(value) or not 1 <= int(value) <= 65535:
+            raise ValueError(f"profile {name!r}: --port {value!r} is not a TCP port 1..65535")
 
 
 def launcher_script(name: str, profile: LaunchProfile, listen: tuple[str, ...] = (),

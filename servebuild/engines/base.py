@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..launch import LaunchProfile, flag_values
+from ..launch import PORT, LaunchProfile, flag_values
 
 # Where every JIT cache lives in a serving image: one root, one `-v NAME:/cache` keeps them all.
 CACHE_ROOT = "/cache"
@@ -52,7 +52,7 @@ class EngineKind:
     def profile_port(self, profile: LaunchProfile) -> Optional[int]:
         flags = flag_values(profile.args + profile.extra_args)
         given = (flags.get("--port") or [None])[0]
-        return int(given) if given and given.isdigit() else (profile.port or self.port)
+        return int(given) if given and PORT.fullmatch(given) else (profile.port or self.port)
 
 
 def check_dspark_block(name: str, block: Optional[int], proposals: int, what: str) -> None:
