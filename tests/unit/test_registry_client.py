@@ -1,0 +1,186 @@
+"""Registry client retries and credentials parsing.
+
+The retry tests use a small HTTP server in the test that answers like a registry that flakes on
+demand (5xx, dropped connections): a real registry cannot be made to do that deterministically.
+Everything else about the registry is tested against a real one in tests/integration/test_publish.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from servebuild import credentials
+from servebuild.credentials import Credentials, CredentialsError, DockerConfigDir
+from servebuild.provenance import cyclonedx, statement
+from servebuild.registry import RegistryClient, RegistryError
+
+
+class FlakyRegistry:
+    """Plain-HTTP registry stand-in on 127.0.0.1: /v2/ answers 200; tags/list fails `failures` times
+    with `how` ('503', '500' or 'drop': the connection closed without an answer), then answers."""
+
+    def __init__(self, failures: int, how: str, final: int = 200):
+        self.failures, self.how, self.final, self.calls = failures, how, final, 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/v2/":
+                    return self._send(200, b"{}")
+                outer.calls += 1
+                if outer.calls <= outer.failures:
+                    if outer.how == "drop":
+                        self.close_connection = True
+                        self.connection.close()
+                        return
+                    return self._send(int(outer.how), b'{"errors":[{"code":"UNAVAILABLE","message":"busy"}]}')
+                self._send(outer.final, json.dumps({"name": "r", "tags": ["a", "b"]}).encode())
+
+            def _send(self, code, body):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def flaky(request):
+    servers = []
+
+    def make(*args, **kwargs):
+        servers.append(FlakyRegistry(*args, **kwargs))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()
+
+
+@pytest.mark.parametrize("how", ["503", "500", "drop"])
+def test_transient_failures_are_retried_with_backoff(flaky, how):
+    reg = flaky(2, how)
+    client = RegistryClient(reg.address, retries=4, backoff=0.01)
+    assert client.insecure  # a loopback registry without TLS is used over HTTP
+    assert client.tags("r") == ["a", "b"]
+    assert reg.calls == 3
+
+
+def test_retries_are_bounded_and_end_in_one_line(flaky):
+    reg = flaky(100, "503")
+    client = RegistryClient(reg.address, retries=3, backoff=0.01)
+    with pytest.raises(RegistryError) as info:
+        client.tags("r")
+    assert reg.calls == 4
+    line = str(info.value)
+    assert "\n" not in line and "answered 503" in line and "UNAVAILABLE: busy" in line
+
+
+def test_client_errors_are_not_retried(flaky):
+    reg = flaky(0, "503", final=404)
+    assert RegistryClient(reg.address, retries=3, backoff=0.01).tags("r") == []
+    assert reg.calls == 1
+
+
+def test_unreachable_registry_is_one_line(flaky):
+    reg = flaky(0, "503")
+    address = reg.address
+    reg.close()
+    with pytest.raises(RegistryError, match=r"unreachable after 3 tries"):
+        RegistryClient(address, retries=2, backoff=0.01)
+
+
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_credentials_file(tmp_path):
+    good = write(tmp_path / "c.json", json.dumps({"username": "alice", "password": "s3cret pass"}))
+    creds = credentials.from_file(good)
+    assert (creds.username, creds.password) == ("alice", "s3cret pass")
+    assert "s3cret" not in repr(creds)
+
+
+@pytest.mark.parametrize("text,mode,fragment", [
+    ('{"username": "alice"}', 0o600, "missing 'password'"),
+    ('{"username": "alice", "password": ""}', 0o600, "password must be a non-empty string"),
+    ('{"username": "alice", "password": "a\\nb"}', 0o600, "control character"),
+    ('{"username": "al ice:", "password": "x"}', 0o600, "username must be"),
+    ('{"username": 7, "password": "x"}', 0o600, "username must be"),
+    ('{"username": "a", "password": "x", "email": "e"}', 0o600, "unknown key 'email'"),
+    ('["a", "x"]', 0o600, "must hold a JSON object"),
+    ("user: a\npassword: hunter2-secret", 0o600, "is not JSON"),
+    ('{"username": "a", "password": "hunter2-secret"}', 0o640, "readable by others"),
+])
+def test_bad_credentials_files_are_one_line_without_the_secret(tmp_path, text, mode, fragment):
+    path = write(tmp_path / "c.json", text, mode)
+    with pytest.raises(CredentialsError) as info:
+        credentials.from_file(path)
+    line = str(info.value)
+    assert fragment in line and "\n" not in line and "hunter2" not in line
+
+
+def test_credentials_from_the_docker_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert credentials.from_docker_config("reg.example:5000") is None  # no config at all
+    auth = base64.b64encode(b"bob:pw:with:colons").decode()
+    write(tmp_path / "config.json", json.dumps({"auths": {"https://reg.example:5000": {"auth": auth},
+                                                          "other.example": {"username": "u", "password": "p"}}}))
+    creds = credentials.from_docker_config("reg.example:5000")
+    assert (creds.username, creds.password) == ("bob", "pw:with:colons")
+    assert credentials.from_docker_config("other.example").username == "u"
+    assert credentials.from_docker_config("third.example") is None
+    write(tmp_path / "config.json", json.dumps({"auths": {"reg.example:5000": {"auth": "***"}}}))
+    with pytest.raises(CredentialsError, match="not base64"):
+        credentials.from_docker_config("reg.example:5000")
+
+
+def test_private_docker_config_for_the_push_is_0600_and_removed():
+    creds = Credentials("alice", "pw", "test")
+    with DockerConfigDir("reg.example:5000", creds) as folder:
+        config = folder / "config.json"
+        assert config.stat().st_mode & 0o777 == 0o600 and folder.stat().st_mode & 0o777 == 0o700
+        assert json.loads(config.read_text())["auths"]["reg.example:5000"]["auth"] == creds.basic()
+    assert not folder.exists()
+    with DockerConfigDir("reg.example:5000", None) as folder:
+        assert folder is None
+
+
+def test_sbom_and_statement_are_deterministic():
+    installed = {"python": "3.11.2", "distributions": [{"name": "six", "version": "1.17.0", "license": "MIT"}]}
+    digest = "sha256:" + "a" * 64
+    one = cyclonedx(installed, "r.example/x", digest, "linux/arm64", "sha256:" + "b" * 64)
+    assert one == cyclonedx(installed, "r.example/x", digest, "linux/arm64", "sha256:" + "b" * 64)
+    assert one["components"][0]["purl"] == "pkg:pypi/six@1.17.0"
+    manifest = {"recipe": {"name": "toy", "sha256": "c" * 64}, "platform": "linux/arm64",
+                "bases": {"runtime": {"ref": "debian:{arch}", "resolved": "debian:arm64", "id": "sha256:" + "d" * 64,
+                                      "digest": None}},
+                "engine": {"source": {"url": "https://git.example/e.git", "commit": "e" * 40,
+                                      "patches": [{"id": "p1", "file": "patches/p1.patch", "sha256": "f" * 64}]}},
+                "files": [], "outputs": {"image_id": "sha256:" + "b" * 64}}
+    lock = {"path": "recipes/toy.lock.yaml", "sha256": "1" * 64}
+    st = statement(manifest, "r.example/x", digest, lock, {"sbom": "sha256:" + "2" * 64})
+    deps = {d["name"]: d for d in st["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["engine-source"]["digest"] == {"gitCommit": "e" * 40}
+    assert deps["patch:p1"]["digest"] == {"sha256": "f" * 64}
+    assert deps["base:runtime"]["digest"] == {"sha256": "d" * 64}
+    assert st["predicate"]["buildDefinition"]["externalParameters"]["lock"] == lock
+    assert st["subject"] == [{"name": "r.example/x", "digest": {"sha256": "a" * 64}}]
