@@ -46,3 +46,12 @@ class DockerError(ServebuildError):
 
 class SmokeError(ServebuildError):
     """The smoke suite could not be started."""
+
+
+class PlacedValueError(ValueError):
+    """Raised inside a schema validator to say where below the validated model the problem is
+    (e.g. ("profiles", "p")), so the one line points at that field and its line, not the model."""
+
+    def __init__(self, loc: tuple, message: str):
+        self.loc = tuple(loc)
+        super().__init__(message)

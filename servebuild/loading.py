@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from .constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
-from .errors import RecipeError
+from .errors import PlacedValueError, RecipeError
 from .fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from .recipe import NAME, Recipe
 from .recipe_files import escape_problem, named_files
@@ -129,6 +129,9 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
         recipe = Recipe.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, PlacedValueError):  # a validator named the field below its model
+            raise _place(chain, tuple(err["loc"]) + inner.loc, str(inner)) from None
         raise _place(chain, tuple(err["loc"]), _message(err)) from None
     stem = chain[0].path.stem
     if recipe.name != stem:

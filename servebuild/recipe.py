@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .engines import kind_for
-from .errors import RecipeError
+from .errors import PlacedValueError, RecipeError
 from .launch import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
 from .modes import get_mode
 from .platforms import PLATFORMS
@@ -294,8 +294,12 @@ class Launch(Model):
     def _profiles(self) -> "Launch":
         for name, profile in self.profiles.items():
             if not NAME.match(name):
-                raise ValueError(f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
-            validate_profile(name, profile)
+                raise PlacedValueError(("profiles", name),
+                                       f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
+            try:
+                validate_profile(name, profile)
+            except ValueError as exc:
+                raise PlacedValueError(("profiles", name), str(exc)) from None
         if self.default is not None and self.default not in self.profiles:
             raise ValueError(f"default: {self.default!r} is not a profile ({', '.join(self.profiles) or 'none'})")
         return self
@@ -413,7 +417,10 @@ class Recipe(Model):
         kind = self.engine.kind if self.engine else None
         for name, profile in self.launch.profiles.items():
             if kind is not None:
-                kind.check_profile(name, profile)
+                try:
+                    kind.check_profile(name, profile)
+                except ValueError as exc:
+                    raise PlacedValueError(("launch", "profiles", name), str(exc)) from None
         return self
 
     @model_validator(mode="after")

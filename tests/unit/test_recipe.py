@@ -215,3 +215,61 @@ def test_sglang_dspark_spellings(args, problem):
     else:
         with pytest.raises(ValueError, match=problem):
             kind_for("sglang").check_profile("p", profile)
+
+
+SPEC3 = '{"method":"dspark","num_speculative_tokens":3}'
+
+
+@pytest.mark.parametrize("kind,args,problem", [
+    # every spelling the engines' parsers accept reaches the same rule (block size 5, 3 proposals)
+    ("vllm", ["--speculative-config", SPEC3], "num_speculative_tokens is 3, below"),
+    ("vllm", ["--speculative_config", SPEC3], "num_speculative_tokens is 3, below"),
+    ("vllm", ["-sc", SPEC3], "num_speculative_tokens is 3, below"),
+    ("vllm", [f"--speculative-config={SPEC3}"], "num_speculative_tokens is 3, below"),
+    ("vllm", ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "3"],
+     "num_speculative_tokens is 3, below"),
+    ("vllm", ["--speculative_config.method=dspark", "--speculative-config.num-speculative-tokens=3"],
+     "num_speculative_tokens is 3, below"),
+    ("vllm", ["--speculative-config", '{"method":"dspark"}', "--speculative-config.num_speculative_tokens", "3"],
+     "num_speculative_tokens is 3, below"),
+    ("vllm", ["--speculative-config", SPEC3, "-sc", SPEC3], "given 2 times"),
+    ("vllm", ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "7"], None),
+    ("sglang", ["--speculative-algo", "DSPARK", "--speculative-num-draft", "3"],
+     "--speculative-num-draft-tokens minus one is 2, below"),
+    ("sglang", ["--speculative-algorithm=dspark", "--speculative-dspark=3"], "--speculative-dspark-block-size is 3"),
+    ("sglang", ["--speculative", "DSPARK"], "ambiguous abbreviation"),
+    ("sglang", ["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "7",
+                "--speculative-num-draft", "3"], "given 2 times"),
+    ("sglang", ["--speculative-algo", "DSPARK", "--speculative-num-draft", "6"], None),
+])
+def test_dspark_rules_read_every_spelling(kind, args, problem):
+    from servebuild.engines import kind_for
+    from servebuild.launch import LaunchProfile
+    profile = LaunchProfile(module="m", args=args, dspark_block_size=5)
+    if problem is None:
+        kind_for(kind).check_profile("p", profile)
+    else:
+        with pytest.raises(ValueError, match=problem):
+            kind_for(kind).check_profile("p", profile)
+
+
+def test_profile_errors_point_at_the_profile(tmp_path):
+    data = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())
+    profile = next(iter(data["launch"]["profiles"]))
+    data["launch"]["profiles"][profile]["args"] += ["--speculative-algo", "DSPARK", "--speculative-num-draft", "2"]
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "torch-cu130.yaml").write_text((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
+    path = tmp_path / "recipes" / "sglang-native-fp8.yaml"
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path), REPO_ROOT)
+    line = str(info.value)
+    profile_line = next(i for i, t in enumerate(text.splitlines(), 1) if t.strip() == f"{profile}:")
+    # the profile already says --speculative-algorithm: the abbreviation is the same flag again
+    assert f":{profile_line}: launch.profiles.{profile}:" in line and "--speculative-algorithm is given 2" in line, line
+    data["launch"]["profiles"][profile]["args"] += ["--port", "1", "--port", "2"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path), REPO_ROOT)
+    assert f"launch.profiles.{profile}:" in str(info.value)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ...launch import flag_values
+import re
+
+from ...launch import canonical_flags
 from ..base import EngineKind, check_dspark_block
 
 
@@ -13,18 +15,24 @@ class SGLang(EngineKind):
     jit_probes = ("cext", "nvcc", "triton", "tvm-ffi", "tilelang")
     entrypoints = ("sglang.launch_server",)
 
+    # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
+    DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")
+
     def check_profile(self, name, profile):
         """SGLang 0.5.16 spells the DSpark draft length two ways: --speculative-dspark-block-size
         (gamma, the proposals) or --speculative-num-draft-tokens (gamma + 1, it counts the verified
         token). With neither, gamma is taken from the draft checkpoint's block_size."""
-        flags = flag_values(profile.args + profile.extra_args)
+        flags = canonical_flags(profile.args + profile.extra_args, known=self.DSPARK_FLAGS)
+        for flag in self.DSPARK_FLAGS:
+            if len(flags.get(flag, [])) > 1:
+                raise ValueError(f"profile {name!r}: {flag} is given {len(flags[flag])} times (in some spelling)")
         algo = flags.get("--speculative-algorithm")
         if not algo or (algo[0] or "").upper() != "DSPARK":
             return
         for flag, offset in (("--speculative-dspark-block-size", 0), ("--speculative-num-draft-tokens", 1)):
             given = flags.get(flag)
             if given:
-                if given[0] is None or not given[0].isdigit():
+                if given[0] is None or not re.fullmatch(r"[0-9]+", given[0]):
                     raise ValueError(f"profile {name!r}: DSPARK needs an integer {flag}")
                 what = flag if offset == 0 else f"{flag} minus one"
                 check_dspark_block(name, profile.dspark_block_size, int(given[0]) - offset, what)

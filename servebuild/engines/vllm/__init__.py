@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ...launch import flag_values
+from ...launch import canonical_flags
 from ..base import EngineKind, check_dspark_block
 
 
@@ -18,21 +18,40 @@ class VLLM(EngineKind):
     env = {"VLLM_CACHE_ROOT": "/cache/vllm"}
 
     def check_profile(self, name, profile):
-        flags = flag_values(profile.args + profile.extra_args)
-        spec = flags.get("--speculative-config")
-        if not spec:
-            return
-        try:
-            config = json.loads(spec[0] or "")
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"profile {name!r}: --speculative-config is not JSON ({exc.msg})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"profile {name!r}: --speculative-config must be a JSON object")
+        """vLLM reads --speculative-config as JSON, as `-sc`, as `--speculative_config` (its parser
+        turns underscores into dashes) and as dotted keys (`--speculative-config.method dspark`)
+        merged over the JSON: the DSpark rule reads the merged object."""
+        flags = canonical_flags(profile.args + profile.extra_args, known=("--speculative-config",),
+                                aliases={"-sc": "--speculative-config"}, underscores=True)
+        given = flags.get("--speculative-config", [])
+        if len(given) > 1:
+            raise ValueError(f"profile {name!r}: --speculative-config is given {len(given)} times (in some spelling)")
+        config: dict = {}
+        if given:
+            try:
+                config = json.loads(given[0] or "")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"profile {name!r}: --speculative-config is not JSON ({exc.msg})") from None
+            if not isinstance(config, dict):
+                raise ValueError(f"profile {name!r}: --speculative-config must be a JSON object")
+        for flag, values in flags.items():
+            if flag.startswith("--speculative-config."):
+                key = flag.split(".", 1)[1].replace("-", "_")
+                if len(values) > 1 or key in config:
+                    raise ValueError(f"profile {name!r}: speculative config key {key} is given twice")
+                config[key] = _json_or_text(values[0])
         if str(config.get("method", "")).lower() == "dspark":
             k = config.get("num_speculative_tokens")
             if not isinstance(k, int) or isinstance(k, bool):
                 raise ValueError(f"profile {name!r}: DSpark needs an integer num_speculative_tokens")
             check_dspark_block(name, profile.dspark_block_size, k, "num_speculative_tokens")
+
+
+def _json_or_text(value):
+    try:
+        return json.loads(value) if value is not None else None
+    except json.JSONDecodeError:
+        return value
 
 
 KIND = VLLM()
