@@ -69,6 +69,14 @@ def _verdict(code, out_dir):
         raise Exit(code=1)
 
 
+def _image_ref(value: str) -> bool:
+    from servebuild.pipeline import TAG
+    if re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value):
+        return True
+    name = re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)
+    return len(value) <= 255 and not value.startswith("-") and bool(TAG.match(name))
+
+
 def _path(value):
     return Path(value) if value else None
 
@@ -202,10 +210,10 @@ def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
     from servebuild import bases
     from servebuild.docker import DockerClient
     from servebuild.platforms import host_arch
-    from servebuild.sources import default_cache_dir
+    from servebuild.pipeline import checked_cache_dir
     arch = arch or host_arch()
     tag = tag or bases.default_tag(suite, arch)
-    image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, default_cache_dir())
+    image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, checked_cache_dir())
     print(f"{tag} ({image_id})")
 
 
@@ -235,6 +243,9 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
     from servebuild import pipeline, smoke
     from servebuild.loading import load_recipe
+    if image is not None and not _image_ref(image):  # it reaches docker as an argument: never an option
+        raise Exit(f"error: --image: {image!r} is not an image reference NAME[:TAG][@sha256:DIGEST] "
+                   f"or an image id", code=2)
     loaded = load_recipe(recipe, ROOT) if recipe else None
     if loaded is not None and variant:
         loaded = loaded.with_variant(variant)
@@ -264,6 +275,16 @@ def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     from servebuild import smoke
     from servebuild.fsutil import write_json
     from servebuild.loading import load_recipe
+    import os
+    import stat
+    try:  # a directory, link, device or FIFO is never replaced (nor written through)
+        mode = os.lstat(output).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise Exit(f"error: --output: cannot use {output!r}: {exc.strerror}", code=2) from None
+    if (mode is not None and not stat.S_ISREG(mode)) or output.endswith("/"):
+        raise Exit(f"error: --output: {output!r} exists and is not a regular file; give a file path", code=2)
     data = smoke.expectations(load_recipe(recipe, ROOT), None, image=False)
     try:
         write_json(Path(output), data)
@@ -282,14 +303,15 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
     from servebuild.docker import DockerClient
     from servebuild.errors import DockerError
     from servebuild.loading import load_recipe
-    from servebuild.sources import SourceCache, default_cache_dir
+    from servebuild.pipeline import checked_cache_dir
+    from servebuild.sources import SourceCache
     loaded = load_recipe(recipe, ROOT)
     try:
         engine = DockerClient()
         ids = {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
     except DockerError:
         ids = {}
-    cache = SourceCache(default_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
+    cache = SourceCache(checked_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
     start = time.monotonic()
     data = locking.compute_lock(loaded, cache, ids, ROOT / "build" / loaded.recipe.name / "lock-work")
     path = locking.lock_path(loaded)
@@ -310,7 +332,7 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
     from servebuild.docker import DockerClient
     from servebuild.platforms import host_platform
     from servebuild.loading import load_recipe
-    from servebuild.sources import default_cache_dir
+    from servebuild.pipeline import checked_cache_dir
     engine = DockerClient()
     loaded = load_recipe(recipe, ROOT)
     platform = platform or host_platform()
@@ -320,7 +342,7 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
         if ref.startswith("servebuild/debian:") and engine.image_id(ref.replace("{arch}", arch)) is None:
             suite = ref.split(":", 1)[1].split("-", 1)[0]
             print(f"==> bootstrap-base {suite} {arch}")
-            bases.bootstrap_base(engine, arch, suite, ref.replace("{arch}", arch), default_cache_dir())
+            bases.bootstrap_base(engine, arch, suite, ref.replace("{arch}", arch), checked_cache_dir())
     ca = os.environ.get("SERVEBUILD_CA_BUNDLE") or (
         "/etc/ssl/certs/ca-certificates.crt" if Path("/etc/ssl/certs/ca-certificates.crt").exists() else None)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
@@ -426,6 +448,8 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
         raise Exit(f"error: --registry/--repository/--tag: {f'{registry}/{name}:{tag}'!r} is not a registry "
                    f"reference HOST[:PORT]/REPOSITORY:TAG", code=2)
     platforms = [p.strip() for p in (platform or "").split(",") if p.strip()] if platform else [None]
+    if not platforms:
+        raise Exit(f"error: --platform: {platform!r} names no platform", code=2)
     for p in platforms:
         if p is not None and p not in PLATFORMS:
             raise Exit(f"error: --platform: unknown platform {p!r} (one of {', '.join(PLATFORMS)})", code=2)

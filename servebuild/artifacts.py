@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -25,11 +27,24 @@ INDEX = os.environ.get("SERVEBUILD_PYPI_URL", "https://pypi.org")
 RETRIES = 4
 
 
-def _get(url: str, timeout: float = 60.0, accept: str = "*/*") -> bytes:
+def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
+    """The system's CAs plus the extra bundle (build --ca-bundle, else $SERVEBUILD_CA_BUNDLE), if any."""
+    ca = ca or (Path(os.environ["SERVEBUILD_CA_BUNDLE"]) if os.environ.get("SERVEBUILD_CA_BUNDLE") else None)
+    if ca is None:
+        return None
+    try:
+        context = ssl.create_default_context()
+        context.load_verify_locations(cafile=str(ca))
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SourceError(f"cannot use {ca} as a CA bundle for the release download: "
+                          f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc} "
+                          f"(a PEM file of certificates)", file=display, field="--ca-bundle") from None
+    return context
+
+
+def _get(url: str, timeout: float = 60.0, accept: str = "*/*", context: Optional[ssl.SSLContext] = None) -> bytes:
     """GET with bounded retries and backoff on connection errors and 5xx."""
     delay = 2.0
-    ca = os.environ.get("SERVEBUILD_CA_BUNDLE")
-    context = ssl.create_default_context(cafile=ca) if ca else None
     request = urllib.request.Request(url, headers={"Accept": accept})
     for attempt in range(RETRIES):
         try:
@@ -46,14 +61,26 @@ def _get(url: str, timeout: float = 60.0, accept: str = "*/*") -> bytes:
     raise AssertionError("unreachable")
 
 
-def _pick(files: list[dict], hashes: set[str], artifact: str, platform: str, python: str) -> Optional[dict]:
-    fits = [f for f in files if f.get("hashes", {}).get("sha256") in hashes
-            and _fits(f["filename"], artifact, platform, python)]
+def _norm(text: str) -> str:
+    return re.sub(r"[-_.]+", "_", text).lower()
+
+
+def _plain_filename(filename, name: str) -> bool:
+    """A file of the requested project and nothing else: one path component, no '..', `NAME-VERSION...`."""
+    return (isinstance(filename, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}", filename) is not None
+            and ".." not in filename and re.match(re.escape(_norm(name)) + r"_[0-9]", _norm(filename)) is not None)
+
+
+def _pick(files: list, hashes: set[str], artifact: str, platform: str, python: str,
+          name: str = "") -> Optional[dict]:
+    fits = [f for f in files if isinstance(f, dict) and isinstance(f.get("hashes"), dict)
+            and f["hashes"].get("sha256") in hashes and isinstance(f.get("url"), str)
+            and _plain_filename(f.get("filename"), name) and _fits(f["filename"], artifact, platform, python)]
     return sorted(fits, key=lambda f: f["filename"])[0] if fits else None
 
 
 def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str, python: str,
-                   cache_root: Path, offline: bool = False) -> tuple[Path, str]:
+                   cache_root: Path, offline: bool = False, ca_bundle: Optional[Path] = None) -> tuple[Path, str]:
     """(path, sha256) of the release file the requirement pins, for this platform and Python."""
     pins = parse_hashes(requirement)
     if len(pins) != 1:
@@ -68,23 +95,35 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
     if offline:
         raise SourceError(f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given",
                           file=display)
+    context = _context(ca_bundle, display)
+    page = f"{INDEX}/simple/{name}/"
     try:  # the simple API as JSON (PEP 691) names every file with its sha256
-        meta = json.loads(_get(f"{INDEX}/simple/{name}/", accept="application/vnd.pypi.simple.v1+json"))
-    except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as exc:
+        meta = json.loads(_get(page, accept="application/vnd.pypi.simple.v1+json", context=context))
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
         raise SourceError(f"cannot read {name}=={version} from {INDEX} ({exc})", file=display) from None
-    chosen = _pick(meta.get("files", []), set(hashes), artifact, platform, python)
+    files = meta.get("files") if isinstance(meta, dict) else None
+    chosen = _pick(files if isinstance(files, list) else [], set(hashes), artifact, platform, python, name)
     if chosen is None:
         raise SourceError(f"no {artifact} of {name}=={version} for {platform}/cp{python} among the hashes "
                           f"in {display}", file=display)
     digest = chosen["hashes"]["sha256"]
     target = cache / digest / chosen["filename"]
     target.parent.mkdir(parents=True, exist_ok=True)
+    url = urllib.parse.urljoin(page, chosen["url"])  # PEP 691 allows URLs relative to the page
+    if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
+        raise SourceError(f"{INDEX} gives {url!r} for {chosen['filename']}; only http(s) URLs are fetched",
+                          file=display)
     tmp = target.with_name(f".{target.name}.part{os.getpid()}")
-    tmp.write_bytes(_get(chosen["url"], timeout=600.0))
-    if sha256_file(tmp) != digest:
-        tmp.unlink()
-        raise SourceError(f"{chosen['filename']} does not hash to {digest}", file=display)
-    tmp.replace(target)
+    try:
+        tmp.write_bytes(_get(url, timeout=600.0, context=context))
+        if sha256_file(tmp) != digest:
+            raise SourceError(f"{chosen['filename']} does not hash to {digest}", file=display)
+        tmp.replace(target)
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+        raise SourceError(f"cannot download {chosen['filename']} of {name}=={version} from {url} ({exc})",
+                          file=display) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return target, digest
 
 

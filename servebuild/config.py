@@ -62,7 +62,8 @@ def load_config(path: Optional[Path] = None) -> Config:
             raise RecipeError("expected a mapping with git_mirrors and/or image_mirrors", file=str(path))
         for key in ("git_mirrors", "image_mirrors"):
             value = data.get(key) or {}
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in value.items()):
                 raise RecipeError("must map strings to strings", file=str(path), field=key)
             data[key] = value
     git = _git_remotes(data.get("git_mirrors", {}), str(path), "git_mirrors")
@@ -78,7 +79,7 @@ def load_mirror_map(path: Path) -> dict[str, str]:
     """A mirror map file (`images:` section) that rewrites recipe base references."""
     data = load_yaml(path)[0] or {}
     images = data.get("images") if isinstance(data, dict) else None
-    if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
+    if not isinstance(images, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in images.items()):
         raise RecipeError("a mirror map needs an `images:` mapping of reference to reference",
                           file=str(path), field="images")
     return _image_refs(images, str(path), "images")

@@ -57,6 +57,8 @@ _ENDPOINT_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKE
 def _client_candidates() -> list[str]:
     env = os.environ.get("SERVEBUILD_DOCKER")
     if env:
+        if not os.path.isfile(env) or not os.access(env, os.X_OK):
+            raise DockerError(f"{env!r} is not an executable docker client", field="$SERVEBUILD_DOCKER")
         return [env]
     found = ["/usr/bin/docker"]  # Debian's client builds with its built-in BuildKit frontend
     on_path = shutil.which("docker")
@@ -116,7 +118,10 @@ class DockerClient:
         if self.endpoint is not None:  # `build --help` needs no engine; a silent endpoint must not stall it
             env = {k: v for k, v in env.items() if k not in _ENDPOINT_VARS}
         for client in candidates:
-            proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True)
+            try:
+                proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True)
+            except OSError as exc:  # not executable after all (a bad interpreter line, a format it cannot run)
+                raise DockerError(f"cannot run docker client {client}: {exc.strerror or exc}", field="engine") from None
             if proc.returncode == 0 and "--secret" in proc.stdout:
                 return client
         raise DockerError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "

@@ -14,7 +14,7 @@ from .sources import PreparedSource, SourceCache
 
 
 def prepare_engine_source(loaded: LoadedRecipe, platform: str, cache: SourceCache, work: Path,
-                          offline: bool = False) -> Optional[PreparedSource]:
+                          offline: bool = False, ca_bundle: Optional[Path] = None) -> Optional[PreparedSource]:
     engine = loaded.recipe.engine
     if engine is None:
         return None
@@ -23,7 +23,8 @@ def prepare_engine_source(loaded: LoadedRecipe, platform: str, cache: SourceCach
     release = None
     if origin.kind == "pypi":
         path, digest = fetch_artifact(loaded.root / origin.requirement, origin.requirement, origin.artifact,
-                                      platform, loaded.recipe.python, cache.root, offline=offline)
+                                      platform, loaded.recipe.python, cache.root, offline=offline,
+                                      ca_bundle=ca_bundle)
         release = (path, digest, origin.artifact, origin.package_prefix)
     # the rule depends on the mode and the engine's other fields: they key a remembered preparation
     rule_key = canonical_json(engine.model_dump(mode="json", exclude={"source"}))

@@ -33,8 +33,15 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if isinstance(data, str):
         data = data.encode()
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except BaseException:  # a full disk, a directory in the way, ^C: no temp file is left behind
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def write_json(path: Path, data) -> None:

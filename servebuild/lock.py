@@ -8,6 +8,7 @@ unreachable GitHub or registry) stays explicitly unresolved with the reason; not
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -175,12 +176,25 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[dict]:
         problem = ("unresolved", "must be a list of strings")
     elif not isinstance(lock.get("bases"), dict) or any(not isinstance(lock["bases"].get(s), dict) for s in ("build", "runtime")):
         problem = ("bases", "must hold build and runtime entries")
+    elif any(not _str_or_none(lock["bases"][s].get("digest")) for s in ("build", "runtime")):
+        problem = ("bases", "each digest must be a string or null")
     elif not isinstance(lock.get("patches") or [], list) or not all(
             isinstance(p, dict) and isinstance(p.get("id"), str) for p in lock.get("patches") or []):
         problem = ("patches", "must be a list of entries with an id")
+    else:
+        for p in lock.get("patches") or []:  # apply_lock reads these three: each present, a string or null
+            bad = next((k for k in ("commit", "base", "sha256") if k not in p or not _str_or_none(p[k])), None)
+            if bad:
+                problem = (f"patches.{p['id']}.{bad}", "must be given, as a string or null")
+                break
     if problem:
         raise SourceError(f"malformed lock: {problem[1]}; run `invoke lock` again", file=display, field=problem[0])
+    lock["unresolved"] = lock.get("unresolved") or []
     return lock
+
+
+def _str_or_none(value) -> bool:
+    return value is None or isinstance(value, str)
 
 
 def file_names(loaded: LoadedRecipe) -> list[str]:
@@ -196,6 +210,10 @@ def read_lock(loaded: LoadedRecipe) -> dict:
     if lock.get("recipe_sha256") != loaded.sha256:
         raise SourceError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked; "
                           f"run `invoke lock` again", file=display, field="recipe_sha256")
+    missing = [rel for rel in file_names(loaded) if rel not in (lock.get("files") or {})]
+    if missing:  # a lock that omits a file would let that file change unnoticed
+        raise SourceError(f"lock is stale: it does not record {missing[0]}, a file the recipe names; "
+                          f"run `invoke lock` again", file=display, field=f"files.{missing[0]}")
     for rel, digest in (lock.get("files") or {}).items():
         actual = sha256_file(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
         if actual != digest:
@@ -229,14 +247,16 @@ def apply_lock(loaded: LoadedRecipe, lock: dict, partial: bool = False) -> Loade
                                   file=loaded.file, field=f"patches.{e.id}")
             if partial and not (p.get("commit") and p.get("sha256")):
                 return e
-            return e.model_copy(update={"commit": p["commit"], "base": p["base"], "sha256": p["sha256"]})
+            return e.model_copy(update={"commit": p.get("commit"), "base": p.get("base"), "sha256": p.get("sha256")})
 
         source = r.engine.source.model_copy(update={
             "patches": [pinned(e) for e in r.engine.source.patches],
             "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
         update["engine"] = r.engine.model_copy(update={"source": source})
     try:  # lock values fill recipe fields: they pass the same validation (model_copy alone skips it)
-        pinned_recipe = Recipe.model_validate(r.model_copy(update=update).model_dump(mode="python"))
+        with warnings.catch_warnings():  # a wrong-typed value is the one error line below, not a warning too
+            warnings.simplefilter("ignore")
+            pinned_recipe = Recipe.model_validate(r.model_copy(update=update).model_dump(mode="python"))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}; run `invoke lock` again",
@@ -272,7 +292,7 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[dict]) -> Optional[Sou
     if lock is None:
         why = f"there is no current lock ({where} is missing or stale)"
     else:
-        reason = next((u for u in lock.get("unresolved", []) if entry.id in u), "unresolved")
+        reason = next((u for u in lock.get("unresolved") or [] if isinstance(u, str) and entry.id in u), "unresolved")
         why = f"{where} leaves it unresolved ({reason.split(': ', 1)[-1]})"
     hint = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
     return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {hint}{why}; "

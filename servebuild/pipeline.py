@@ -103,6 +103,9 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
                                            ("netrc", _check_file(options.netrc, "--netrc"))) if path}
     config = load_config()
+    if options.fetching:  # what a build reads from its environment, checked before anything is written
+        created_timestamp()
+        checked_cache_dir(options.cache_dir)
     build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
     if options.dry_run:  # a dry run never touches a real build's context
         build_dir = build_dir / "dry-run"
@@ -179,12 +182,16 @@ _FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; th
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
-    cache = SourceCache(plan.options.cache_dir or default_cache_dir(), plan.config.git_mirrors,
-                        offline=plan.options.offline, recipe=plan.loaded.file)
+    root = checked_cache_dir(plan.options.cache_dir)
+    try:
+        cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
+    except OSError as exc:
+        raise RecipeError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
+                          field="$SERVEBUILD_CACHE") from None
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with _FETCH_LOCK:
         plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
-                                            offline=plan.options.offline)
+                                            offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
     return plan.source
 
 
@@ -256,10 +263,32 @@ def _host_resources() -> tuple[int, int]:
     return os.cpu_count() or 1, pages
 
 
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last second an ISO timestamp with a 4-digit year names
+
+
 def created_timestamp() -> str:
+    """The image's creation time: $SOURCE_DATE_EPOCH (whole seconds since 1970, checked) or now."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch else dt.datetime.now(dt.timezone.utc)
+    if epoch is None or epoch == "":
+        when = dt.datetime.now(dt.timezone.utc)
+    elif re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH:
+        when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+    else:
+        raise RecipeError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
+                          field="$SOURCE_DATE_EPOCH")
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def checked_cache_dir(path: Optional[Path] = None) -> Path:
+    """The source cache ($SERVEBUILD_CACHE or ~/.cache/servebuild): a directory, or one that can be made."""
+    path = path or default_cache_dir()
+    for where in (path, *path.parents):
+        if where.exists():
+            if not where.is_dir():
+                raise RecipeError(f"{path} cannot be the source cache: {where} is not a directory",
+                                  field="$SERVEBUILD_CACHE")
+            break
+    return path
 
 
 def dry_run(plan: BuildPlan) -> str:

@@ -30,16 +30,21 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
     """
     lines: dict[tuple, int] = {}
     sizes: dict[int, int] = {}
+    active: set[int] = set()  # the nodes on the path being sized
 
     def size(node: yaml.Node, depth: int = 0) -> int:
         if depth > MAX_YAML_DEPTH:
             raise RecipeError(f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=display,
                               line=node.start_mark.line + 1)
+        if id(node) in active:  # an alias inside the node it names: no data is infinite
+            raise RecipeError("a YAML alias refers to a node that contains it (a recursive structure)",
+                              file=display, line=node.start_mark.line + 1)
         if id(node) not in sizes:
-            sizes[id(node)] = 1  # a recursive alias counts once
+            active.add(id(node))
             children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
                 node.value if isinstance(node, yaml.SequenceNode) else [])
             sizes[id(node)] = 1 + sum(size(c, depth + 1) for c in children)
+            active.discard(id(node))
         return sizes[id(node)]
 
     seen: set[int] = set()
