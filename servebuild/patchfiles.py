@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 
 # compiled (or build-configuring) when a wheel is built: a mode that reuses compiled parts cannot carry them
+# compiled sources and build files, and compiled artifacts themselves (a binary patch that swaps a
+# .so is native code as much as a .cu change)
 NATIVE = re.compile(
-    r"(\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|inc|pyx|pxd|rs|proto|cmake)$"
+    r"(\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|inc|pyx|pxd|rs|proto|cmake|so|pyd|dll|dylib|o|a|cubin|ptx|fatbin)$"
+    r"|\.so\.[0-9.]+$"
     r"|(^|/)(CMakeLists\.txt|setup\.py|setup\.cfg|pyproject\.toml|Cargo\.toml|Cargo\.lock|build\.rs)$"
     r"|(^|/)csrc/)")
 TEST_OR_DOC = re.compile(r"((^|/)(tests?|docs?|benchmarks?|examples?)/|(^|/)test_[^/]*\.py$|\.(md|rst)$)")

@@ -69,6 +69,31 @@ class PreparedSource:
         return f"{release}+sb{len(self.patches)}.{stack[:12]}"
 
 
+def numstat_paths(out: bytes) -> list[str]:
+    """Paths from `git apply --numstat -z`: `ADD\tDEL\tPATH\0`, or for a rename `ADD\tDEL\t\0OLD\0NEW\0`
+    (both paths count: the old one is deleted)."""
+    fields = out.split(b"\0")
+    paths, i = [], 0
+    while i < len(fields):
+        entry = fields[i]
+        if not entry:
+            i += 1
+            continue
+        parts = entry.split(b"\t", 2)
+        if len(parts) == 3 and parts[2]:
+            paths.append(parts[2].decode("utf-8", "surrogateescape"))
+            i += 1
+        else:  # rename/copy: the two names follow as fields of their own
+            paths += [f.decode("utf-8", "surrogateescape") for f in fields[i + 1:i + 3] if f]
+            i += 3
+    return paths
+
+
+def _literal(path: str) -> str:
+    """A path as a git wildmatch pattern that matches only itself."""
+    return re.sub(r"([*?\[\\])", r"\\\1", path)
+
+
 def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
         check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **GIT_ENV, **(env or {})}
@@ -289,13 +314,14 @@ class SourceCache:
         with tempfile.TemporaryDirectory(prefix="servebuild-numstat-") as tmp:
             patch = Path(tmp) / "change.diff"
             patch.write_bytes(diff)
-            numstat = git("apply", "--numstat", str(patch), cwd=Path(tmp), check=False,
+            # -z: names exactly as they are (no C-style quoting of non-ASCII, tabs or quotes)
+            numstat = git("apply", "--numstat", "-z", str(patch), cwd=Path(tmp), check=False,
                           env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
         if numstat.returncode != 0:
             raise SourceError(f"patch {entry.id} is not a valid diff: "
                               f"{numstat.stderr.decode(errors='replace').strip()}",
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
-        files = sorted(line.split("\t", 2)[2] for line in numstat.stdout.decode().splitlines() if line)
+        files = sorted(numstat_paths(numstat.stdout))
         if not files and diff.strip():
             raise SourceError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
                               field=f"engine.source.patches.{entry.id}")
@@ -304,7 +330,7 @@ class SourceCache:
     def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict, exclude: list[str] = ()) -> None:
         patch = tree.parent / f"{entry.id}.patch"
         patch.write_bytes(diff)
-        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={f}" for f in exclude],
+        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={_literal(f)}" for f in exclude],
                    str(patch), cwd=tree, env=env, check=False)
         if proc.returncode != 0:
             raise SourceError(self._conflict(entry, proc.stderr.decode(errors="replace")),

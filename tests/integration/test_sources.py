@@ -297,3 +297,20 @@ def test_modes_that_reuse_compiled_parts_refuse_native_changes():
     for path in ("csrc/kernel.cu", "CMakeLists.txt", "setup.py", "rust/src/lib.rs", "x/y.pyx", "p.proto"):
         assert precompiled.patch_problem(path, None, engine) == "touches native code", path
         assert source.patch_problem(path, None, engine) is None
+
+
+def test_native_classification_sees_every_path_name(tmp_path):
+    """Names git would C-quote (non-ASCII, tabs, quotes) and compiled artifacts are classified by
+    what they are: `git apply --numstat -z` gives them unquoted; a binary .so swap is native."""
+    from servebuild.patchfiles import is_native
+    from servebuild.recipe import PatchEntry
+    cache = SourceCache(tmp_path / "cache", recipe="toy")
+    diff = ("diff --git a/python/k\u00e9rnel.cu b/python/k\u00e9rnel.cu\nnew file mode 100644\n--- /dev/null\n"
+            "+++ b/python/k\u00e9rnel.cu\n@@ -0,0 +1 @@\n+__global__ void k() {}\n"
+            "diff --git \"a/python/te\\tst.py\" \"b/python/te\\tst.py\"\nnew file mode 100644\n--- /dev/null\n"
+            "+++ \"b/python/te\\tst.py\"\n@@ -0,0 +1 @@\n+x = 1\n").encode()
+    files = cache.diff_files(PatchEntry(id="p", file="patches/p.patch", sha256="0" * 64), diff)
+    assert files == ["python/k\u00e9rnel.cu", "python/te\tst.py"]
+    assert is_native(files[0]) and not is_native(files[1])
+    for artifact in ("sglang/_kernels.abi3.so", "vllm/_C.so", "x/lib.so.1.2", "k.cubin", "k.ptx", "k.fatbin"):
+        assert is_native(artifact), artifact
