@@ -26,6 +26,7 @@ from support import free_port
 
 CERTS_D = Path("/etc/docker/certs.d")
 _LIVE: set[subprocess.Popen] = set()
+_CERT_DIRS: set[Path] = set()
 
 
 def _kill_all() -> None:
@@ -33,6 +34,18 @@ def _kill_all() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    for folder in list(_CERT_DIRS):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: its own session (killpg), and SIGKILL when the test process dies."""
+    import ctypes
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 atexit.register(_kill_all)
@@ -81,10 +94,11 @@ class TLSRegistry:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.ca_file, folder / "ca.crt")
         self.engine_ca = folder
+        _CERT_DIRS.add(folder)
 
     def start(self) -> None:
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.root / "registry.log", "ab"), start_new_session=True)
+                                     stderr=open(self.root / "registry.log", "ab"), preexec_fn=_die_with_parent)
         _LIVE.add(self.proc)
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         for _ in range(150):
@@ -111,6 +125,7 @@ class TLSRegistry:
         self.kill()
         if self.engine_ca is not None:
             shutil.rmtree(self.engine_ca, ignore_errors=True)
+            _CERT_DIRS.discard(self.engine_ca)
             self.engine_ca = None
 
     # -- direct reads for assertions (independent of servebuild's client) --------------------------
