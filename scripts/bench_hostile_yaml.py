@@ -36,6 +36,8 @@ def map_bomb() -> str:
 CASES = {
     "alias bomb (10^9 list items)": alias_bomb,
     "mapping bomb (3^20 maps)": map_bomb,
+    "text bomb (100 KB x 5000 aliases)": lambda: 'description: &s "' + "x" * 100_000 + '"\nargs: [' + ", ".join(
+        ["*s"] * 5000) + "]\n",
     "deep nesting (5000 [)": lambda: "a: " + "[" * 5000 + "\n",
     "deep nesting (5000 {)": lambda: "a: " + "{a: " * 5000 + "\n",
     "100k keys (just under 1 MiB)": lambda: "".join(f"k{i}: 1\n" for i in range(100_000)),

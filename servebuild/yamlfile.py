@@ -17,6 +17,7 @@ from .fsutil import read_small_text
 
 MAX_YAML_LINES = 20_000   # a recipe is a few hundred lines
 MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions
+MAX_YAML_TEXT = 4 << 20  # characters of scalar text after alias expansion (files are at most 1 MiB)
 MAX_YAML_DEPTH = 64       # a recipe is about six levels deep
 # libyaml's composer where PyYAML was built with it (fast on big hostile input); same nodes and marks
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -30,6 +31,7 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
     """
     lines: dict[tuple, int] = {}
     sizes: dict[int, int] = {}
+    weights: dict[int, int] = {}  # characters of scalar text once aliases are expanded
     active: set[int] = set()  # the nodes on the path being sized
 
     def size(node: yaml.Node, depth: int = 0) -> int:
@@ -44,6 +46,8 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
             children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
                 node.value if isinstance(node, yaml.SequenceNode) else [])
             sizes[id(node)] = 1 + sum(size(c, depth + 1) for c in children)
+            weights[id(node)] = (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
+                weights[id(c)] for c in children)
             active.discard(id(node))
         return sizes[id(node)]
 
@@ -75,6 +79,9 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
         if size(root) > MAX_YAML_NODES:
             raise RecipeError(f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded "
                               f"(a recipe has a few hundred)", file=display)
+        if weights[id(root)] > MAX_YAML_TEXT:
+            raise RecipeError(f"the YAML holds more than {MAX_YAML_TEXT} characters of text once aliases "
+                              f"are expanded", file=display)
         walk(root, ())
     return lines
 

@@ -255,6 +255,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 @pytest.mark.parametrize("blob,words", [
     (BOMB, "more than 100000 nodes"), ("a: " + "[" * 3000 + "\n", "nesting depth"),
+    ('d: &s "' + "x" * 100_000 + '"\na: [' + "*s, " * 50 + "*s]\n", "characters of text"),
     ("images: {a: b}\nimages: {c: d}\n", "given twice"), (b"images:\n  \xff: x\n", "not UTF-8"),
     ("".join(f"k{i}: 1\n" for i in range(30000)), "at most 20000"), ("images: [unclosed\n", "invalid YAML")])
 @pytest.mark.parametrize("reader", ["mirror map", "config", "lock"])
