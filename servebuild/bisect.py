@@ -121,7 +121,7 @@ def _object(text: str) -> dict:
 def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional[str], gpus: bool) -> tuple:
     """(exit or None on timeout, seconds, output) of the probe in a throwaway container."""
     name = f"servebuild-bisect-{uuid.uuid4().hex[:12]}"
-    args = [docker.client, "run", "--name", name, "--entrypoint", "sh"]
+    args = [docker.client, "run", "--name", name, "--entrypoint", "/bin/sh"]
     if not probe.network:
         args += ["--network", "none"]
     if gpus:

@@ -354,8 +354,9 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
 
 def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:
     """The image's pip and apt package lists, read in one throwaway container (no network)."""
-    out = docker.run_in_image(image_id, "-c", "cat /opt/servebuild/packages.txt; echo '#apt'; "
-                              "cat /opt/servebuild/apt-runtime.txt", platform=platform, entrypoint="/bin/sh")
+    # absolute paths: a launch profile named like a command (/usr/local/bin/cat) must not answer
+    out = docker.run_in_image(image_id, "-c", "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
+                              "/bin/cat /opt/servebuild/apt-runtime.txt", platform=platform, entrypoint="/bin/sh")
     packages, _, apt = out.partition("#apt\n")
     return packages.splitlines(), apt.splitlines()
 

@@ -27,6 +27,12 @@ GIT_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,127}\Z")
 DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?\Z")
 CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}\Z")
 SM_ARCH = re.compile(r"^sm_[0-9]{2,3}a?\Z")
+# launchers go to /usr/local/bin, ahead of /usr/bin and /bin on PATH: a profile must not shadow a
+# command that servebuild, the smoke suite or an operator runs in the image
+RESERVED_COMMANDS = frozenset({
+    "sh", "bash", "dash", "cat", "sleep", "env", "ls", "id", "rm", "cp", "mv", "touch", "test", "true", "false",
+    "python", "python3", "pip", "pip3", "nvcc", "nvidia-smi", "uname", "grep", "sed", "awk", "tar", "du", "df",
+    "printenv", "which", "su", "sudo", "ldconfig", "git", "curl", "wget", "docker", "make", "gcc", "cc"})
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 
 
@@ -296,6 +302,10 @@ class Launch(Model):
             if not NAME.match(name):
                 raise PlacedValueError(("profiles", name),
                                        f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
+            if name in RESERVED_COMMANDS:
+                raise PlacedValueError(("profiles", name),
+                                       f"profile name {name!r} would shadow the system command of that name "
+                                       f"in /usr/local/bin; choose another name")
             try:
                 validate_profile(name, profile)
             except ValueError as exc:

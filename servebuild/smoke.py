@@ -103,7 +103,7 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
     info = docker.image_inspect(image)
     labels = info.get("Config", {}).get("Labels") or {}
     volumes = sorted((info.get("Config", {}).get("Volumes") or {}).keys())
-    raw = docker.run("run", "--rm", "--network", "none", "--entrypoint", "cat", image, MANIFEST_PATH,
+    raw = docker.run("run", "--rm", "--network", "none", "--entrypoint", "/bin/cat", image, MANIFEST_PATH,
                      check=False)
     if raw.returncode != 0 and loaded is None:
         raise SmokeError(f"{image} has no {MANIFEST_PATH}; pass --recipe to say what to expect", field="--image")
@@ -114,7 +114,7 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
     expect = expectations(loaded, manifest, image=True, labels=labels, volumes=volumes)
     name = f"servebuild-smoke-{uuid.uuid4().hex[:12]}"
     args = ["run", "-d", "--name", name, "--platform", f"linux/{info.get('Architecture')}",
-            "--entrypoint", "sleep"]
+            "--entrypoint", "/bin/sleep"]
     if not network:
         args += ["--network", "none"]
     if has_nvidia_runtime(docker):

@@ -298,16 +298,16 @@ def test_launch_profile_answers_help(request, host, expect, profile):
     path = f"/usr/local/bin/{profile}"
     assert host.file(path).exists, f"launch command {path} is missing"
     assert host.file(path).mode & 0o111, f"launch command {path} is not executable"
-    assert host.run(f"sh -n {path}").rc == 0, f"launch command {path} is not valid shell"
+    assert host.run(f"/bin/sh -n {shlex.quote(path)}").rc == 0, f"launch command {path} is not valid shell"
     needs_gpu_for_help(request, expect)
-    result = host.run(f"{path} --help")
+    result = host.run(f"{shlex.quote(path)} --help")
     assert result.rc == 0, f"`{profile} --help` failed (rc {result.rc}): {lines_of(result)[-300:]}"
 
 
 def test_runs_as_documented_user(host, expect):
     if not expect.get("image"):
         pytest.skip("not an image: no documented user")
-    uid = host.run("id -u").stdout.strip()
+    uid = host.run("/usr/bin/id -u").stdout.strip()
     assert uid == str(expect["user"]), f"runs as uid {uid}, the recipe documents {expect['user']}"
 
 
@@ -322,7 +322,7 @@ def test_cache_dir_exists_and_is_writable(host, expect, cache_dir):
         pytest.skip("not an image: cache dirs are the host's business")
     assert host.file(cache_dir).is_directory, f"cache dir {cache_dir} is missing"
     probe = f"{cache_dir}/.smoke-write-test"
-    assert host.run(f"touch {probe} && rm {probe}").rc == 0, f"cache dir {cache_dir} is not writable"
+    assert host.run(f"/bin/touch {shlex.quote(probe)} && /bin/rm {shlex.quote(probe)}").rc == 0, f"cache dir {cache_dir} is not writable"
 
 
 def test_no_anonymous_volumes(expect):

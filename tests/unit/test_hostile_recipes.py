@@ -49,6 +49,8 @@ CASES = {
     "cuda as code": ({"expect": {"cuda": "13.0; id"}}, "expect.cuda"),
     "arch with newline": ({"expect": {"archs": ["sm_90a\n"]}}, "expect.archs"),
     "description with escape": ({"description": "ok\x1b[2J"}, "description"),
+    "profile named like a command": ({"launch": {"profiles": {"cat": {"module": "vllm.entrypoints.cli.main"}}}},
+                                     "launch.profiles.cat"),
     "variant description newline": ({"variants": {"v": {"description": "a\nb", "patches": []}}},
                                     "variants.v.description"),
 }
