@@ -52,8 +52,10 @@ def _parse_errors_exit_2():
     def parse_tasks(self):
         try:
             return original(self)
-        except ParseError as exc:
-            raise Exit(f"error: {' '.join(str(exc).split())}", code=2) from None
+        except ParseError as exc:  # "Flag <Argument: tag (t)> needed value..." names the option as typed
+            text = re.sub(r"<Argument: ([A-Za-z0-9_-]+)[^>]*>", lambda m: "--" + m.group(1).replace("_", "-"),
+                          " ".join(str(exc).split()))
+            raise Exit(f"error: {text}", code=2) from None
         except ValueError as exc:  # a typed option's cast (int/float default) refused the value
             raise Exit(f"error: an option's value is not valid: {' '.join(str(exc).split())}", code=2) from None
     parse_tasks._servebuild = True

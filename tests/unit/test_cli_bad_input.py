@@ -1,0 +1,322 @@
+"""Hostile command lines, environments and input files through the real CLI: each is one line on
+stderr naming the option, variable or file and field, exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import REPO_ROOT
+
+INVOKE = str(Path(sys.executable).parent / "invoke")
+
+
+def cli(*args, env=None, cwd=REPO_ROOT, timeout=120):
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def assert_one_line(proc, *words):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def recipes(tmp_path):
+    """A copy of two real recipes (a base and an engine recipe) and their locks, outside the project."""
+    for name in ("torch-cu130", "sglang-native-fp8"):
+        for suffix in (".yaml", ".lock.yaml"):
+            shutil.copy(REPO_ROOT / "recipes" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    return tmp_path
+
+
+# ------------------------------------------------------------------ item 4: explicit empty values
+
+@pytest.mark.parametrize("args,option", [
+    (["build", "--tag", ""], "--tag"),
+    (["build", "--tag="], "--tag"),
+    (["build", "--mirror-map", ""], "--mirror-map"),
+    (["build", "--ca-bundle", ""], "--ca-bundle"),
+    (["build", "--netrc", ""], "--netrc"),
+    (["build", "--platform", ""], "--platform"),
+    (["build", "--variant", ""], "--variant"),
+    (["build", "--cache-from", ""], "--cache-from"),
+    (["publish", "--registry", "localhost:5000", "--tag", ""], "--tag"),
+    (["publish", "--registry", "localhost:5000", "--repository", ""], "--repository"),
+    (["bootstrap-base", "--tag", ""], "--tag"),
+    (["render", "--recipe", ""], "--recipe"),
+    (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", ""], "--run"),
+    (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", "  "], "--run"),
+])
+def test_an_explicit_empty_value_is_refused(args, option):
+    assert_one_line(cli(*args), f"{option}: empty value")
+
+
+def test_invoke_parse_errors_exit_2():
+    assert_one_line(cli("build", "--bogus"), "No idea what '--bogus' is")
+    assert_one_line(cli("build", "--tag"), "--tag")
+
+
+# ------------------------------------------------------------------ item 3: launch --port
+
+@pytest.mark.parametrize("port", ["\u00b2", "99999", "0", "-1", "８０"])
+def test_a_launch_port_outside_1_65535_is_refused(recipes, port):
+    child = {"name": "child", "extends": "sglang-native-fp8",
+             "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port", port]}}}}
+    (recipes / "child.yaml").write_text(yaml.safe_dump(child, allow_unicode=True))
+    proc = cli("render", "--recipe", str(recipes / "child.yaml"))
+    assert_one_line(proc, "launch", "--port", "1..65535")
+    assert "EXPOSE" not in proc.stdout
+
+
+def test_a_launch_port_in_range_is_exposed(recipes):
+    child = {"name": "child", "extends": "sglang-native-fp8",
+             "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port=65535"]}}}}
+    (recipes / "child.yaml").write_text(yaml.safe_dump(child))
+    proc = cli("render", "--recipe", str(recipes / "child.yaml"))
+    assert proc.returncode == 0 and "65535" in proc.stdout, proc.stderr
+
+
+# ------------------------------------------------------------------ item 5, 6, 7: bisect
+
+B = ["bisect", "--recipe", "sglang-native-fp8-bookworm"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
+    (["--run", "true", "--volume", "/no/such/dir:/x"], ["--volume", "does not exist"]),
+    (["--run", "true", "--volume", "/tmp:x"], ["--volume", "DST must be an absolute path"]),
+    (["--run", "true", "--volume", "/tmp:/x:bogus"], ["--volume", "unknown volume option"]),
+    (["--run", "true", "--volume", "a:b:c:d"], ["--volume", "SRC:DST"]),
+    (["--run", "true", "--timeout", "abc"], ["--timeout", "whole number of seconds"]),
+    (["--run", "true", "--timeout", "1e3"], ["--timeout", "whole number of seconds"]),
+])
+def test_bad_bisect_input_fails_before_anything_builds(args, words):
+    assert_one_line(cli(*B, *args), *words)
+
+
+def test_good_volumes_pass_the_check():
+    from servebuild.bisect import check_volume
+    for spec in ("/tmp:/data", "/tmp:/data:ro", "hf-cache:/cache", "hf-cache:/cache:ro,z"):
+        check_volume(spec)
+
+
+def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
+    from servebuild.bisect import Probe, run_in_image
+    from servebuild.errors import DockerError
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = rm ] && exit 0\n"
+                    "echo 'docker: Error response from daemon: invalid mount config.' >&2\nexit 125\n")
+    fake.chmod(0o755)
+
+    class Client:
+        client = str(fake)
+    with pytest.raises(DockerError, match="docker run of img failed: docker: Error response"):
+        run_in_image(Client(), "img", Probe("true"), None, False)
+
+
+# ------------------------------------------------------------------ item 7: tracebacks
+
+@pytest.mark.parametrize("text", ["git_mirrors: {1: /srv/x}\n", "git_mirrors: {null: /srv/x}\n",
+                                  "image_mirrors: {1: busybox}\n"])
+def test_config_keys_must_be_strings(tmp_path, text):
+    (tmp_path / "config.yaml").write_text(text)
+    proc = cli("build", "--recipe", "torch-cu130", "--dry-run", env={"SERVEBUILD_CONFIG": str(tmp_path / "config.yaml")})
+    assert_one_line(proc, "config.yaml", "mirrors", "must map strings to strings")
+
+
+def _edit_lock(recipes, name, edit):
+    path = recipes / f"{name}.lock.yaml"
+    lock = yaml.safe_load(path.read_text())
+    edit(lock)
+    path.write_text(yaml.safe_dump(lock))
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda lock: lock.update(unresolved=None), None),
+    (lambda lock: lock["patches"][0].pop("base"), ["base", "must be given"]),
+    (lambda lock: lock["patches"][0].update(commit=["x"]), ["commit", "string or null"]),
+    (lambda lock: lock["bases"]["build"].update(digest=["x"]), ["bases", "string or null"]),
+])
+@pytest.mark.parametrize("command", [["render"], ["build", "--dry-run"], ["build", "--dry-run", "--locked"]])
+def test_malformed_lock_entries_are_one_line(recipes, edit, words, command):
+    _edit_lock(recipes, "sglang-native-fp8", edit)
+    proc = cli(*command, "--recipe", str(recipes / "sglang-native-fp8.yaml"))
+    if words is None:  # a null list is an empty one
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        return
+    assert_one_line(proc, "sglang-native-fp8.lock.yaml", "malformed lock", *words)
+    assert "Warning" not in proc.stderr
+
+
+def test_a_lock_value_of_the_wrong_type_is_one_line_without_a_warning(recipes):
+    _edit_lock(recipes, "sglang-native-fp8", lambda lock: lock["patches"][0].update(sha256="not-a-hash"))
+    proc = cli("build", "--dry-run", "--recipe", str(recipes / "sglang-native-fp8.yaml"))
+    assert_one_line(proc, "sglang-native-fp8.lock.yaml")
+    assert "Warning" not in proc.stderr
+
+
+def test_locked_refuses_a_lock_that_omits_a_named_file(recipes):
+    _edit_lock(recipes, "torch-cu130", lambda lock: lock.update(files={}))
+    proc = cli("build", "--locked", "--dry-run", "--recipe", str(recipes / "torch-cu130.yaml"))
+    assert_one_line(proc, "torch-cu130.lock.yaml", "files.", "lock is stale", "does not record")
+
+
+def test_the_real_locks_record_every_named_file():
+    from servebuild.loading import load_recipe
+    from servebuild.lock import file_names, load_lock_file
+    for path in sorted((REPO_ROOT / "recipes").glob("*.lock.yaml")):
+        loaded = load_recipe(path.name.removesuffix(".lock.yaml"), REPO_ROOT)
+        assert sorted(load_lock_file(loaded)["files"]) == file_names(loaded), path
+
+
+def test_recursive_yaml_aliases_are_refused(tmp_path):
+    base = (REPO_ROOT / "recipes" / "torch-cu130.yaml").read_text()
+    (tmp_path / "torch-cu130.yaml").write_text(base.replace("\nlaunch:\n", "\nlaunch: &l\n  profiles: *l\n", 1))
+    (tmp_path / "child.yaml").write_text("name: child\nextends: torch-cu130\nlaunch: &l {profiles: *l}\n")
+    for name in ("child", "torch-cu130"):
+        proc = cli("validate", "--recipe", str(tmp_path / f"{name}.yaml"))
+        assert_one_line(proc, f"{name}.yaml:", "recursive")
+
+
+@pytest.mark.parametrize("value", ["abc", "99999999999999", "-5", "1.5"])
+def test_source_date_epoch_is_checked_before_anything_is_written(value):
+    proc = cli("build", "--recipe", "torch-cu130", "--dry-run", env={"SOURCE_DATE_EPOCH": value})
+    assert_one_line(proc, "$SOURCE_DATE_EPOCH", repr(value))
+
+
+@pytest.mark.parametrize("command", [["fetch", "--recipe", "torch-cu130"],
+                                     ["build", "--recipe", "torch-cu130", "--dry-run"],
+                                     ["lock", "--recipe", "torch-cu130", "--offline"]])
+def test_a_source_cache_that_is_a_file_is_one_line(command):
+    assert_one_line(cli(*command, env={"SERVEBUILD_CACHE": "/etc/passwd"}), "$SERVEBUILD_CACHE", "not a directory")
+
+
+@pytest.mark.parametrize("client", ["/nonexist", "/etc/passwd"])
+def test_a_docker_client_that_is_not_one_is_one_line(client):
+    proc = cli("build", "--recipe", "torch-cu130", env={"SERVEBUILD_DOCKER": client})
+    assert_one_line(proc, "$SERVEBUILD_DOCKER", "not an executable docker client")
+
+
+@pytest.mark.parametrize("image", ["--help", "-v", "a b", "UPPER:case", "x;rm"])
+def test_test_image_refuses_what_is_not_an_image_reference(image):
+    line = assert_one_line(cli("test-image", f"--image={image}"), "--image")
+    assert "not an image reference" in line or "needed value" in line, line  # invoke's parser takes -v as a flag
+
+
+def test_publish_platform_naming_nothing_is_one_line():
+    assert_one_line(cli("publish", "--registry", "localhost:5000", "--platform", ","), "--platform", "names no platform")
+
+
+def test_validate_into_a_closed_pipe_is_quiet():
+    proc = subprocess.run(f"'{INVOKE}' validate | head -c 10", shell=True, cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------ item 14: smoke-expect --output
+
+def test_smoke_expect_never_replaces_what_is_not_a_regular_file(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("keep")
+    (tmp_path / "link").symlink_to(target)
+    (tmp_path / "dir").mkdir()
+    for output in ("/dev/null", str(tmp_path / "link"), str(tmp_path / "dir"), str(tmp_path / "new") + "/"):
+        assert_one_line(cli("smoke-expect", "--output", output), "--output")
+    assert target.read_text() == "keep" and (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "link", "target"]
+    assert list((tmp_path / "dir").iterdir()) == []
+
+
+def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
+    from servebuild.fsutil import atomic_write
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "dir", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
+
+
+# ------------------------------------------------------------------ items 7, 15: release downloads
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """A local simple-API index: /simple/demo/ answers what `pages` holds; every other path is 404."""
+    import hashlib
+    import http.server
+    import json
+    import threading
+    from servebuild import artifacts
+    payload = b"not really a tarball"
+    digest = hashlib.sha256(payload).hexdigest()
+    pages: dict = {"/files/demo-1.0.tar.gz": payload}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages.get(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(artifacts, "INDEX", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.delenv("SERVEBUILD_CA_BUNDLE", raising=False)
+    req = tmp_path / "req.txt"
+    req.write_text(f"demo==1.0 \\\n    --hash=sha256:{digest}\n")
+
+    def fetch(files, **kw):
+        pages["/simple/demo/"] = {"files": files}
+        return artifacts.fetch_artifact(req, "req.txt", "sdist", "linux/amd64", "3.12", tmp_path / "cache", **kw)
+    fetch.digest = digest
+    fetch.tmp = tmp_path
+    yield fetch
+    server.shutdown()
+
+
+def test_a_release_file_that_is_404_is_one_line(index):
+    from servebuild.errors import SourceError
+    files = [{"filename": "demo-1.0.tar.gz", "url": "/files/missing.tar.gz", "hashes": {"sha256": index.digest}}]
+    with pytest.raises(SourceError, match="cannot download demo-1.0.tar.gz of demo==1.0.*404") as info:
+        index(files)
+    assert "\n" not in str(info.value)
+    assert not list((index.tmp / "cache").rglob("*.part*"))
+    files[0]["url"] = "/files/demo-1.0.tar.gz"  # relative to the page, as PEP 691 allows
+    path, digest = index(files)
+    assert digest == index.digest and path.parent.parent == index.tmp / "cache" / "artifacts"
+
+
+@pytest.mark.parametrize("filename", ["../../../demo-1.0.tar.gz", "/tmp/demo-1.0.tar.gz", "sub/demo-1.0.tar.gz",
+                                      "other-1.0.tar.gz", "demo-extra-1.0.tar.gz", "..demo-1.0.tar.gz"])
+def test_a_release_filename_must_be_a_plain_name_of_the_project(index, filename):
+    from servebuild.errors import SourceError
+    files = [{"filename": filename, "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
+    with pytest.raises(SourceError, match="no sdist of demo==1.0"):
+        index(files)
+    assert sorted(str(p.relative_to(index.tmp)) for p in index.tmp.rglob("*")) == ["req.txt"]
+
+
+def test_a_ca_bundle_that_is_not_pem_is_one_line(index, monkeypatch):
+    from servebuild.errors import SourceError
+    bad = index.tmp / "ca.pem"
+    bad.write_text("not a certificate\n")
+    files = [{"filename": "demo-1.0.tar.gz", "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
+    with pytest.raises(SourceError, match="--ca-bundle: cannot use .*ca.pem as a CA bundle"):
+        index(files, ca_bundle=bad)  # build --ca-bundle
+    monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(bad))
+    with pytest.raises(SourceError, match="cannot use .*ca.pem as a CA bundle"):
+        index(files)
