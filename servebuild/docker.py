@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -197,14 +198,13 @@ class DockerClient:
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                tail = (tail + [line.rstrip()])[-15:]
+                tail = (tail + [line.rstrip()])[-80:]
                 if echo is not None and _is_progress(line):
                     echo.write(f"[{time.monotonic() - start:6.0f}s] {line}")
                     echo.flush()
             code = proc.wait()
         if code != 0:
-            reason = next((t for t in reversed(tail) if "ERROR" in t or "error" in t), tail[-1] if tail else "")
-            raise DockerError(f"build failed (exit {code}): {reason.strip()}; full log: {log_path}",
+            raise DockerError(f"build failed (exit {code}): {failure_cause(tail)}; full log: {log_path}",
                               field="build")
         return iidfile.read_text().strip()
 
@@ -231,6 +231,25 @@ class DockerClient:
         if entrypoint is not None:
             args += ["--entrypoint", entrypoint]
         return self.run(*args, image, *command).stdout
+
+
+# what a failed step printed that says why: pip, apt, compilers, the CA, our own checks
+CAUSE = re.compile(r"(ERROR: (?!executor failed|failed to solve|process )|E: |error: |fatal: |Error: |"
+                   r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
+                   r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)")
+STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
+
+
+def failure_cause(tail: list[str]) -> str:
+    """The line of a failed build's output that says why (pip's, apt's or the compiler's own
+    message), with BuildKit's step prefix dropped, and the failed step; else the last ERROR."""
+    step = next((t for t in reversed(tail) if "executor failed running" in t or "process \"" in t), "")
+    body = [STEP_PREFIX.sub("", t).strip() for t in tail if t not in (step,) and not t.startswith("------")]
+    cause = next((b for b in reversed(body) if CAUSE.search(b) and "executor failed" not in b), None)
+    if cause is None:
+        return STEP_PREFIX.sub("", step or (tail[-1] if tail else "")).strip()
+    where = re.search(r"running \[(.{0,80})", step)
+    return f"{cause[:300]}" + (f" (in step: {where.group(1)}...)" if where else "")
 
 
 def _is_progress(line: str) -> bool:

@@ -106,3 +106,35 @@ def test_the_lock_file_shape_is_checked_before_use(upstream, tmp_path):
     with pytest.raises(SourceError) as info:
         locking.read_lock(load_recipe("toy", root))
     assert "\n" not in str(info.value) and "toy.lock.yaml" in str(info.value)
+
+
+def test_a_failed_step_names_its_real_cause(engine, base_images, upstream, tmp_path):
+    """A hash mismatch in the hashed set: the one line carries pip's own words, not BuildKit's
+    "executor failed running [...]", and nothing is tagged."""
+    root = make_project(tmp_path, upstream, fixture_recipe(upstream, platforms=["linux/amd64"]))
+    req = root / "constraints" / "toy.txt"
+    text = req.read_text()
+    digest = text.split("--hash=sha256:")[1][:64]
+    req.write_text(text.replace(digest, "0" * 64, 1))
+    tag = "servebuild-test/promise-cause:amd64"
+    from servebuild.errors import DockerError
+    with pytest.raises(DockerError) as info:
+        build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
+    line = str(info.value)
+    assert "\n" not in line and "DO NOT MATCH THE HASHES" in line and "full log:" in line, line
+    assert engine.image_id(tag) is None
+
+
+def test_failure_cause_prefers_the_tools_own_words():
+    from servebuild.docker import failure_cause
+    tail = ["#10 [deps 3/4] RUN pip install -r /opt/servebuild/requirements.txt",
+            "#10 1.2 Looking in indexes: https://pypi.org/simple",
+            "#10 5.6 ERROR: Could not find a version that satisfies the requirement torch==2.11.0",
+            "#10 5.7 ERROR: No matching distribution found for torch==2.11.0",
+            "#10 ERROR: executor failed running [/bin/bash -o pipefail -c pip install -r x]: exit code: 1",
+            "------", " > [deps 3/4] RUN pip install -r x:", "------",
+            "executor failed running [/bin/bash -o pipefail -c pip install -r x]: exit code: 1"]
+    cause = failure_cause(tail)
+    assert cause.startswith("ERROR: No matching distribution found for torch==2.11.0"), cause
+    assert "in step: /bin/bash -o pipefail -c pip install" in cause
+    assert failure_cause(["#5 ERROR: executor failed running [x]: exit code: 2"]).startswith("ERROR: executor")
