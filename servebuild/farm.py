@@ -284,8 +284,9 @@ def check_engine(farm: Farm, engine: FarmEngine, plan, connect: Connect = _conne
     try:
         client = connect(engine.endpoint, farm.timeout)
         info = client.info()
-    except DockerError as exc:
-        raise farm.error(engine, f"{name}: {exc.problem}") from None
+    except DockerError as exc:  # an endpoint client's own line already names it
+        said = engine.endpoint is not None and str(engine.endpoint) in exc.problem
+        raise farm.error(engine, exc.problem if said else f"{name}: {exc.problem}") from None
     for stage, ref in sorted(plan.bases.items()):
         if client.image_id(ref) is None:
             pulled = client.run("pull", "--platform", platform, ref, check=False, timeout=PULL_TIMEOUT_S)

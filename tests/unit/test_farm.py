@@ -197,7 +197,7 @@ def test_unreachable_endpoints_are_one_line(tmp_path):
     with pytest.raises(DockerError) as info:
         farms.preflight(farm, {"linux/amd64": _plan()}, note=notes)
     line = str(info.value)
-    assert line.startswith(f"farm.yaml:3: platforms.linux/amd64.0: unix://{tmp_path}/nothing.sock: engine ")
+    assert line.startswith(f"farm.yaml:3: platforms.linux/amd64.0: engine unix://{tmp_path}/nothing.sock not reachable: ")
     assert "not reachable" in line and "(and 1 more engines for linux/amd64 failed)" in line and "\n" not in line
     assert f"skipping tcp://127.0.0.1:{port}" in notes.getvalue()
 
@@ -329,7 +329,8 @@ def test_cli_bad_farm_file_and_unreachable_engine(tmp_path):
     proc = invoke("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64,linux/arm64",
                   "--farm", str(dead))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {dead}:3: platforms.linux/amd64.0: unix://{tmp_path}/dead.sock: engine ")
+    assert proc.stderr.startswith(f"error: {dead}:3: platforms.linux/amd64.0: engine unix://{tmp_path}/dead.sock "
+                                  f"not reachable: ")
     assert "not reachable" in proc.stderr and proc.stderr.count("\n") == 1
 
 
