@@ -31,7 +31,9 @@ def one_line_errors(fn):
             if any(isinstance(v, str) and not v.strip() for v in values) and defaults.get(key) != value:
                 raise Exit(f"error: --{key.replace('_', '-')}: empty value", code=2)
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at exit
+            return result
         except ServebuildError as exc:
             raise Exit(f"error: {exc}", code=exc.exit_code) from None
         except BrokenPipeError:  # `invoke validate | head`: the reader left; say nothing more
