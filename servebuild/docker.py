@@ -58,7 +58,7 @@ _ENDPOINT_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKE
 def _client_candidates() -> list[str]:
     env = os.environ.get("SERVEBUILD_DOCKER")
     if env:
-        if not os.path.isfile(env) or not os.access(env, os.X_OK):
+        if shutil.which(env) is None:  # a path, or a name on PATH, of an executable file
             raise DockerError(f"{env!r} is not an executable docker client", field="$SERVEBUILD_DOCKER")
         return [env]
     found = ["/usr/bin/docker"]  # Debian's client builds with its built-in BuildKit frontend
