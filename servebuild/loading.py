@@ -174,6 +174,8 @@ def check_files(loaded: LoadedRecipe) -> None:
             if problem is None and loaded.recipe.expect.cuda:  # nvcc 13.1-13.3 miscompile DSV4 on sm_90a
                 problem = cuda_compiler_problem(parse_pins(path), loaded.recipe.expect.cuda)
             problem = f"{f.path}: {problem}" if problem else None
+        if problem is None and f.kind == "requirements" and f.loc[0] == "engine":
+            problem = _release_version_problem(loaded.recipe.engine, path, f.path)
         if problem is None and f.kind == "wheel" and not f.path.endswith(".whl"):
             problem = f"{f.path} is not a .whl file"
         if problem is None and f.kind == "patch" and sha256_file(path) != f.sha256:
@@ -182,3 +184,13 @@ def check_files(loaded: LoadedRecipe) -> None:
             raise _place(loaded.chain, f.loc[:-1] + ("sha256",), problem)
         if problem:
             raise _place(loaded.chain, f.loc, problem)
+
+
+def _release_version_problem(engine, path: Path, rel: str) -> Optional[str]:
+    """The release artifact a mode installs (precompiled wheel, sdist) must be engine.version:
+    the image's version label and the relabelled dist-info are derived from it."""
+    from .constraints import normalize
+    pinned = parse_pins(path).get(normalize(engine.name))
+    if pinned is not None and pinned != engine.version:
+        return f"{rel} pins {engine.name}=={pinned}, but engine.version is {engine.version}"
+    return None

@@ -23,14 +23,13 @@ from .fsutil import write_json
 from .loading import LoadedRecipe, load_recipe
 from .manifest import inputs_manifest, oci_labels
 from .platforms import PLATFORMS, arch_of, docker_arch, emulation_ready, host_platform, slug
+from .recipe import COMPONENT, HOST
 from .render import write_context
 from .resources import derive
 from .sources import PreparedSource, SourceCache, default_cache_dir
 
 PROJECT_URL = "https://github.com/servebuild/servebuild"
 # docker reference grammar: [host[:port]/]path-components[:tag], lower-case path, tag <= 128 chars
-COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-HOST = r"(?:(?:[a-zA-Z0-9-]+\.)+[a-zA-Z0-9-]+(?::[0-9]+)?|[a-zA-Z0-9-]+:[0-9]+|localhost)"  # has . or :port
 TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")
 
 

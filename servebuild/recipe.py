@@ -17,7 +17,23 @@ SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}\Z")
 ARCH_LIST = re.compile(r"^[0-9]+\.[0-9]+a?(;[0-9]+\.[0-9]+a?)*(\+PTX)?\Z")
-IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:{}-]*(@sha256:[0-9a-f]{64})?\Z")
+# docker reference grammar: [host[:port]/]path-components[:tag][@digest], lower-case path,
+# tag <= 128 characters; `{arch}` (per-arch local bases) stands for an architecture name
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+HOST = r"(?:(?:[a-zA-Z0-9-]+\.)+[a-zA-Z0-9-]+(?::[0-9]+)?|[a-zA-Z0-9-]+:[0-9]+|localhost)"  # has . or :port
+REFERENCE = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                       rf"(?:@sha256:[0-9a-f]{{64}})?\Z")
+
+
+class _ImageRef:
+    """`IMAGE_REF.match(value)`: the docker reference grammar, `{arch}` allowed where a name is."""
+
+    @staticmethod
+    def match(value: object):
+        return REFERENCE.match(value.replace("{arch}", "amd64")) if isinstance(value, str) else None
+
+
+IMAGE_REF = _ImageRef()
 # values that reach Dockerfile lines or shell words: no whitespace, quotes, `$`, `;` or control characters
 REL_DIR = re.compile(r"^(\.|[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)*)\Z")
 ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\Z")
@@ -233,6 +249,16 @@ class Engine(Model):
         return v
 
     _version = pattern_field("version", VERSION, "a version such as 0.5.16")
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, v: str) -> str:
+        from packaging.version import InvalidVersion, Version
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError(f"{v!r} is not a PEP 440 version") from None
+        return v
 
     _overlay = pattern_field("overlay_from", REL_DIR, "a relative directory of the tree (e.g. python/sglang)")
 

@@ -49,6 +49,10 @@ CASES = {
     "cuda as code": ({"expect": {"cuda": "13.0; id"}}, "expect.cuda"),
     "arch with newline": ({"expect": {"archs": ["sm_90a\n"]}}, "expect.archs"),
     "description with escape": ({"description": "ok\x1b[2J"}, "description"),
+    "base ref a:b:c": ({"bases": {"build": {"ref": "a:b:c"}}}, "bases.build.ref"),
+    "base ref x//y": ({"bases": {"runtime": {"ref": "x//y"}}}, "bases.runtime.ref"),
+    "base ref empty tag": ({"bases": {"runtime": {"ref": "a/b:"}}}, "bases.runtime.ref"),
+    "version not PEP 440": ({"engine": {"version": "1!!"}}, "engine.version"),
     "profile named like a command": ({"launch": {"profiles": {"cat": {"module": "vllm.entrypoints.cli.main"}}}},
                                      "launch.profiles.cat"),
     "variant description newline": ({"variants": {"v": {"description": "a\nb", "patches": []}}},
@@ -290,3 +294,17 @@ def test_a_recipe_must_be_named_as_its_file(project, tmp_path):
         load_recipe(str(outside / "other.yaml"), project)
     line = str(info.value)
     assert "\n" not in line and "name" in line and "must be named 'other'" in line
+
+
+def test_release_artifact_must_be_the_engine_version(tmp_path):
+    """wheel-overlay relabels the installed dist-info from engine.version: 0.5.17 over the pinned
+    0.5.16 wheel would publish a false version."""
+    data = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())
+    data["engine"]["version"] = "0.5.17"
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "torch-cu130.yaml").write_text((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
+    (tmp_path / "recipes" / "sglang-native-fp8.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(tmp_path / "recipes" / "sglang-native-fp8.yaml"), REPO_ROOT)
+    line = str(info.value)
+    assert "\n" not in line and "pins sglang==0.5.16, but engine.version is 0.5.17" in line and "engine.precompiled" in line
