@@ -313,6 +313,7 @@ class EngineSnapshot:
 
     def __init__(self) -> None:
         self.images = self.all_images()  # tagged too: a user's tag the run displaces stays theirs
+        self.made: set[str] = set()
         self.cache = self.cache_records()
 
     @classmethod
@@ -334,16 +335,24 @@ class EngineSnapshot:
         except ValueError:
             return set()
 
-    def remove_new_dangling(self, label: str = "io.servebuild.recipe") -> list[str]:
-        """Dangling images that carry our label and did not exist at the start."""
-        ours = self._lines("image", "ls", "-q", "--no-trunc", "--filter", "dangling=true",
-                           "--filter", f"label={label}") - self.images
-        for image in sorted(ours):
+    def remember(self, image_id: str | None) -> None:
+        """An image a test built (its tag may later move to a rebuild and leave it dangling)."""
+        if image_id and image_id not in self.images:
+            self.made.add(image_id)
+
+    def remove_new_dangling(self) -> list[str]:
+        """Dangling images among those the run's builds made (a concurrent build of the user's,
+        dangling too, is not ours: only images the run remembered go)."""
+        dangling = self._lines("image", "ls", "-q", "--no-trunc", "--filter", "dangling=true")
+        ours = sorted(dangling & self.made)
+        for image in ours:
             subprocess.run([self.DOCKER, "image", "rm", image], capture_output=True)
-        return sorted(ours)
+        return ours
 
     def prune_new_cache(self) -> int:
-        """Build-cache records made since the start (the user's own cache stays)."""
+        """Build-cache records made since the start (the user's own cache stays). BuildKit does not
+        say which build made a record: one the user's own concurrent build made during the run
+        would go too (run the suite on a quiet engine, or leave SERVEBUILD_TEST_PRUNE unset)."""
         from concurrent.futures import ThreadPoolExecutor
         new = sorted(self.cache_records() - self.cache)
 

@@ -55,6 +55,8 @@ def build_fixture(root: Path, engine: DockerClient, platform: str, tag: str, cac
     start = time.monotonic()
     result = pipeline.build(plan, engine)
     CREATED_TAGS.append(tag)
+    if SNAPSHOT is not None:
+        SNAPSHOT.remember(result.image_id)
     return result, time.monotonic() - start
 
 

@@ -51,15 +51,19 @@ def test_cleanup_keeps_what_was_there_before(base_images, tmp_path):
         # the run's own: rebuilding the tag displaces user_new (still the user's: it must stay)
         # and leaves test_old dangling (the run's: it must go)
         test_old = build(tmp_path, tag, f"test-old-{run}")
-        build(tmp_path, tag, f"test-new-{run}")
+        snapshot.remember(test_old)
+        snapshot.remember(build(tmp_path, tag, f"test-new-{run}"))
+        user_during = build(tmp_path, f"{tag}-user", f"user-during-{run}")  # the user's, while the run runs
+        build(tmp_path, f"{tag}-user", f"user-during2-{run}")  # leaves user_during dangling
         assert exists(test_old)
         removed = snapshot.remove_new_dangling()
         left = snapshot.prune_new_cache()
         assert test_old in removed and not exists(test_old)
         assert exists(user_old) and exists(user_new), "cleanup removed an image the run did not make"
+        assert exists(user_during), "cleanup removed a dangling image a concurrent build of the user's made"
         assert user_cache <= records_with(f"user-old-{run}"), "cleanup pruned the user's build cache"
         assert not records_with(f"test-old-{run}") | records_with(f"test-new-{run}"), \
             f"the run's own cache records were left ({left} after two passes)"
     finally:
-        for image in (tag, user_old, user_new):
+        for image in (tag, f"{tag}-user", user_old, user_new, user_during):
             subprocess.run([DOCKER, "image", "rm", "-f", image], capture_output=True)
