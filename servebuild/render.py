@@ -138,11 +138,15 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         script.chmod(0o755)
     write_json(context / "manifest.json", manifest_inputs)
     for path in sorted(context.rglob("*"), reverse=True):
-        stamp = content_mtime(path) if path.is_file() else TAR_MTIME
-        os.utime(path, (stamp, stamp), follow_symlinks=False)
+        stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
+        os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
     return context
 
 
 def content_mtime(path: Path) -> int:
-    return TAR_MTIME + int(sha256_file(path)[:7], 16)
+    """An mtime in nanoseconds taken from the content's sha256: 28 bits of seconds after 2000-01-01
+    and 30 bits of nanoseconds (BuildKit compares both), so two contents of one size that share
+    an mtime need a 58-bit hash collision, not a 28-bit one."""
+    digest = int(sha256_file(path)[:16], 16)
+    return (TAR_MTIME + (digest >> 36)) * 10**9 + (digest & (2**30 - 1)) % 10**9
 
