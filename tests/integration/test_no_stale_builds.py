@@ -1,9 +1,11 @@
-"""A same-size edit must reach the image. BuildKit skips context files whose size and mtime did
+"""A same-size edit must reach the image (constraints file, local patch, launcher, Dockerfile via
+`launch.workdir`, the in-image manifest). BuildKit skips context files whose size and mtime did
 not change (moby/buildkit#2592); context files now carry content-derived mtimes, so a rebuild
 after `/workspace` -> `/workspacX` and a same-size requirement edit carries both into the image."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 
@@ -32,6 +34,13 @@ def test_same_size_edits_rebuild_into_the_image(engine, base_images, upstream, t
     recipe_path = root / "recipes" / "toy.yaml"
     data = yaml.safe_load(recipe_path.read_text())
     data["launch"]["workdir"] = "/workspacX"  # same length
+    data["launch"]["profiles"]["toy-serve"]["args"] = ["--port", "30001"]  # same-size launcher edit
+    patch = root / "patches" / "toy-version-banner.patch"
+    patch_text = patch.read_text()
+    edited_patch = patch_text.replace('"patched")', '"pAtched")')  # same size, other installed code
+    assert len(edited_patch) == len(patch_text) and edited_patch != patch_text
+    patch.write_text(edited_patch)
+    data["engine"]["source"]["patches"][2]["sha256"] = hashlib.sha256(edited_patch.encode()).hexdigest()
     recipe_path.write_text(yaml.safe_dump(data, sort_keys=False))
     edited = requirements.replace("# ", "#-", 1)  # a same-size edit of a comment in the hashed set
     assert len(edited) == len(requirements) and edited != requirements
@@ -39,6 +48,10 @@ def test_same_size_edits_rebuild_into_the_image(engine, base_images, upstream, t
     result, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
     assert inspect(tag, "{{.Config.WorkingDir}}") == "/workspacX"
     assert cat(tag, "/opt/servebuild/requirements.txt") == edited
+    assert "30001" in cat(tag, "/usr/local/bin/toy-serve") and "30000" not in cat(tag, "/usr/local/bin/toy-serve")
+    banner = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", tag],
+                            capture_output=True, text=True, check=True).stdout
+    assert "pAtched" in banner and "30001" in banner, banner  # the edited patch and launcher run
     inside = json.loads(cat(tag, "/opt/servebuild/manifest.json"))
     assert inside["launch"]["workdir"] == "/workspacX"
     assert inside == {k: v for k, v in json.loads(result.manifest_path.read_text()).items() if k != "outputs"}
