@@ -102,9 +102,9 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
     if source.get("tarball_sha256"):
         deps.append({"name": "engine-source-tarball", "digest": {"sha256": source["tarball_sha256"]}})
     for stage, base in sorted((manifest.get("bases") or {}).items()):
-        digest_of = {k: v.split(":", 1)[1] for k, v in (("sha256", base.get("digest")),) if v}
+        pinned = base.get("digest") or base.get("id") or ""  # the registry digest, else the local image id
         deps.append({"name": f"base:{stage}", "uri": base.get("resolved") or base.get("ref"),
-                     "digest": digest_of or {"sha256": (base.get("id") or ":").split(":", 1)[1]},
+                     "digest": {"sha256": pinned.split(":", 1)[1]} if ":" in pinned else {},
                      "annotations": {"local_id": base.get("id") or "", "registry_digest": base.get("digest") or ""}})
     for f in manifest.get("files", []):
         deps.append({"name": f"file:{f['field']}", "uri": f["path"], "digest": {"sha256": f["sha256"]}})

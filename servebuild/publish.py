@@ -29,7 +29,7 @@ from .docker import DockerClient
 from .errors import DockerError, ServebuildError, SmokeError
 from .fsutil import sha256_file, write_json
 from .platforms import arch_of
-from .registry import (DOCKER_LIST, OCI_INDEX, RegistryClient, RegistryError, canonical_bytes)
+from .registry import DOCKER_LIST, OCI_INDEX, RegistryClient, canonical_bytes
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -180,9 +180,11 @@ FATAL_PUSH = ("unauthorized", "no basic auth credentials", "x509", "denied", "ce
 
 
 def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: str, b: PlatformBuild,
-                  config_dir: Optional[Path], backoff: float) -> None:
+                  config_dir: Optional[Path], backoff: float,
+                  progress: Callable[[str, str], None] = lambda event, detail: None) -> None:
     remote = f"{client.registry}/{repo}:{_arch_tag(tag, b.platform)}"
     docker.tag(b.image_id, remote)
+    progress("pushing", f"{b.platform}: {remote}")
     try:
         delay = backoff
         for attempt in range(PUSH_TRIES):
@@ -192,6 +194,7 @@ def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: 
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             if attempt == PUSH_TRIES - 1 or any(word in detail.lower() for word in FATAL_PUSH):
                 raise PublishError(f"push of {remote} refused after {attempt + 1} tries: {detail}", field="publish")
+            progress("retrying", f"{b.platform} in {delay:g}s: {detail}")
             time.sleep(delay)
             delay *= 2
         m = PUSHED.search(proc.stdout)
@@ -269,7 +272,7 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
         progress("listed", f"{b.platform}: {len(b.installed['distributions'])} Python distributions")
     with DockerConfigDir(client.registry, client.creds) as config_dir:
         for b in builds:
-            push_platform(docker, client, repo, tag, b, config_dir, backoff)
+            push_platform(docker, client, repo, tag, b, config_dir, backoff, progress)
             progress("pushed", f"{b.platform}: {client.registry}/{repo}@{b.digest}")
     for b in builds:
         attach_provenance(docker, client, repo, b)
@@ -291,7 +294,3 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
     return {"ref": ref, "index": index_digest, "pinned": f"{client.registry}/{repo}@{index_digest}",
             "platforms": {b.platform: b.digest for b in builds},
             "artifacts": {b.platform: b.artifacts for b in builds}}
-
-
-def registry_error(exc: Exception) -> bool:
-    return isinstance(exc, (RegistryError, PublishError))

@@ -128,7 +128,6 @@ class RegistryClient:
 
     def __init__(self, registry: str, creds=None, ca: Optional[Path] = None, retries: int = 4,
                  backoff: float = 0.5, timeout: float = 60.0):
-        import requests  # noqa: F401  (oras-py's transport)
         import oras.provider
         _quiet_oras()
         self.registry, self.creds, self.ca = registry, creds, ca
@@ -151,6 +150,12 @@ class RegistryClient:
                 return outer._retrying(lambda: raw(self, url, method, data, headers, json, stream), method, url)
 
         self.oras = _Oras(hostname=registry, insecure=self.insecure, tls_verify=self.verify, auth_backend=backend)
+        session_request = self.oras.session.request  # shared with the auth backend; requests has no default timeout
+
+        def request_with_timeout(method, url, **kwargs):
+            kwargs.setdefault("timeout", timeout)
+            return session_request(method, url, **kwargs)
+        self.oras.session.request = request_with_timeout
         if creds is not None:
             self.oras.auth.set_basic_auth(creds.username, creds.password)
         if challenge:

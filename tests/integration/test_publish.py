@@ -268,9 +268,10 @@ def test_registry_killed_between_platform_pushes_and_restarted(engine, smoked, p
     """Kill -9 after the first platform's push (a deterministic point, through publish's progress hook),
     start it again 2 s later on the same port and storage: the second push is retried and completes, with
     the digests of the reference publish."""
-    restarted = []
+    restarted, events = [], []
 
     def hook(event, detail):
+        events.append(event)
         if event == "pushed" and not restarted:
             reg.kill()
             timer = threading.Timer(2.0, lambda: (reg.start(), restarted.append(time.monotonic())))
@@ -280,8 +281,30 @@ def test_registry_killed_between_platform_pushes_and_restarted(engine, smoked, p
     result = publish(engine, library_builds(engine, smoked), client_for(reg), REPO, "fault-restart", progress=hook)
     restarted[0].join()
     assert len(restarted) == 2  # it was killed and came back during the publish
+    assert events.count("pushed") == 2 and "retrying" in events[events.index("pushed"):], events
     assert result["platforms"] == published["platforms"]
     assert platforms_of(index_of(reg, "fault-restart")[0]) == published["platforms"]
+
+
+def test_registry_killed_during_a_layer_upload_and_restarted(engine, smoked, published, reg):
+    """Kill -9 one second into the arm64 push (its ~200 MB layer upload takes several seconds here), start
+    it again two seconds later on the same storage: the push is retried and the publish completes with the
+    reference digests. Where exactly the kill lands inside the upload is up to the clock; either way the
+    outcome must be the same."""
+    timers = []
+
+    def hook(event, detail):
+        if event == "pushing" and "linux/arm64" in detail:
+            timers.extend([threading.Timer(1.0, reg.kill), threading.Timer(3.0, reg.start)])
+            for t in timers:
+                t.start()
+
+    result = publish(engine, library_builds(engine, smoked), client_for(reg), REPO, "fault-upload", progress=hook)
+    for t in timers:
+        t.join()
+    assert reg.proc.poll() is None  # the restarted registry serves
+    assert result["platforms"] == published["platforms"]
+    assert platforms_of(index_of(reg, "fault-upload")[0]) == published["platforms"]
 
 
 def test_registry_killed_before_the_index_leaves_no_tag(engine, smoked, published, reg):
