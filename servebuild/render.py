@@ -5,8 +5,10 @@ Every value the templates print is prepared here; templates only compose fragmen
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -32,9 +34,14 @@ NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "co
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    """Values are validated before they get here (the first wall); the templates still quote
+    what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    env.policies["json.dumps_kwargs"] = {"sort_keys": True}
+    return env
 
 
 def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
@@ -90,8 +97,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                          f"{recipe.python}')\""),
         "engine_fragment": engine.mode.render(engine, platform, _environment()) if engine else "",
         "runtime_fragment": engine.mode.render(engine, platform, _environment(), runtime=True) if engine else "",
-        "runtime_env": [f'{k}="{v}"' for k, v in sorted(env.items())],
-        "make_dirs": " ".join([recipe.launch.workdir] + cache_dirs),
+        "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
+        "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": bool(recipe.launch.profiles),
         "ports": ports,
         "cmd": f"/usr/local/bin/{default}" if default else f"{VENV}/bin/python",
