@@ -286,25 +286,39 @@ def test_registry_killed_between_platform_pushes_and_restarted(engine, smoked, p
     assert platforms_of(index_of(reg, "fault-restart")[0]) == published["platforms"]
 
 
-def test_registry_killed_during_a_layer_upload_and_restarted(engine, smoked, published, reg):
-    """Kill -9 one second into the arm64 push (its ~200 MB layer upload takes several seconds here), start
-    it again two seconds later on the same storage: the push is retried and the publish completes with the
-    reference digests. Where exactly the kill lands inside the upload is up to the clock; either way the
-    outcome must be the same."""
-    timers = []
+def test_registry_killed_during_a_layer_upload_and_restarted(engine, smoked, published, reg, tmp_path):
+    """A fresh registry (so the layers really travel, none is already there), killed -9 one second into the
+    arm64 push (its ~200 MB layer upload takes several seconds here) and started again two seconds later on
+    the same storage: the push is retried and the publish completes with the reference digests."""
+    fresh = TLSRegistry(tmp_path / "fresh", {USER: reg.password})
+    marks = {}
+
+    def kill():
+        marks["killed"] = time.monotonic()
+        fresh.kill()
+
+    timers = [threading.Timer(1.0, kill), threading.Timer(3.0, fresh.start)]
 
     def hook(event, detail):
         if event == "pushing" and "linux/arm64" in detail:
-            timers.extend([threading.Timer(1.0, reg.kill), threading.Timer(3.0, reg.start)])
             for t in timers:
                 t.start()
+        if event == "pushed" and "linux/arm64" in detail:
+            marks["pushed"] = time.monotonic()
 
-    result = publish(engine, library_builds(engine, smoked), client_for(reg), REPO, "fault-upload", progress=hook)
-    for t in timers:
-        t.join()
-    assert reg.proc.poll() is None  # the restarted registry serves
-    assert result["platforms"] == published["platforms"]
-    assert platforms_of(index_of(reg, "fault-upload")[0]) == published["platforms"]
+    try:
+        client = RegistryClient(fresh.address, Credentials(USER, reg.password, "test"), fresh.ca_file)
+        result = publish(engine, library_builds(engine, smoked), client, REPO, "fault-upload", progress=hook)
+        for t in timers:
+            t.join()
+        assert marks["killed"] < marks["pushed"]  # the kill landed while the arm64 push was under way
+        assert result["platforms"] == published["platforms"]
+        code, body = fresh.manifest(REPO, "fault-upload")
+        assert code == 200 and platforms_of(json.loads(body)) == published["platforms"]
+    finally:
+        for t in timers:
+            t.cancel()
+        fresh.stop()
 
 
 def test_registry_killed_before_the_index_leaves_no_tag(engine, smoked, published, reg):
