@@ -147,7 +147,18 @@ class RegistryClient:
         class _Oras(oras.provider.Registry):
             def do_request(self, url, method="GET", data=None, headers=None, json=None, stream=False):
                 raw = oras.provider.Registry.do_request.__wrapped__  # oras-py's own retry waits minutes
-                return outer._retrying(lambda: raw(self, url, method, data, headers, json, stream), method, url)
+
+                def call():
+                    try:
+                        response = raw(self, url, method, data, dict(headers or {}), json, stream)
+                        if response.status_code == 401 and getattr(self.auth, "token", None):
+                            self.auth.token = None  # a bearer token for another scope: get one for this request
+                            response = raw(self, url, method, data, dict(headers or {}), json, stream)
+                        return response
+                    except ValueError:  # oras-py: "Cannot respond to request for authentication."
+                        raise RegistryError(f"{outer.registry} refused the login for {method} {_path(url)}",
+                                            field="registry") from None
+                return outer._retrying(call, method, url)
 
         self.oras = _Oras(hostname=registry, insecure=self.insecure, tls_verify=self.verify, auth_backend=backend)
         session_request = self.oras.session.request  # shared with the auth backend; requests has no default timeout
