@@ -64,29 +64,6 @@ def registry_digest(ref: str, timeout: float = 10.0) -> str:
     raise SourceError(f"{registry} refused anonymous access to {ref}")
 
 
-def _docker_auth(registry: str) -> Optional[str]:
-    """Basic credentials `docker login` stored for `registry`, if any (for the verification GET)."""
-    config = Path.home() / ".docker" / "config.json"
-    if not config.exists():
-        return None
-    auths = json.loads(config.read_text()).get("auths", {})
-    entry = auths.get(registry) or auths.get(f"http://{registry}") or auths.get(f"https://{registry}")
-    return entry.get("auth") if entry else None
-
-
-def fetch_manifest(ref: str, digest: str, timeout: float = 15.0) -> dict:
-    registry, repo, _ = split_ref(ref)
-    req = urllib.request.Request(f"{base_url(registry)}/v2/{repo}/manifests/{digest}",
-                                 headers={"Accept": MANIFEST_ACCEPT})
-    auth = _docker_auth(registry)
-    if auth:
-        req.add_header("Authorization", "Basic " + auth)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        body = resp.read()
-        served = resp.headers.get("Docker-Content-Digest")
-    return {"body": json.loads(body), "served_digest": served, "raw": body}
-
-
 # ---------------------------------------------------------------------------------------------------
 # Authenticated client for publish/verify
 

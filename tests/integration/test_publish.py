@@ -246,6 +246,17 @@ def test_verify_fails_when_one_attached_artifact_is_changed(published, reg, cred
     assert verify_cli(project, reg, creds, "v1", empty_docker_config).returncode == 0
 
 
+def test_verify_compares_the_lock_with_the_project(published, reg, creds, project, empty_docker_config):
+    """The fixture recipe was published without a lock; a lock appearing in the project since is a mismatch."""
+    lock = project / "recipes" / "toy.lock.yaml"
+    lock.write_text("# a lock written after the publish\n")
+    try:
+        proc = verify_cli(project, reg, creds, "v1", empty_docker_config)
+        assert_one_line(proc, "published without a lock", "toy.lock.yaml")
+    finally:
+        lock.unlink()
+
+
 def test_verify_fails_when_one_platform_digest_is_changed(published, reg, creds, project, empty_docker_config):
     client = client_for(reg)
     index = json.loads(json.dumps(published["index"]))
