@@ -89,6 +89,8 @@ class TLSRegistry:
         _CERT_DIRS.add(folder)
 
     def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return  # already serving (a restart after a kill that never happened)
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
                                      stderr=open(self.root / "registry.log", "ab"), start_new_session=True)
         _LIVE.add(self.proc)
