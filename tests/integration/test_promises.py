@@ -138,3 +138,27 @@ def test_failure_cause_prefers_the_tools_own_words():
     assert cause.startswith("ERROR: No matching distribution found for torch==2.11.0"), cause
     assert "in step: /bin/bash -o pipefail -c pip install" in cause
     assert failure_cause(["#5 ERROR: executor failed running [x]: exit code: 2"]).startswith("ERROR: executor")
+
+
+def test_publish_refuses_a_manifest_whose_config_is_not_the_built_image(engine, base_images, registry, tmp_path):
+    """The push is real (a real registry on 127.0.0.1); the lie is a stand-in: a registry cannot be
+    made to serve other bytes under a digest, so a client subclass returns the served manifest with
+    another config digest, as a compromised or broken registry or proxy would."""
+    import json as _json
+    from servebuild.publish import PlatformBuild, PublishError, push_platform
+    from servebuild.registry import RegistryClient
+
+    class Lying(RegistryClient):
+        def get_manifest(self, repo, reference):
+            body, digest, media = super().get_manifest(repo, reference)
+            doc = _json.loads(body)
+            doc["config"]["digest"] = "sha256:" + "f" * 64
+            return _json.dumps(doc).encode(), digest, media
+
+    image = engine.image_id(base_images["amd64"])
+    build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id=image)
+    with pytest.raises(PublishError) as info:
+        push_platform(engine, Lying(registry), "servebuild-test/promise-config", "v1", build, None, 0.1)
+    line = str(info.value)
+    assert "\n" not in line and f"the pushed manifest's config is sha256:{'f' * 64}, the built image is {image}" in line
+    assert build.digest is None  # nothing recorded as published
