@@ -240,10 +240,11 @@ def binfmt(c):
             "require_gpu": "fail, rather than skip, the GPU checks when no GPU is visible",
             "python": "python on the host under test (hosts mode; default python3)",
             "network": "give the test container network (default: none)",
-            "variant": "the A/B variant of the recipe's image"})
+            "variant": "the A/B variant of the recipe's image",
+            "farm": "farm file: test the recipe's image on the engine that built it (default: farm.yaml, if any)"})
 @one_line_errors
 def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
-               network=False, variant=None):
+               network=False, variant=None, farm=None):
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
     from servebuild import pipeline, smoke
     from servebuild.loading import load_recipe
@@ -266,10 +267,29 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
                 raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
             plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, variant=variant, fetching=False))
             image, out_dir = plan.tag, plan.build_dir / "smoke"
+            engine = _build_engine(plan, farm)
+            if farm is not None or (ROOT / "farm.yaml").exists():  # the build's own image, wherever it is tagged
+                from servebuild.publish import read_json_file
+                image = read_json_file(plan.build_dir / "manifest.json", "build manifest")["outputs"]["image_id"]
         else:
             out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
-        code = smoke.test_image(DockerClient(), image, loaded, out_dir, require_gpu=require_gpu, network=network)
+            engine = DockerClient()
+        code = smoke.test_image(engine, image, loaded, out_dir, require_gpu=require_gpu, network=network)
     _verdict(code, out_dir)
+
+
+def _build_engine(plan, farm_option):
+    """The engine holding a recipe build's image: with a farm file, the node the build manifest
+    names; else the local engine."""
+    from servebuild import farm as farms
+    from servebuild.docker import DockerClient
+    from servebuild.publish import read_json_file
+    farm_file = farms.farm_path(ROOT, farm_option)
+    manifest_path = plan.build_dir / "manifest.json"
+    if farm_file is None or not manifest_path.exists():
+        return DockerClient()
+    return farms.engine_of_build(farms.load_farm(farm_file, ROOT), plan.platform,
+                                 read_json_file(manifest_path, "build manifest"))
 
 
 @task(help={"recipe": "recipe name", "output": "where to write the expectations JSON"})
@@ -431,10 +451,11 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
             "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
             "ca": "PEM CA bundle the registry's certificate is checked against (private CA)",
             "force": "move a tag that already points at other images",
+            "farm": "farm file: push each platform from the engine that built it (default: farm.yaml, if any)",
             "no_verify": "publish without a passing smoke verdict for each exact image"})
 @one_line_errors
 def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None, repository=None, tag=None,
-            credentials=None, ca=None, force=False, no_verify=False):
+            credentials=None, ca=None, force=False, no_verify=False, farm=None):
     """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance, write one
     OCI index under the tag and read it back."""
     from servebuild import credentials as creds_mod, pipeline
@@ -465,7 +486,9 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
         plan = pipeline.make_plan(ROOT, recipe, _options(platform=p, variant=variant, fetching=False))
         if plan.platform not in plan.loaded.recipe.platforms:
             raise Exit(f"error: --platform: recipe {plan.loaded.recipe.name} does not build {plan.platform}", code=2)
-        build = check_build(docker, plan.platform, plan.build_dir, verify=not no_verify)
+        engine = _build_engine(plan, farm)
+        build = check_build(engine, plan.platform, plan.build_dir, verify=not no_verify)
+        build.engine = engine
         build.lock = lock_record(lock_path(plan.loaded), ROOT)
         builds.append(build)
     if repository is None:

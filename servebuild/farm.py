@@ -312,6 +312,19 @@ def check_engine(farm: Farm, engine: FarmEngine, plan, connect: Connect = _conne
     return Node(platform, engine, client)
 
 
+def engine_of_build(farm: Farm, platform: str, manifest: dict, connect: Connect = _connect) -> DockerClient:
+    """The engine that built a platform's image (the build manifest records its endpoint), to
+    smoke-test and push it where its layers are; one line if the farm no longer lists it."""
+    built_on = ((manifest.get("outputs") or {}).get("engine") or {}).get("host")
+    for engine in farm.engines.get(platform, []):
+        host = engine.endpoint.host if engine.endpoint else None
+        if host == built_on:
+            return connect(engine.endpoint, farm.timeout)
+    listed = ", ".join(str(e.endpoint or "the local engine") for e in farm.engines.get(platform, [])) or "none"
+    raise RecipeError(f"the {platform} image was built on {built_on or 'the local engine'}, which the farm does "
+                      f"not list for {platform} (it lists {listed})", file=farm.file, field=f"platforms.{platform}")
+
+
 # -- building several platforms at once
 
 class PrefixedStream:

@@ -95,6 +95,7 @@ class PlatformBuild:
     digest: Optional[str] = None          # pushed manifest digest
     descriptor: Optional[dict] = None     # its descriptor in the index
     artifacts: dict = field(default_factory=dict)
+    engine: Optional[DockerClient] = None  # the engine holding this image (a farm node); None: the caller's
 
 
 def check_build(docker: DockerClient, platform: str, build_dir: Path, verify: bool = True) -> PlatformBuild:
@@ -268,14 +269,14 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
     engine_trusts(client.registry, client)
     check_collisions(client, repo, tag, builds, force)
     for b in builds:
-        b.installed = provenance.installed_distributions(docker, b.image_id, b.platform)
+        b.installed = provenance.installed_distributions(b.engine or docker, b.image_id, b.platform)
         progress("listed", f"{b.platform}: {len(b.installed['distributions'])} Python distributions")
     with DockerConfigDir(client.registry, client.creds) as config_dir:
         for b in builds:
-            push_platform(docker, client, repo, tag, b, config_dir, backoff, progress)
+            push_platform(b.engine or docker, client, repo, tag, b, config_dir, backoff, progress)
             progress("pushed", f"{b.platform}: {client.registry}/{repo}@{b.digest}")
     for b in builds:
-        attach_provenance(docker, client, repo, b)
+        attach_provenance(b.engine or docker, client, repo, b)
         progress("attached", f"{b.platform}: sbom, manifest, provenance ({b.artifacts['referrers']})")
     body = index_bytes(builds)
     index_digest = client.put_manifest(repo, tag, body, OCI_INDEX)

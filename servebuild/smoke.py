@@ -71,7 +71,8 @@ def find_cuobjdump() -> Optional[str]:
 
 
 def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False,
-              python: Optional[str] = None, extra: tuple[str, ...] = ()) -> int:
+              python: Optional[str] = None, extra: tuple[str, ...] = (),
+              engine_env: Optional[dict[str, str]] = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     expect_path = out_dir / "smoke-expect.json"
     write_json(expect_path, expect)
@@ -86,7 +87,7 @@ def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False
     if python:
         cmd.append(f"--python={python}")
     cmd += list(extra)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    env = {**(engine_env or os.environ), "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     return subprocess.run(cmd, env=env).returncode
 
 
@@ -121,7 +122,9 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
         args += ["--gpus", "all"]
     docker.run(*args, image, "infinity")
     try:
-        code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra)
+        # a farm engine: the suite's docker:// backend must reach the same engine (DOCKER_HOST, TLS)
+        code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra,
+                         engine_env=docker._env() if docker.endpoint else None)
     finally:
         docker.run("rm", "-f", name, check=False)
     write_json(out_dir / "verdict.json", {"image": image, "image_id": info["Id"], "passed": code == 0,

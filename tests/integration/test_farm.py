@@ -274,6 +274,54 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         print(f"\nfarm build, amd64 on node 1 + arm64 (QEMU) on node 2 concurrently: {took:.1f}s")
 
 
+def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, farm_project, tmp_path):
+    """After the two-node build above: each platform's smoke suite runs on the node that built it,
+    `invoke publish --farm` pushes each from its node to a registry with TLS (private CA) and
+    htpasswd, and the tag's index holds exactly the two smoke-passed digests; `docker pull
+    --platform` of each resolves to the image that passed."""
+    from registry_support import TLSRegistry, new_password, write_credentials
+    farm = farm_project / "farm-test.yaml"
+    assert farm.exists(), "run with the two-node build test (it writes the farm file and builds)"
+    passed = {}
+    for platform in ("linux/amd64", "linux/arm64"):
+        tasks.test_image(Context(), recipe="toy", platform=platform, farm=str(farm))  # Exit when it fails
+        verdict = json.loads((farm_project / "build" / "toy" / platform.replace("/", "-") / "smoke" /
+                              "verdict.json").read_text())
+        assert verdict["passed"], platform
+        passed[platform] = verdict["image_id"]
+    password = new_password()
+    reg = TLSRegistry(tmp_path / "registry", users={"farm": password})
+    creds = write_credentials(tmp_path / "creds.json", "farm", password)
+    try:
+        tasks.publish(Context(), recipe="toy", registry=reg.address, platform="linux/amd64,linux/arm64",
+                      repository="servebuild-test/farm", tag="v1", credentials=str(creds), ca=str(reg.ca_file),
+                      farm=str(farm))
+        code, body = reg.manifest("servebuild-test/farm", "v1")
+        assert code == 200
+        index = json.loads(body)
+        by_platform = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"]
+                       for m in index["manifests"]}
+        assert sorted(by_platform) == ["linux/amd64", "linux/arm64"] and len(index["manifests"]) == 2
+        for platform, digest in by_platform.items():
+            code, child = reg.manifest("servebuild-test/farm", digest)
+            assert json.loads(child)["config"]["digest"] == passed[platform], platform
+        config = tmp_path / "docker-config"
+        config.mkdir()
+        auth = __import__("base64").b64encode(f"farm:{password}".encode()).decode()
+        (config / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": auth}}}))
+        ref = f"{reg.address}/servebuild-test/farm:v1"
+        for platform in ("linux/amd64", "linux/arm64"):
+            pull = subprocess.run([DOCKER, "--config", str(config), "pull", "--platform", platform, ref],
+                                  capture_output=True, text=True)
+            assert pull.returncode == 0, pull.stderr
+            assert node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() == passed[platform]
+            node1("image", "rm", ref, check=False)
+        assert password not in (farm_project / "build").joinpath("toy", "linux-arm64", "manifest.json").read_text()
+    finally:
+        reg.stop()
+
+
+
 def _stream_has(sock, ref: str, needle: bytes) -> bool:
     """Whether `docker save REF` (every layer, uncompressed, and the config) on the engine at `sock`
     (None: node 1) holds `needle`."""
