@@ -12,7 +12,7 @@ from .errors import PlacedValueError, RecipeError
 from .fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from .recipe import NAME, Recipe
 from .recipe_files import escape_problem, named_files
-from .yamlfile import _line_map, parse_bounded  # noqa: F401  (_line_map: farm files use it too)
+from .yamlfile import parse_bounded
 
 class RecipeFile:
     """One YAML file as read: its data, its hash and where each field sits."""
