@@ -6,8 +6,6 @@ No network and no Docker, except the test marked `network`, which runs the real 
 from __future__ import annotations
 
 import re
-import shutil
-import socket
 import textwrap
 from pathlib import Path
 
@@ -317,24 +315,3 @@ def test_generate_needs_the_declared_uv(tmp_path):
     uv = _fake_uv(tmp_path, "", version="0.9.0")
     with pytest.raises(RecipeError, match=r"inputs.yaml: uv: the inputs need uv 0.13.9, found uv 0.9.0"):
         depsets.generate(root, "sglang", out_dir=tmp_path / "out", uv=uv)
-
-
-# ---------------------------------------------------------------------------------------------
-# the real resolver
-
-
-def _pypi_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.network
-@pytest.mark.skipif(shutil.which("uv") is None and not (Path(__import__("sys").executable).parent / "uv").exists(),
-                    reason="uv is not installed")
-def test_real_resolve_reproduces_the_committed_torch_set():
-    if not _pypi_reachable():
-        pytest.skip("PyPI cannot be reached")
-    assert depsets.check(REPO_ROOT, "torch-cu130", ["py3.12-linux-amd64"]) == []

@@ -273,7 +273,7 @@ def index(tmp_path, monkeypatch):
         def log_message(self, *args):
             pass
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     monkeypatch.setattr(artifacts, "INDEX", f"http://127.0.0.1:{server.server_port}")
     monkeypatch.delenv("SERVEBUILD_CA_BUNDLE", raising=False)
     req = tmp_path / "req.txt"
