@@ -133,12 +133,19 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
     for key in REQUIRED:
         if key not in data:
             raise bad(key, "missing")
-
     stack = data["stack"]
     if stack != path.parent.name:
         raise bad("stack", f"{stack!r} must name the directory the file is in ({path.parent.name!r})")
+    requirements = _requirements(data["requirements"], bad)
+    engine, engine_version, sdist = _engine(data, requirements, bad)
+    _check_scalars(data, bad)
+    return Inputs(file=path, display=display, stack=stack, engine=normalize(engine) if engine else None,
+                  engine_version=engine_version, sdist=sdist, requirements=requirements, cuda=data["cuda"],
+                  exclude_newer=data["exclude_newer"], index_url=data["index_url"], uv=data["uv"],
+                  targets=_targets(data["targets"], bad), absent=_absent(data.get("absent") or [], bad))
 
-    requirements = data["requirements"]
+
+def _requirements(requirements, bad) -> tuple[str, ...]:
     if not isinstance(requirements, list) or not requirements:
         raise bad("requirements", "must be a non-empty list of requirement strings")
     seen = set()
@@ -149,8 +156,11 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
         if name in seen:
             raise bad(f"requirements[{i}]", f"{name} is listed twice")
         seen.add(name)
-    requirements = [r.replace(" ", "") for r in requirements]
+    return tuple(r.replace(" ", "") for r in requirements)
 
+
+def _engine(data: dict, requirements: tuple[str, ...], bad) -> tuple[str | None, str | None, bool]:
+    """The engine distribution, the version its requirement pins, and whether it comes as an sdist."""
     engine, engine_version = data["engine"], None
     if engine is not None:
         if not isinstance(engine, str):
@@ -169,11 +179,13 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
         raise bad("sdist", "must be true or false")
     if sdist and engine is None:
         raise bad("sdist", "needs an engine")
+    return engine, engine_version, sdist
 
+
+def _check_scalars(data: dict, bad) -> None:
     cuda = data["cuda"]
     if not isinstance(cuda, str) or not re.fullmatch(r"\d+\.\d+", cuda):
         raise bad("cuda", f"{cuda!r} must be a quoted major.minor CUDA line such as \"13.0\"")
-
     exclude_newer = data["exclude_newer"]
     if isinstance(exclude_newer, datetime):
         raise bad("exclude_newer", "quote the date: \"YYYY-MM-DDTHH:MM:SSZ\"")
@@ -183,7 +195,6 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
         datetime.strptime(exclude_newer, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         raise bad("exclude_newer", f"{exclude_newer!r} is not a real date") from None
-
     index_url = data["index_url"]
     if not isinstance(index_url, str) or not re.fullmatch(r"https?://\S+", index_url):
         raise bad("index_url", f"{index_url!r} must be an http(s) URL of a simple index")
@@ -191,7 +202,8 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
     if not isinstance(uv, str) or not re.fullmatch(r"\d+\.\d+\.\d+", uv):
         raise bad("uv", f"{uv!r} must be a quoted uv version such as \"0.13.9\"")
 
-    raw_targets = data["targets"]
+
+def _targets(raw_targets, bad) -> tuple[Target, ...]:
     if not isinstance(raw_targets, list) or not raw_targets:
         raise bad("targets", "must be a non-empty list of {python, platform, manylinux}")
     targets = []
@@ -209,9 +221,12 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
         if any(x.name == target.name for x in targets):
             raise bad(where, f"{target.name} is listed twice")
         targets.append(target)
+    return tuple(targets)
 
+
+def _absent(raw, bad) -> tuple[Absent, ...]:
     absent = []
-    for i, a in enumerate(data.get("absent") or []):
+    for i, a in enumerate(raw):
         where = f"absent[{i}]"
         if not isinstance(a, dict) or set(map(str, a)) != {"requirement", "reason"}:
             raise bad(where, "must have exactly requirement and reason")
@@ -221,11 +236,7 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
         if not isinstance(a["reason"], str) or not a["reason"].strip():
             raise bad(f"{where}.reason", "must say why it is not in the set")
         absent.append(Absent(a["requirement"], " ".join(a["reason"].split())))
-
-    return Inputs(file=path, display=display, stack=stack, engine=normalize(engine) if engine else None,
-                  engine_version=engine_version, sdist=sdist, requirements=tuple(requirements), cuda=cuda,
-                  exclude_newer=exclude_newer, index_url=index_url, uv=uv, targets=tuple(targets),
-                  absent=tuple(absent))
+    return tuple(absent)
 
 
 def select_targets(inputs: Inputs, names: list[str] | None) -> tuple[Target, ...]:

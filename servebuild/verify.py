@@ -67,6 +67,19 @@ def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = N
 def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str, digest: str,
                      root: Optional[Path]) -> dict:
     where = f"{ref} {platform}"
+    config_digest, labels = _image_labels(client, repo, where, platform, digest)
+    artifacts = _artifacts(client, repo, where, digest)
+    manifest = _check_build_manifest(artifacts, where, labels, config_digest)
+    installed = _check_sbom(artifacts, where, digest, manifest)
+    lock = _check_provenance(artifacts, where, digest, labels)
+    lock_state = _check_lock(where, lock, root, labels[f"{LABEL_PREFIX}.recipe"])
+    return {"digest": digest, "image_id": config_digest, "recipe": labels[f"{LABEL_PREFIX}.recipe"],
+            "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"], "packages": len(installed),
+            "lock": lock_state}
+
+
+def _image_labels(client: RegistryClient, repo: str, where: str, platform: str, digest: str) -> tuple[str, dict]:
+    """The image's config digest and labels, after checking it is an image of the platform."""
     found = client.get_manifest(repo, digest)
     if found is None:
         raise VerifyError(f"{where}: the index names {digest}, which the registry does not have")
@@ -84,8 +97,10 @@ def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str,
             raise VerifyError(f"{where}: image {digest} has no label {LABEL_PREFIX}.{key}")
     if labels[f"{LABEL_PREFIX}.platform"] != platform:
         raise VerifyError(f"{where}: image {digest} is labelled {labels[f'{LABEL_PREFIX}.platform']}")
+    return config_digest, labels
 
-    artifacts = _artifacts(client, repo, where, digest)
+
+def _check_build_manifest(artifacts: dict, where: str, labels: dict, config_digest: str) -> dict:
     manifest = _json(artifacts["manifest"], f"{where} attached build manifest")
     inputs = {k: v for k, v in manifest.items() if k != "outputs"}
     if manifest_sha256(inputs) != labels[f"{LABEL_PREFIX}.manifest.sha256"]:
@@ -94,7 +109,10 @@ def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str,
     if (manifest.get("outputs") or {}).get("image_id") != config_digest:
         raise VerifyError(f"{where}: the attached build manifest is for image "
                           f"{(manifest.get('outputs') or {}).get('image_id')}, the index names {config_digest}")
+    return manifest
 
+
+def _check_sbom(artifacts: dict, where: str, digest: str, manifest: dict) -> set:
     sbom = _json(artifacts["sbom"], f"{where} attached SBOM")
     component = (sbom.get("metadata") or {}).get("component") or {}
     if sbom.get("bomFormat") != "CycloneDX" or component.get("version") != digest:
@@ -104,7 +122,11 @@ def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str,
         name, _, version = pin.partition("==")
         if version and (_name(name), version) not in installed:
             raise VerifyError(f"{where}: the SBOM lacks {name}=={version}, which the build manifest lists")
+    return installed
 
+
+def _check_provenance(artifacts: dict, where: str, digest: str, labels: dict):
+    """Check the SLSA statement against the image and the other artifacts; return the lock it names."""
     statement = _json(artifacts["provenance"], f"{where} attached provenance")
     subjects = [s.get("digest", {}).get("sha256") for s in statement.get("subject") or []]
     if statement.get("predicateType") != SLSA_PREDICATE or subjects != [digest.split(":", 1)[1]]:
@@ -120,11 +142,7 @@ def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str,
         if byproducts.get(kind) != sha256_bytes(artifacts[kind]):
             raise VerifyError(f"{where}: the provenance names {kind} sha256:{byproducts.get(kind)}, the attached "
                               f"{kind} is sha256:{sha256_bytes(artifacts[kind])}")
-    lock = params.get("lock")
-    lock_state = _check_lock(where, lock, root, labels[f"{LABEL_PREFIX}.recipe"])
-    return {"digest": digest, "image_id": config_digest, "recipe": labels[f"{LABEL_PREFIX}.recipe"],
-            "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"], "packages": len(installed),
-            "lock": lock_state}
+    return params.get("lock")
 
 
 def _artifacts(client: RegistryClient, repo: str, where: str, digest: str) -> dict[str, bytes]:

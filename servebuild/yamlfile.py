@@ -30,6 +30,14 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
     so an alias bomb is refused instead of expanded.
     """
     lines: dict[tuple, int] = {}
+    if root is not None:
+        _check_expanded_size(root, display)
+        _walk_keys(root, (), display, lines, set())
+    return lines
+
+
+def _check_expanded_size(root: yaml.Node, display: str) -> None:
+    """Refuse a document that is too deep, recursive, or too large once its aliases are expanded."""
     sizes: dict[int, int] = {}
     weights: dict[int, int] = {}  # characters of scalar text once aliases are expanded
     active: set[int] = set()  # the nodes on the path being sized
@@ -51,39 +59,36 @@ def _line_map(root: Optional[yaml.Node], display: str) -> dict[tuple, int]:
             active.discard(id(node))
         return sizes[id(node)]
 
-    seen: set[int] = set()
+    if size(root) > MAX_YAML_NODES:
+        raise RecipeError(f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded "
+                          f"(a recipe has a few hundred)", file=display)
+    if weights[id(root)] > MAX_YAML_TEXT:
+        raise RecipeError(f"the YAML holds more than {MAX_YAML_TEXT} characters of text once aliases "
+                          f"are expanded", file=display)
 
-    def walk(node: yaml.Node, path: tuple) -> None:
-        lines.setdefault(path, node.start_mark.line + 1)
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set = set()
-            for key, value in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
-                                      line=key.start_mark.line + 1)
-                if key.value in keys:  # YAML would silently keep the last one
-                    raise RecipeError(f"key {key.value!r} is given twice", file=display,
-                                      field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
-                keys.add(key.value)
-                child = path + (key.value,)
-                lines.setdefault(child, key.start_mark.line + 1)
-                walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
 
-    if root is not None:
-        if size(root) > MAX_YAML_NODES:
-            raise RecipeError(f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded "
-                              f"(a recipe has a few hundred)", file=display)
-        if weights[id(root)] > MAX_YAML_TEXT:
-            raise RecipeError(f"the YAML holds more than {MAX_YAML_TEXT} characters of text once aliases "
-                              f"are expanded", file=display)
-        walk(root, ())
-    return lines
+def _walk_keys(node: yaml.Node, path: tuple, display: str, lines: dict[tuple, int], seen: set[int]) -> None:
+    """Record each key path's line; refuse complex and duplicate keys."""
+    lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: set = set()
+        for key, value in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
+                                  line=key.start_mark.line + 1)
+            if key.value in keys:  # YAML would silently keep the last one
+                raise RecipeError(f"key {key.value!r} is given twice", file=display,
+                                  field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
+            keys.add(key.value)
+            child = path + (key.value,)
+            lines.setdefault(child, key.start_mark.line + 1)
+            _walk_keys(value, child, display, lines, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk_keys(item, path + (i,), display, lines, seen)
 
 
 def _compose_and_construct(text: str, display: str) -> tuple[Any, dict[tuple, int]]:
