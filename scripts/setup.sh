@@ -13,11 +13,18 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_apt+=(apache2-utils)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # the farm test gives its second engine a bridge of its own
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)  # ssh:// farm engines
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)  # the farm test reaches an engine through a real sshd
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   apt-get update -qq
+  # packages are installed, not started: a policy that refuses service starts while apt runs
+  # (openssh-server would otherwise start a daemon on port 22)
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 if ! /usr/bin/docker version >/dev/null 2>&1; then

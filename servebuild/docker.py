@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ class Endpoint:
     """An engine reached by DOCKER_HOST: unix:///path, ssh://[user@]host[:port] or tcp://host:port + TLS.
 
     `ca`/`cert`/`key` are checked paths (farm.py checks them); the key's content is never read here.
+    `ssh_config` is an ssh_config(5) file the ssh transport reads instead of ~/.ssh/config.
     """
 
     host: str
@@ -46,6 +48,7 @@ class Endpoint:
     cert: Optional[Path] = None
     key: Optional[Path] = None
     network: Optional[str] = None
+    ssh_config: Optional[Path] = None
 
     def __str__(self) -> str:
         return self.host
@@ -91,6 +94,8 @@ class DockerClient:
 
     def _endpoint_variables(self, endpoint: Endpoint) -> dict[str, str]:
         env = {"DOCKER_HOST": endpoint.host}
+        if endpoint.host.startswith("ssh://"):
+            return {**env, "PATH": self._ssh_shim(endpoint)}
         if endpoint.ca is None:
             return env
         # the 20.10 client reads ca.pem, cert.pem and key.pem from one directory
@@ -105,6 +110,20 @@ class DockerClient:
             for name, path in wanted.items():
                 (cert_dir / name).symlink_to(path)
         return {**env, "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(cert_dir)}
+
+    def _ssh_shim(self, endpoint: Endpoint) -> str:
+        """PATH with a private `ssh` first: the docker client runs `ssh ... docker system dial-stdio`,
+        and the shim adds BatchMode (never a password or host-key prompt) and the farm's ssh_config."""
+        real = shutil.which("ssh")
+        if real is None:
+            raise DockerError(f"engine {endpoint} needs an ssh client; install openssh-client", field="engine")
+        folder = Path(tempfile.mkdtemp(prefix="servebuild-ssh."))
+        weakref.finalize(self, shutil.rmtree, str(folder), True)
+        args = [real, "-o", "BatchMode=yes"] + (["-F", str(endpoint.ssh_config)] if endpoint.ssh_config else [])
+        shim = folder / "ssh"
+        shim.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in args) + ' "$@"\n')
+        shim.chmod(0o700)
+        return f"{folder}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
 
     @property
     def name(self) -> str:

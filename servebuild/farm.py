@@ -67,6 +67,7 @@ class TLSFiles(Model):
 class EngineEntry(Model):
     host: str
     tls: Optional[TLSFiles] = None
+    ssh_config: Optional[str] = None  # an ssh_config(5) file for ssh:// (identity, known hosts, jump host)
     network: Optional[Literal["host"]] = None  # RUN steps' network: `host` on an engine without a bridge
 
     @field_validator("host")
@@ -83,6 +84,8 @@ class EngineEntry(Model):
             raise ValueError(f"{self.host} needs `tls` (an engine's plain TCP socket is root on that host)")
         if self.tls is not None and not self.host.startswith("tcp://"):
             raise ValueError(f"`tls` is for tcp:// engines; {self.host.split(':', 1)[0]}:// carries its own security")
+        if self.ssh_config is not None and not self.host.startswith("ssh://"):
+            raise ValueError(f"`ssh_config` is for ssh:// engines, not {self.host.split(':', 1)[0]}://")
         return self
 
 
@@ -180,8 +183,13 @@ def load_farm(path: Path, root: Path) -> Farm:
                 raise _place(chain, ("platforms", platform, i, "host"),
                              f"{entry.host} is listed twice for {platform} (also entry {seen[key]})")
             seen[key] = i
-            tls = _tls_files(entry, path.parent, chain, ("platforms", platform, i, "tls"))
             loc = ("platforms", platform, i)
+            tls = _tls_files(entry, path.parent, chain, loc + ("tls",))
+            if entry.ssh_config is not None:
+                tls["ssh_config"] = _checked_file(entry.ssh_config, path.parent, chain, loc + ("ssh_config",),
+                                                  ("Host", "host", "HostName", "IdentityFile", "User", "Port",
+                                                   "UserKnownHostsFile", "StrictHostKeyChecking", "Match"),
+                                                  "an ssh_config file")
             engines[platform].append(FarmEngine(
                 Endpoint(entry.host, network=entry.network, **tls),
                 field=".".join(map(str, loc)), line=lines.get(loc)))
@@ -200,30 +208,35 @@ def _tls_files(entry: EngineEntry, base: Path, chain, loc: tuple) -> dict[str, P
     out = {}
     for name in ("ca", "cert", "key"):
         value = getattr(entry.tls, name)
-        if value is None:
-            continue
-        if not value or "\x00" in value:
-            raise _place(chain, loc + (name,), "is not a file path")
-        path = (base / value) if not os.path.isabs(value) else Path(value)
-        try:
-            st = path.stat()
-        except OSError as exc:
-            raise _place(chain, loc + (name,), f"{value}: {exc.strerror.lower()}") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise _place(chain, loc + (name,), f"{value} is not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _place(chain, loc + (name,), f"{value} is {st.st_size} bytes; a PEM file is a few kB")
-        try:
-            with path.open("rb") as fh:
-                head = fh.read(MAX_BYTES)
-        except OSError as exc:
-            raise _place(chain, loc + (name,), f"{value}: cannot read: {exc.strerror.lower()}") from None
-        if not any(marker.encode() in head for marker in PEM_MARKERS[name]):
+        if value is not None:
             what = "a PEM private key" if name == "key" else "a PEM certificate"
-            raise _place(chain, loc + (name,), f"{value} is not {what}")
-        del head
-        out[name] = path.resolve()
+            out[name] = _checked_file(value, base, chain, loc + (name,), PEM_MARKERS[name], what)
     return out
+
+
+def _checked_file(value: str, base: Path, chain, loc: tuple, markers: tuple[str, ...], what: str) -> Path:
+    """A path relative to the farm file naming a readable regular file of a few kB holding one of
+    `markers`; its bytes are never shown."""
+    if not value or "\x00" in value:
+        raise _place(chain, loc, "is not a file path")
+    path = (base / value) if not os.path.isabs(value) else Path(value)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise _place(chain, loc, f"{value}: {exc.strerror.lower()}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _place(chain, loc, f"{value} is not a regular file")
+    if st.st_size > MAX_BYTES:
+        raise _place(chain, loc, f"{value} is {st.st_size} bytes; {what} is a few kB")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(MAX_BYTES)
+    except OSError as exc:
+        raise _place(chain, loc, f"{value}: cannot read: {exc.strerror.lower()}") from None
+    if not any(marker.encode() in head for marker in markers):
+        raise _place(chain, loc, f"{value} is not {what}")
+    del head
+    return path.resolve()
 
 
 def local_farm(platforms: list[str]) -> Farm:

@@ -87,7 +87,8 @@ def run_suite(hosts: str, expect: dict, out_dir: Path, require_gpu: bool = False
     if python:
         cmd.append(f"--python={python}")
     cmd += list(extra)
-    env = {**(engine_env or os.environ), "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    base = engine_env or dict(os.environ)  # an ssh:// engine's PATH leads with its ssh shim: keep it
+    env = {**base, "PATH": f"{Path(sys.executable).parent}:{base.get('PATH', '')}"}
     return subprocess.run(cmd, env=env).returncode
 
 
