@@ -222,12 +222,15 @@ class SourceCache:
         unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
         if unresolved:
             e = unresolved[0]
-            raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has only a short commit_hint "
-                              f"{e.commit_hint}; run `invoke lock --recipe NAME` where the upstream is reachable",
+            pinned = f"only the short commit_hint {e.commit_hint}" if e.commit_hint else "no pinned commit"
+            raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
+                              f"where the upstream is reachable",
                               file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
         commits = [e.commit for e in source.patches if e.commit] + [e.base for e in source.patches if e.base]
         needs_git = release is None or bool(commits)
-        repo = self.mirror(source.url, ([source.commit] if release is None else []) + commits) if needs_git else None
+        prs = tuple(e.pr for e in source.patches if e.pr is not None)  # a PR head may live only under refs/pull
+        repo = (self.mirror(source.url, ([source.commit] if release is None else []) + commits, prs=prs)
+                if needs_git else None)
 
         diffs = {entry.id: self._checked_diff(repo, entry, project_root) for entry in source.patches}
         memo = self.root / "prepared" / (sha256_bytes(canonical_json({

@@ -125,6 +125,8 @@ def make_upstream(tmp: Path, name: str = "toyserve", extra: dict[str, bytes] | N
     git(tmp, "clone", "-q", "--bare", str(work), str(bare))
     for number, head in ((1, pr1_head), (2, pr2_head), (3, pr3_head)):
         git(bare, "update-ref", f"refs/pull/{number}/head", head)
+    # as on GitHub: a PR's head is reachable only through refs/pull/N/head, not through a branch
+    git(bare, "branch", "-q", "-D", "pr1", "pr2", "pr3")
     return Upstream(work, f"file://{bare}", bare, base, pr1_merge, pr2_head, pr3_head)
 
 
