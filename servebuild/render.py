@@ -75,6 +75,10 @@ def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
         if home:
             env["CUDA_HOME"] = home
             path = f"{path}:{home}/bin"
+            # Triton (and tokenspeed-triton) default to the ptxas in their wheels (12.8/12.9/13.3):
+            # every Triton compile goes through the set's 13.0 ptxas instead
+            env["TRITON_PTXAS_PATH"] = env["TRITON_PTXAS_BLACKWELL_PATH"] = f"{home}/bin/ptxas"
+            env["LIBRARY_PATH"] = f"{home}/lib64/stubs"  # link-time libcuda (see stages/_libcuda_stub.j2)
     env["PATH"] = f"{path}:$PATH"
     return env
 
@@ -92,6 +96,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
+        "jit_cuda_home": env.get("CUDA_HOME") if jit else None,
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),

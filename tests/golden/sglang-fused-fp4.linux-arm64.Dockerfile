@@ -52,6 +52,13 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt
 COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
+RUN mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \
+ && echo '#include <cuda.h>' | gcc -E -P -I/opt/venv/lib/python3.12/site-packages/nvidia/cu13/include -x c - \
+  | grep -oE '^(extern +)?CUresult +cu[A-Za-z0-9_]+ *\(' | grep -oE 'cu[A-Za-z0-9_]+' | sort -u > /tmp/libcuda.names \
+ && test "$(wc -l < /tmp/libcuda.names)" -gt 300 \
+ && sed 's/.*/int &(void) { return 999; }/' /tmp/libcuda.names > /tmp/libcuda-stub.c \
+ && gcc -shared -fPIC -O0 -Wl,-soname,libcuda.so.1 -o /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs/libcuda.so /tmp/libcuda-stub.c \
+ && rm /tmp/libcuda.names /tmp/libcuda-stub.c
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
 COPY tools/overlay_package.py /opt/servebuild/tools/overlay_package.py
@@ -67,6 +74,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
     HUMMING_CACHE_DIR="/cache/humming" \
+    LIBRARY_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64/stubs" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH" \
@@ -75,6 +83,8 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
     TORCH_CUDA_ARCH_LIST="9.0a" \
     TRITON_CACHE_DIR="/cache/triton" \
+    TRITON_PTXAS_BLACKWELL_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
+    TRITON_PTXAS_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
     TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
     VIRTUAL_ENV="/opt/venv"
 EXPOSE 30000

@@ -27,6 +27,7 @@ compile); the variable names below were checked against the installed packages' 
 from __future__ import annotations
 
 import glob
+import importlib
 import importlib.util
 import json
 import os
@@ -318,8 +319,33 @@ def _import_source(ctx, name: str, source: str):
     return mod
 
 
+TRITON_PACKAGES = ("triton", "tokenspeed_triton")  # Triton and the forks engines vendor (SGLang 0.5.16)
+
+
+def triton_ptxas(arch: str) -> dict:
+    """{package: (ptxas path, version)} for each installed Triton: the ptxas it would run for `arch`
+    (TRITON_PTXAS_PATH, else the one bundled in its wheel)."""
+    major, minor, _ = _arch_parts(arch)
+    used = {}
+    for name in TRITON_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        compiler = importlib.import_module(f"{name}.backends.nvidia.compiler")
+        tool = compiler.get_ptxas(major * 10 + minor)
+        path = getattr(tool, "path", tool)
+        used[name] = (path, nvcc_version(path))
+    return used
+
+
 def probe_triton(ctx) -> dict:
     import triton
+    want_release = ctx["nvcc_release"]
+    ptxas = triton_ptxas(ctx["arch"])
+    stray = {n: v for n, v in ptxas.items() if not (v[1] or "").startswith(want_release + ".")}
+    if stray:
+        return {"ok": False, "ptxas": ptxas, "detail": "Triton would assemble with " + ", ".join(
+            f"{n}: {p} ({v})" for n, (p, v) in stray.items()) + f"; want release {want_release} "
+            f"(set TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH to the toolkit's ptxas)"}
     from triton.backends.compiler import GPUTarget
     major, minor, _ = _arch_parts(ctx["arch"])
     mod = _import_source(ctx, "jit_probe_triton_kernel", TRITON_KERNEL)
@@ -335,12 +361,14 @@ def probe_triton(ctx) -> dict:
         fh.write(kernel.asm["cubin"])
     archs = archs_of_file(cubin)
     want = sm_name(ctx["arch"])
-    out = {"triton": triton.__version__, "compile_s": secs, "ptx_target": ptx_target and ptx_target.group(1),
+    out = {"triton": triton.__version__, "ptxas": ptxas, "compile_s": secs,
+           "ptx_target": ptx_target and ptx_target.group(1),
            "cubin_archs": archs["archs"], "arch_check": archs["how"], "cache_dir": os.environ["TRITON_CACHE_DIR"]}
     if archs["archs"] != [want] or out["ptx_target"] != want:
         return {**out, "ok": False, "compiled": True,
                 "detail": f"cubin is {archs['archs']}, PTX .target {out['ptx_target']}; want {want}"}
-    out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s")
+    out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s with ptxas "
+               + ", ".join(f"{v} ({n})" for n, (_, v) in ptxas.items()))
 
     def run():
         import torch

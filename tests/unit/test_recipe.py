@@ -117,6 +117,14 @@ def test_arch_list_reaches_compiles_and_runtime_has_the_jit_toolchain_but_no_bui
     assert 'CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13"' in runtime
     assert 'NVIDIA_DRIVER_CAPABILITIES="compute,utility"' in runtime and "EXPOSE 8000" in runtime
     assert "VOLUME" not in runtime and 'TRITON_CACHE_DIR="/cache/triton"' in runtime
+    # Triton assembles with the set's 13.0 ptxas, not the 12.8/12.9 one in its wheel
+    home = "/opt/venv/lib/python3.12/site-packages/nvidia/cu13"
+    assert f'TRITON_PTXAS_PATH="{home}/bin/ptxas"' in runtime
+    assert f'TRITON_PTXAS_BLACKWELL_PATH="{home}/bin/ptxas"' in runtime
+    # -lcuda links against a stub made from the image's cuda.h; the driver's libcuda.so.1 loads at run time
+    assert f'LIBRARY_PATH="{home}/lib64/stubs"' in runtime and "LD_LIBRARY_PATH" not in runtime
+    assert f"-Wl,-soname,libcuda.so.1 -o {home}/lib/stubs/libcuda.so" in runtime
+    assert runtime.index("--from=deps") < runtime.index("libcuda.so.1") < runtime.index("--from=engine")
     for absent in ("ccache", "/tmp/src", "--mount=type=cache,target=/root/.cache/pip"):
         assert absent not in runtime
     assert "COPY --from=deps /opt/venv /opt/venv" in runtime
@@ -132,6 +140,12 @@ def test_rendered_dockerfiles_pass_hadolint(name, tmp_path):
     path.write_text(render(name, "linux/arm64"))
     proc = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == "", proc.stdout
+
+
+def test_torch_only_images_get_no_jit_toolchain():
+    runtime = render("torch-cu130", "linux/arm64").split("AS runtime", 1)[1]
+    for absent in ("libcuda", "TRITON_PTXAS_PATH", "LIBRARY_PATH", "build-essential"):
+        assert absent not in runtime
 
 
 def test_cuda_13_0_bases_only():

@@ -12,7 +12,7 @@ class SGLang(EngineKind):
     name = "sglang"
     port = 30000
     serve_time_jit = True  # DSV4 kernels via tvm-ffi, TileLang mHC prewarm, Triton, FlashInfer
-    jit_probes = ("cext", "nvcc", "triton", "tvm-ffi", "tilelang")
+    jit_probes = ("cext", "nvcc", "triton", "tvm-ffi", "tilelang", "flashinfer")
     entrypoints = ("sglang.launch_server",)
 
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)

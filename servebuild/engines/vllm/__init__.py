@@ -12,7 +12,7 @@ class VLLM(EngineKind):
     name = "vllm"
     port = 8000
     serve_time_jit = True  # Triton kernels, FlashInfer sampler JIT (on by default), DeepGEMM
-    jit_probes = ("cext", "nvcc", "triton", "tilelang")  # the DSV4 mHC kernels are TileLang JIT
+    jit_probes = ("cext", "nvcc", "triton", "tilelang", "flashinfer")  # DSV4 mHC: TileLang; sampler: FlashInfer
     entrypoints = ("vllm.entrypoints.cli.main",)
     help_needs_gpu = True  # v0.26.0 `serve --help` fails with "Failed to infer device type" without a GPU
     env = {"VLLM_CACHE_ROOT": "/cache/vllm"}
