@@ -12,6 +12,7 @@ tags. No GPU here: the GPU checks skip; the JIT checks compile for sm_90a withou
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -44,7 +45,12 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         result, seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
         manifest = json.loads(result.manifest_path.read_text())
         engine_info = manifest["engine"]
-        assert engine_info["source"]["tree"]["from"].startswith("pypi-"), engine_info["source"]["tree"]
+        tree = engine_info["source"]["tree"]
+        assert tree["from"].startswith("pypi-"), tree
+        # the release wheel/sdist the tree came from, by the sha256 its hashed requirement file pins
+        assert re.fullmatch(r"[0-9a-f]{64}", tree["sha256"]), tree
+        assert any(f"--hash=sha256:{tree['sha256']}" in f.read_text()
+                   for f in (REPO_ROOT / "constraints").rglob("*.txt")), tree
         patches = [p["id"] for p in engine_info["source"]["patches"]]
         assert patches == load_recipe(recipe, REPO_ROOT).recipe.variants[variant].patches
         if patches:

@@ -314,3 +314,40 @@ def test_native_classification_sees_every_path_name(tmp_path):
     assert is_native(files[0]) and not is_native(files[1])
     for artifact in ("sglang/_kernels.abi3.so", "vllm/_C.so", "x/lib.so.1.2", "k.cubin", "k.ptx", "k.fatbin"):
         assert is_native(artifact), artifact
+
+
+def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
+    """A plain build (no --locked) of a stack whose PR entries have no full commit: one line that
+    names the entry and the exact command; once `lock` has run, the same plain build takes the
+    lock's commits (no engine needed: both stop or pass at the plan, before the engine is asked)."""
+    from servebuild.pipeline import BuildOptions, make_plan
+    up = make_upstream(tmp_path)
+    recipe = fixture_recipe(up, platforms=["linux/amd64"])
+    patches = recipe["engine"]["source"]["patches"]
+    patches[0] = {"id": "pr-1", "pr": 1, "commit_hint": up.pr1_merge[:10]}
+    patches[1] = {"id": "pr-2", "pr": 2, "requires": ["pr-1"]}
+    root = make_project(tmp_path, up, recipe)
+    options = BuildOptions(platform="linux/amd64", build_root=tmp_path / "build", echo=False)
+    with pytest.raises(SourceError) as info:
+        make_plan(root, "toy", options)
+    line = str(info.value)
+    assert "\n" not in line and "None" not in line, line
+    assert line.startswith("recipes/toy.yaml"), line
+    assert ("patch entry pr-1 (PR #1) is not pinned to a full commit: only the short SHA "
+            f"{up.pr1_merge[:10]} is known; there is no current lock") in line, line
+    assert f"run `invoke lock --recipe toy` on a machine that reaches {up.url}, commit the lock, then build" in line
+
+    loaded = load_recipe("toy", root)
+    data = locking.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")
+    locking.write_lock(locking.lock_path(loaded), data)
+    plan = make_plan(root, "toy", options)
+    by_id = {e.id: e for e in plan.loaded.recipe.engine.source.patches}
+    assert by_id["pr-1"].commit == up.pr1_merge and by_id["pr-2"].commit == up.pr2_head
+    assert by_id["pr-2"].base == up.pr1_merge
+
+    # a stale lock is not used: the plain build names the entry again (and says why)
+    data_recipe = yaml.safe_load((root / "recipes/toy.yaml").read_text())
+    data_recipe["description"] = "changed after lock"
+    (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
+    with pytest.raises(SourceError, match=r"patch entry pr-1 .* there is no current lock"):
+        make_plan(root, "toy", options)

@@ -315,3 +315,12 @@ def test_generate_needs_the_declared_uv(tmp_path):
     uv = _fake_uv(tmp_path, "", version="0.9.0")
     with pytest.raises(RecipeError, match=r"inputs.yaml: uv: the inputs need uv 0.13.9, found uv 0.9.0"):
         depsets.generate(root, "sglang", out_dir=tmp_path / "out", uv=uv)
+
+
+def test_vllm_sets_carry_the_sdist_build_requirements():
+    """v0.26.0's setup.py imports setuptools_rust, its pyproject and requirements/build/cuda.txt name
+    cmake, ninja, setuptools-scm; with --no-build-isolation nothing else installs them."""
+    for path in sorted((REPO_ROOT / "constraints" / "vllm-dspark").glob("py3.*-linux-*.txt")):
+        pins = parse_pins(path)
+        for name in ("setuptools-rust", "cmake", "ninja", "setuptools-scm", "build", "wheel", "packaging"):
+            assert name in pins, f"{path.name} lacks {name}"

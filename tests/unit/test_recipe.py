@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 
@@ -88,6 +90,24 @@ def test_launcher_script_exports_env_and_execs():
     assert script.rstrip().endswith('--warmups prefill_shapes "$@"')
     # the script is valid POSIX shell
     subprocess.run(["sh", "-n", "-c", script], check=True)
+
+
+@pytest.mark.parametrize("name", ["sglang-native-fp8", "sglang-fused-fp4", "sglang-hgx-h200", "vllm-dspark"])
+def test_servers_listen_on_all_interfaces_at_the_exposed_port(name, tmp_path):
+    """The launchers the context gets (not a re-implementation): every profile's server binds
+    0.0.0.0 (SGLang's default 127.0.0.1 is unreachable behind -p) at a port the image EXPOSEs."""
+    from servebuild.render import write_context
+    loaded = load_recipe(name, REPO_ROOT)
+    bases = {"build": "b", "runtime": "r"}
+    (tmp_path / "source.tar").write_bytes(b"")  # the engine tree is not what this test reads
+    context = write_context(loaded, "linux/arm64", bases, tmp_path / "ctx", {}, tmp_path / "source.tar")
+    exposed = re.findall(r"^EXPOSE (\d+)$", (context / "Dockerfile").read_text(), re.M)
+    assert exposed
+    for profile in loaded.recipe.launch.profiles:
+        script = (context / "launchers" / profile).read_text()
+        argv = shlex.split(script.splitlines()[-1])
+        assert argv[argv.index("--host") + 1] == "0.0.0.0", (profile, argv)
+        assert argv[argv.index("--port") + 1] in exposed, (profile, argv, exposed)
 
 
 @pytest.mark.parametrize("name", REAL)
