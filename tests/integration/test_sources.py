@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -36,17 +37,18 @@ def daemon_upstream(tmp_path):
     port = free_port()
     proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={tmp_path}",
                              "--listen=127.0.0.1", f"--port={port}", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"git://127.0.0.1:{port}/{up.bare.name}"
     for _ in range(50):
         if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
             break
         time.sleep(0.1)
     else:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("git daemon did not come up")
     yield up, url, proc
-    proc.kill()
+    # `git daemon` runs git-daemon as a child: end the whole group, or the child outlives the test
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
