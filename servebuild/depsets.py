@@ -33,6 +33,7 @@ from pathlib import Path
 from .constraints import (CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines,
                           normalize, parse_pins)
 from .errors import RecipeError
+from .fsutil import atomic_write
 from .platforms import PLATFORMS, machine_of
 from .yamlfile import load_yaml
 
@@ -490,9 +491,7 @@ def generate(root: Path, stack: str, target_names: list[str] | None = None, out_
     written = []
     for name, content in sorted(files.items()):
         path = out_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(content)
-        tmp.replace(path)
+        atomic_write(path, content)
         written.append(path)
     return written
 

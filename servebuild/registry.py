@@ -7,7 +7,6 @@ oras-py (auth handshake, blob upload, URLs), with our own bounded retries, TLS t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import ssl
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import ServebuildError, SourceError
+from .fsutil import canonical_json, sha256_bytes
 
 MANIFEST_ACCEPT = ", ".join([
     "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -241,7 +241,7 @@ class RegistryClient:
         if response.status_code != 200:
             raise self._fail(response, f"reading {repo}:{reference}")
         body = response.content
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        digest = "sha256:" + sha256_bytes(body)
         if reference.startswith("sha256:") and digest != reference:
             raise RegistryError(f"{self.registry} served {repo}@{reference} with content hashing to {digest}",
                                 field="registry")
@@ -253,7 +253,7 @@ class RegistryClient:
         return body, digest, media
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        digest = "sha256:" + sha256_bytes(body)
         response = self.request("PUT", f"/v2/{repo}/manifests/{reference}", data=body,
                                 headers={"Content-Type": media_type})
         if response.status_code not in (200, 201, 202):
@@ -271,7 +271,7 @@ class RegistryClient:
         body = response.content
         if len(body) > limit:
             raise RegistryError(f"blob {digest} of {repo} is larger than {limit} bytes", field="registry")
-        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        actual = "sha256:" + sha256_bytes(body)
         if actual != digest:
             raise RegistryError(f"blob {digest} of {repo} was served with content hashing to {actual}",
                                 field="registry")
@@ -281,7 +281,7 @@ class RegistryClient:
         """Upload (unless present) and return its descriptor fields (digest, size)."""
         import tempfile
         import oras.container
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        digest = "sha256:" + sha256_bytes(data)
         layer = {"digest": digest, "size": len(data), "mediaType": "application/octet-stream"}
         container = oras.container.Container(f"{self.registry}/{repo}")
         with tempfile.NamedTemporaryFile(prefix="servebuild-blob-") as fh:
@@ -321,4 +321,4 @@ def _path(url: str) -> str:
 
 
 def canonical_bytes(data) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return canonical_json(data).encode()
