@@ -219,10 +219,14 @@ def gpus(py, require_gpu, expect):
     return out
 
 
-def test_gpu_capability_is_sm90(gpus):
+def test_gpu_capability_matches_the_recipe_archs(gpus, expect):
+    """Every visible device is of a capability the recipe's SASS archs are for (sm_90a -> (9, 0));
+    a recipe that names no archs is for Hopper."""
+    wanted = {(int(m.group(1)), int(m.group(2))) for a in expect.get("archs") or []
+              for m in [re.fullmatch(r"sm_(\d+)(\d)a?", a)] if m} or {(9, 0)}
     bad = [f"{i}: {name} {tuple(cap)}" for i, (cap, name) in enumerate(zip(gpus["caps"], gpus["names"]))
-           if tuple(cap) != (9, 0)]
-    assert not bad, f"devices that are not Hopper sm_90: {bad}"
+           if tuple(cap) not in wanted]
+    assert not bad, f"devices that are not of the recipe's archs {sorted(wanted)}: {bad}"
 
 
 def test_gpu_matmul(py, gpus):
