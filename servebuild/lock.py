@@ -20,7 +20,7 @@ from .errors import RecipeError, SourceError
 from .fsutil import atomic_write, sha256_bytes, sha256_file
 from .loading import LoadedRecipe
 from .patchfiles import is_native
-from .recipe import PatchEntry, Recipe
+from .recipe import PatchEntry
 from .recipe_files import named_files
 from .registry import registry_digest
 from .sources import SourceCache
@@ -256,7 +256,7 @@ def apply_lock(loaded: LoadedRecipe, lock: dict, partial: bool = False) -> Loade
     try:  # lock values fill recipe fields: they pass the same validation (model_copy alone skips it)
         with warnings.catch_warnings():  # a wrong-typed value is the one error line below, not a warning too
             warnings.simplefilter("ignore")
-            pinned_recipe = Recipe.model_validate(r.model_copy(update=update).model_dump(mode="python"))
+            pinned_recipe = type(r).model_validate(r.model_copy(update=update).model_dump(mode="python"))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}; run `invoke lock` again",

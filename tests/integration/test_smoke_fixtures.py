@@ -64,8 +64,8 @@ def test_good_image_passes(engine, torch_image, tmp_path):
                   "test_manifest_matches_recipe"):
         assert results[check][0] == "passed", (check, results.get(check))
     # no GPU in CI: these skip with the reason, never pass vacuously
-    assert results["test_gpu_capability_is_sm90"][0] == "skipped"
-    assert "no CUDA device visible" in results["test_gpu_capability_is_sm90"][1]
+    assert results["test_gpu_capability_matches_the_recipe_archs"][0] == "skipped"
+    assert "no CUDA device visible" in results["test_gpu_capability_matches_the_recipe_archs"][1]
 
 
 def test_require_gpu_turns_the_skip_into_a_failure(engine, torch_image, tmp_path):
