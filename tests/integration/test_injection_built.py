@@ -35,7 +35,7 @@ def test_accepted_hostile_values_are_inert_in_a_built_image(engine, base_images,
 
     tag = "servebuild-test/toy-inert:amd64"
     result, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
-    script = (f"printf '%s' \"$SHOW\" > /tmp/show.py; "
+    script = ("printf '%s' \"$SHOW\" > /tmp/show.py; "
               "sed 's#^exec /opt/venv/bin/python #exec /opt/venv/bin/python /tmp/show.py #' "
               "/usr/local/bin/toy-serve > /tmp/launcher; sh /tmp/launcher EXTRA; ls / | grep -c pwned || true")
     proc = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "-e", f"SHOW={SHOW}",
