@@ -9,7 +9,7 @@ export PYTHONPATH=/tmp/site
 H=/tmp/cudahome
 mkdir -p $H/lib/stubs
 for d in bin include nvvm; do ln -s /usr/local/cuda/$d $H/$d; done
-for f in /usr/local/cuda/lib64/*; do [ "$(basename $f)" = stubs ] || ln -s "$f" $H/lib/; done
+for f in /usr/local/cuda/lib64/*; do [ "$(basename "$f")" = stubs ] || ln -s "$f" $H/lib/; done
 ln -s lib $H/lib64
 echo '#include <cuda.h>' | gcc -E -P -I$H/include -x c - \
   | grep -oE '^(extern +)?CUresult +cu[A-Za-z0-9_]+ *\(' | grep -oE 'cu[A-Za-z0-9_]+' | sort -u > /tmp/libcuda.names
@@ -22,8 +22,8 @@ export CUDA_HOME=$H LIBRARY_PATH=$H/lib64/stubs TRITON_PTXAS_PATH=$H/bin/ptxas T
 export TORCH_CUDA_ARCH_LIST=9.0a
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-mkdir -p $OUT
-python3 tests/image/jit_probes.py triton flashinfer --launch --keep | tee $OUT/probes.jsonl
+mkdir -p "$OUT"
+python3 tests/image/jit_probes.py triton flashinfer --launch --keep | tee "$OUT"/probes.jsonl
 rc=$?
 lib=$(find /tmp/jit-probes.*/flashinfer -name 'silu_and_mul.so' | head -1)
 echo "== $lib"; readelf -d "$lib" | grep NEEDED
