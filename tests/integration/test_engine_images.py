@@ -63,6 +63,14 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         junit = (out_dir / "smoke-junit.xml").read_text()
         record = {"recipe": recipe, "variant": variant, "build_s": round(seconds), "smoke_s": round(smoke_seconds),
                   "size_bytes": image_size(tag), "installed_version": engine_info["installed_version"]}
+        # warm: the same build again (every layer cached); size against the runtime base and the parts
+        _, warm_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
+        du = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "du", tag, "-sb",
+                             "/opt/venv", "/opt/engine", "/usr", "/opt/servebuild"],
+                            capture_output=True, text=True, check=True).stdout
+        record.update(warm_build_s=round(warm_seconds, 1),
+                      runtime_base_bytes=image_size(manifest["bases"]["runtime"]["resolved"]),
+                      runtime_parts_bytes={line.split("\t")[1]: int(line.split("\t")[0]) for line in du.splitlines()})
         print(f"\nengine image {json.dumps(record)}")
         bench = REPO_ROOT / "build" / "bench"
         bench.mkdir(parents=True, exist_ok=True)
