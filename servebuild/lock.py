@@ -65,7 +65,7 @@ def find_pr_commit(cache: SourceCache, repo: Path, entry: PatchEntry) -> tuple[O
             raise SourceError(f"commit_hint {entry.commit_hint} of {entry.id} (PR #{entry.pr}) is not in the "
                               f"upstream", field=f"engine.source.patches.{entry.id}.commit_hint")
         return full, entry.base, f"commit_hint {entry.commit_hint}"
-    from .sources import git
+    from .gitmirror import git
     log = git("log", "--all", "--format=%H %s", "-E", f"--grep=\\(#{entry.pr}\\)$", cwd=repo, check=False)
     for line in log.stdout.decode().splitlines():
         sha, subject = line.split(" ", 1)

@@ -15,6 +15,7 @@ from typing import Optional
 
 import jinja2
 
+from .archives import TAR_MTIME
 from .constraints import parse_pins
 from .errors import RecipeError
 from .fsutil import sha256_file, write_json
@@ -23,7 +24,6 @@ from .loading import LoadedRecipe
 from .modes import TEMPLATES
 from .platforms import arch_of
 from .recipe import Recipe
-from .sources import TAR_MTIME
 
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]

@@ -1,33 +1,26 @@
-"""Source cache: mirror upstreams into bare git repos, apply the patch stack, write a deterministic tarball."""
+"""Prepared engine sources: lay out the pinned tree (gitmirror.py, archives.py), apply the patch
+stack in order, and remember the deterministic tarball under a key of everything it depends on."""
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
-import subprocess
-import tarfile
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import urlparse
 
+from .archives import unpack_release, write_tarball
 from .errors import SourceError
 from .fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
+from .gitmirror import GitMirrors, git
 from .patchfiles import is_native, is_test_or_doc
 from .recipe import EngineSource, PatchEntry
 
 # (path, release files or None) -> why the install mode cannot carry a change to path, or None
 PatchRule = Callable[[str, Optional[set]], Optional[str]]
-TAR_MTIME = 946684800  # 2000-01-01: fixed, and late enough for zip-based wheel builds
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 DIFF_OPTS = ["-c", "diff.algorithm=myers", "-c", "core.quotepath=false"]
-UNREACHABLE = re.compile(r"(Could not resolve host|unable to access|Connection refused|"
-                         r"Could not read from remote|does not appear to be a git repository|"
-                         r"unable to connect|Network is unreachable|timed out)", re.I)
 
 
 @dataclass
@@ -94,13 +87,6 @@ def _literal(path: str) -> str:
     return re.sub(r"([*?\[\\])", r"\\\1", path)
 
 
-def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
-        check: bool = True) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **GIT_ENV, **(env or {})}
-    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True)
-    if check and proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
-    return proc
 
 
 def default_cache_dir() -> Path:
@@ -108,97 +94,17 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "servebuild"
 
 
-class SourceCache:
-    """Bare mirrors keyed by upstream URL, and tarballs keyed by their sha256."""
+class SourceCache(GitMirrors):
+    """The prepared engine sources: a tree (pinned commit or release artifact) with the patch stack
+    applied, as a tarball keyed by its sha256; mirroring is GitMirrors'."""
 
     def __init__(self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False,
                  recipe: str = "recipe"):
-        self.root = root
-        self.mirrors = mirrors or {}
-        self.offline = offline
-        self.recipe = recipe
-        (root / "git").mkdir(parents=True, exist_ok=True)
+        super().__init__(root, mirrors, offline, recipe)
         (root / "tarballs").mkdir(parents=True, exist_ok=True)
 
-    def repo_dir(self, url: str) -> Path:
-        return self.root / "git" / (sha256_bytes(url.encode())[:24] + ".git")
-
-    # -- mirroring
-
-    def _fetch_into(self, repo: Path, url: str, prs: tuple[int, ...] = ()) -> None:
-        """Branches and tags, plus only the pull refs this stack names (never every refs/pull/*)."""
-        remote = self.mirrors.get(url, url)
-        pull = [f"+refs/pull/{n}/head:refs/pull/{n}/head" for n in sorted(set(prs))]
-        if pull:  # a PR ref the upstream lacks must not fail the whole fetch
-            listed = git("ls-remote", "--", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))],
-                         cwd=repo, check=False).stdout.decode()
-            pull = [r for r in pull if r.split(":")[0][1:] in listed]
-        proc = git("fetch", "--quiet", "--prune", "--no-tags", "--", remote,
-                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *pull, cwd=repo, check=False)
-        if proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip().splitlines()
-            detail = err[-1] if err else f"git exit {proc.returncode}"
-            host = urlparse(remote).hostname or remote
-            if UNREACHABLE.search(proc.stderr.decode(errors="replace")):
-                raise SourceError(
-                    f"upstream {host} is unreachable ({detail}); build with --offline from a filled "
-                    f"cache, or map {url} to a mirror in the servebuild config (git_mirrors)",
-                    file=self.recipe, field="engine.source.url")
-            raise SourceError(f"fetching {remote} failed: {detail}", file=self.recipe,
-                              field="engine.source.url")
-
-    def _set_head(self, repo: Path, url: str) -> None:
-        """Point HEAD at the upstream's default branch, as a clone would."""
-        remote = self.mirrors.get(url, url)
-        out = git("ls-remote", "--symref", "--", remote, "HEAD", cwd=repo, check=False).stdout.decode()
-        m = re.search(r"^ref: (refs/heads/\S+)\tHEAD", out, re.M)
-        if m:
-            git("symbolic-ref", "HEAD", m.group(1), cwd=repo)
-
-    def mirror(self, url: str, commits: list[str], prs: tuple[int, ...] = ()) -> Path:
-        """Make sure the bare mirror of `url` holds every commit in `commits`."""
-        repo = self.repo_dir(url)
-        if repo.exists() and not self._healthy(repo):
-            if self.offline:
-                raise SourceError(f"source cache entry {repo} for {url} is corrupted; "
-                                  f"run fetch without --offline to refetch it", file=self.recipe,
-                                  field="engine.source.url")
-            shutil.rmtree(repo)
-        if not repo.exists():
-            if self.offline:
-                raise SourceError(f"{url} is not in the source cache and --offline was given; "
-                                  f"run `invoke fetch` first", file=self.recipe, field="engine.source.url")
-            tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
-            try:
-                git("init", "--quiet", "--bare", str(tmp))
-                self._fetch_into(tmp, url, prs)
-                self._set_head(tmp, url)
-                tmp.rename(repo)  # atomic: an interrupted fetch never leaves a half mirror in place
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp)
-        missing = [c for c in commits if not self.has_commit(repo, c)]
-        if missing and not self.offline:
-            self._fetch_into(repo, url, prs)
-            missing = [c for c in commits if not self.has_commit(repo, c)]
-        if missing:
-            where = "the source cache (--offline)" if self.offline else url
-            raise SourceError(f"commit {missing[0]} not found in {where}", file=self.recipe,
-                              field="engine.source")
-        return repo
-
-    @staticmethod
-    def _healthy(repo: Path) -> bool:
-        return git("rev-parse", "--git-dir", cwd=repo, check=False).returncode == 0 and \
-            (repo / "objects").is_dir()
-
-    @staticmethod
-    def has_commit(repo: Path, commit: str) -> bool:
-        return git("cat-file", "-e", f"{commit}^{{commit}}", cwd=repo, check=False).returncode == 0
-
-    def resolve(self, repo: Path, rev: str) -> Optional[str]:
-        proc = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=repo, check=False)
-        return proc.stdout.decode().strip() if proc.returncode == 0 else None
+    def write_tarball(self, tree: Path, env: dict) -> tuple[Path, str]:
+        return write_tarball(tree, env, self.root / "tarballs")
 
     # -- patches
 
@@ -357,82 +263,5 @@ class SourceCache:
         return (f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
                 f"stack may be missing{hint}")
 
-    def write_tarball(self, tree: Path, env: dict) -> tuple[Path, str]:
-        """Sorted entries, owner 0, fixed mtime, no compression: the same bytes on every machine."""
-        listing = git("ls-files", "-s", "-z", cwd=tree, env=env).stdout.split(b"\0")
-        entries = []
-        for raw in listing:
-            if not raw:
-                continue
-            meta, name = raw.split(b"\t", 1)
-            mode = meta.split()[0].decode()
-            entries.append((name.decode(), mode))
-        entries.sort()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            dirs: set[str] = set()
-            for name, mode in entries:
-                parts = name.split("/")[:-1]
-                for i in range(1, len(parts) + 1):
-                    d = "/".join(parts[:i])
-                    if d not in dirs:
-                        dirs.add(d)
-                        tar.addfile(self._info(f"src/{d}", tarfile.DIRTYPE, 0o755))
-                path = tree / name
-                if mode == "120000":
-                    info = self._info(f"src/{name}", tarfile.SYMTYPE, 0o777)
-                    info.linkname = os.readlink(path)
-                    tar.addfile(info)
-                elif mode == "160000":
-                    continue  # submodule: not part of the pinned tree
-                else:
-                    data = path.read_bytes()
-                    info = self._info(f"src/{name}", tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-        blob = buf.getvalue()
-        digest = sha256_bytes(blob)
-        final = self.root / "tarballs" / f"{digest}.tar"
-        if not final.exists() or sha256_file(final) != digest:  # absent, or damaged since
-            atomic_write(final, blob)
-        return final, digest
-
-    @staticmethod
-    def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
-        info = tarfile.TarInfo(name)
-        info.type = kind
-        info.mode = mode
-        info.mtime = TAR_MTIME
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        return info
 
 
-def unpack_release(path: Path, kind: str, prefix: str, tree: Path) -> set[str]:
-    """Unpack a wheel (its packages, not its .dist-info) or an sdist (its top directory stripped)
-    under `prefix` of `tree`; return the tree paths it holds."""
-    names: set[str] = set()
-
-    def place(rel: str, data: bytes, mode: int) -> None:
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise SourceError(f"{path.name} holds an unsafe path {rel!r}", field="engine")
-        target = tree / prefix / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(0o755 if mode & 0o111 else 0o644)
-        names.add(prefix + rel)
-
-    if kind == "wheel":
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                top = info.filename.split("/", 1)[0]
-                if info.is_dir() or top.endswith((".dist-info", ".data")):
-                    continue
-                place(info.filename, zf.read(info), info.external_attr >> 16)
-    else:
-        with tarfile.open(path) as tf:
-            for member in tf.getmembers():
-                if not member.isfile() or "/" not in member.name:
-                    continue
-                place(member.name.split("/", 1)[1], tf.extractfile(member).read(), member.mode)
-    return names
