@@ -257,13 +257,20 @@ CAUSE = re.compile(r"(ERROR: (?!executor failed|failed to solve|process )|E: |er
                    r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
                    r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)")
 STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
+# a step's header echoes its command (which may quote our own messages): never a cause
+STEP_HEADER = re.compile(r"^#\d+ \[[\w.-]+(?: \d+/\d+)?\] ")
 
 
 def failure_cause(tail: list[str]) -> str:
     """The line of a failed build's output that says why (pip's, apt's or the compiler's own
     message), with BuildKit's step prefix dropped, and the failed step; else the last ERROR."""
     step = next((t for t in reversed(tail) if "executor failed running" in t or "process \"" in t), "")
-    body = [STEP_PREFIX.sub("", t).strip() for t in tail if t not in (step,) and not t.startswith("------")]
+    failed = next((m for m in (re.match(r"#(\d+) ERROR: ", t) for t in reversed(tail)) if m), None)
+    # ^ the failed step's number: its own output says why (a concurrent step is only CANCELED)
+    lines = [t for t in tail if t != step and not t.startswith("------") and not STEP_HEADER.match(t)]
+    if failed and any(t.startswith(f"#{failed.group(1)} ") for t in lines):
+        lines = [t for t in lines if t.startswith(f"#{failed.group(1)} ")]
+    body = [STEP_PREFIX.sub("", t).strip() for t in lines]
     cause = next((b for b in reversed(body) if CAUSE.search(b) and "executor failed" not in b), None)
     if cause is None:
         return STEP_PREFIX.sub("", step or (tail[-1] if tail else "")).strip()
