@@ -80,6 +80,10 @@ class RegistryError(ServebuildError):
     """The registry refused, could not be reached or could not be trusted."""
 
 
+class LoginRefused(RegistryError):
+    """The registry, or the token service it sends clients to, refused the credentials."""
+
+
 def _quiet_oras() -> None:
     import logging
     log = logging.getLogger("oras.logger")
@@ -115,10 +119,12 @@ class RegistryClient:
             head = ca.read_bytes()[:1 << 20]
             if b"-----BEGIN CERTIFICATE-----" not in head:
                 raise RegistryError("CA file holds no PEM certificate", file=str(ca), field="--ca")
-        self.insecure = False
+        self.insecure, self.realm = False, None
         self.verify: object = str(ca) if ca else True
         challenge = self._probe()
         backend = "token" if challenge.lower().startswith("bearer") else "basic"
+        if backend == "token":  # where clients get their tokens (GHCR: https://ghcr.io/token)
+            self.realm = dict(re.findall(r'(\w+)="([^"]*)"', challenge)).get("realm")
         outer = self
 
         class _Oras(oras.provider.Registry):
@@ -133,8 +139,8 @@ class RegistryClient:
                             response = raw(self, url, method, data, dict(headers or {}), json, stream)
                         return response
                     except ValueError:  # oras-py: "Cannot respond to request for authentication."
-                        raise RegistryError(f"{outer.registry} refused the login for {method} {_path(url)}",
-                                            field="registry") from None
+                        raise LoginRefused(f"{outer.registry} refused the login for {method} {_path(url)}",
+                                           field="registry") from None
                 return outer._retrying(call, method, url)
 
         self.oras = _Oras(hostname=registry, insecure=self.insecure, tls_verify=self.verify, auth_backend=backend)
@@ -159,11 +165,11 @@ class RegistryClient:
             try:
                 response = call()
             except requests.exceptions.SSLError as exc:
-                raise self._tls_error(exc) from None
+                raise self._tls_error(exc, url) from None
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
                     requests.exceptions.ChunkedEncodingError) as exc:
                 if last:
-                    raise RegistryError(f"{self.registry} unreachable after {self.retries + 1} tries "
+                    raise RegistryError(f"{self._failed(exc, url)} unreachable after {self.retries + 1} tries "
                                         f"({type(exc).__name__} on {method} {_path(url)})", field="registry") from None
             else:
                 if response.status_code < 500 or last:
@@ -172,13 +178,20 @@ class RegistryClient:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def _tls_error(self, exc) -> RegistryError:
+    def _failed(self, exc, url: str) -> str:
+        """What did not answer: the registry, or the token service its Bearer challenge named (the realm)."""
+        failed = getattr(getattr(exc, "request", None), "url", None) or url
+        if self.realm and failed.split("?")[0].rstrip("/") == self.realm.rstrip("/"):
+            return f"token service {self.realm} of {self.registry}"
+        return self.registry
+
+    def _tls_error(self, exc, url: str) -> RegistryError:
         text = str(exc)
         if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
             how = f"the CA in {self.ca}" if self.ca else "the default roots (give the registry's CA with --ca FILE)"
-            return RegistryError(f"untrusted certificate: {self.registry} does not verify against {how}",
+            return RegistryError(f"untrusted certificate: {self._failed(exc, url)} does not verify against {how}",
                                  field="registry")
-        return RegistryError(f"TLS handshake with {self.registry} failed", field="registry")
+        return RegistryError(f"TLS handshake with {self._failed(exc, url)} failed", field="registry")
 
     def _probe(self) -> str:
         """GET /v2/: settles the scheme, returns the auth challenge ('' for an open registry)."""
@@ -210,8 +223,11 @@ class RegistryClient:
             raise RegistryError(f"no credentials for {self.registry}: the registry asks for a login; give "
                                 f"--credentials FILE or log in with `docker login {self.registry}`",
                                 field="registry")
-        response = self.request("GET", "/v2/")
-        if response.status_code in (401, 403):
+        try:
+            refused = self.request("GET", "/v2/").status_code in (401, 403)
+        except LoginRefused:  # a Bearer registry: its token service gave these credentials no token
+            refused = True
+        if refused:
             raise RegistryError(f"wrong credentials for {self.registry}: user {self.creds.username!r} "
                                 f"(from {self.creds.source}) was refused", field="registry")
 
