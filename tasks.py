@@ -452,13 +452,16 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
             "ca": "PEM CA bundle the registry's certificate is checked against (private CA)",
             "force": "move a tag that already points at other images",
             "farm": "farm file: push each platform from the engine that built it (default: farm.yaml, if any)",
-            "no_verify": "publish without a passing smoke verdict for each exact image"})
+            "no_verify": "publish without a passing smoke verdict for each exact image",
+            "sign_key": "PEM private key file (Ed25519 or ECDSA P-256, mode 600) to sign each provenance statement "
+                        "with, attached as a DSSE envelope (default: $SERVEBUILD_SIGN_KEY; never the key itself)"})
 @one_line_errors
 def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None, repository=None, tag=None,
-            credentials=None, ca=None, force=False, no_verify=False, farm=None):
-    """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance, write one
-    OCI index under the tag and read it back."""
-    from servebuild import credentials as creds_mod, pipeline
+            credentials=None, ca=None, force=False, no_verify=False, farm=None, sign_key=None):
+    """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance (+ its signature),
+    write one OCI index under the tag and read it back."""
+    import os
+    from servebuild import credentials as creds_mod, pipeline, signing
     from servebuild.docker import DockerClient
     from servebuild.lock import lock_path
     from servebuild.platforms import PLATFORMS
@@ -480,6 +483,9 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
             raise Exit(f"error: --platform: unknown platform {p!r} (one of {', '.join(PLATFORMS)})", code=2)
     if len(set(platforms)) != len(platforms):
         raise Exit("error: --platform: a platform is named twice", code=2)
+    key_file, key_field = (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"),
+                                                                     "SERVEBUILD_SIGN_KEY")
+    signer = signing.load_private_key(Path(key_file), key_field) if key_file else None  # before any push
     docker = DockerClient()
     builds, plan = [], None
     for p in platforms:  # every build checked before the registry is touched
@@ -495,32 +501,38 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
         name = f"servebuild/{plan.loaded.recipe.name}"
     creds = creds_mod.resolve(registry, _path(credentials))
     client = RegistryClient(registry, creds, _path(ca))
-    result = publish_builds(docker, builds, client, name, tag, force=force,
+    result = publish_builds(docker, builds, client, name, tag, force=force, signer=signer,
                             progress=lambda event, detail: print(f"{event}: {detail}", flush=True))
     print(f"published {result['ref']}\n  index: {result['pinned']}")
+    if signer:
+        print(f"  provenance signed by {signer.keyid}")
     for p, digest in result["platforms"].items():
         print(f"  {p}: {registry}/{name}@{digest}")
 
 
 @task(help={"ref": "HOST[:PORT]/REPOSITORY:TAG to check",
             "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
-            "ca": "PEM CA bundle the registry's certificate is checked against"}, positional=["ref"])
+            "ca": "PEM CA bundle the registry's certificate is checked against",
+            "public_key": "PEM public key file: each platform's provenance must carry a DSSE signature under it "
+                          "over exactly the attached statement"}, positional=["ref"])
 @one_line_errors
-def verify(c, ref=None, credentials=None, ca=None):
-    """Check a published tag end to end: index, platform digests, labels, attached manifest/SBOM/provenance, lock."""
-    from servebuild import credentials as creds_mod, pipeline
+def verify(c, ref=None, credentials=None, ca=None, public_key=None):
+    """Check a published tag end to end: index, platform digests, labels, attached manifest/SBOM/provenance
+    (and its signature, with --public-key), lock."""
+    from servebuild import credentials as creds_mod, pipeline, signing
     from servebuild.registry import RegistryClient
     from servebuild.verify import verify as verify_tag
     m = re.fullmatch(rf"({pipeline.HOST})/([a-z0-9][a-z0-9._/-]*):([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})", ref or "")
     if not m or not pipeline.TAG.match(ref):
         raise Exit(f"error: REF: {ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", code=2)
     registry, name, tag = m.groups()
+    key = signing.load_public_key(Path(public_key)) if public_key else None  # before the registry is asked
     client = RegistryClient(registry, creds_mod.resolve(registry, _path(credentials)), _path(ca))
-    report = verify_tag(client, name, tag, ROOT)
+    report = verify_tag(client, name, tag, ROOT, key)
     print(f"verified {report['ref']} (index {report['index']})")
     for p, r in sorted(report["platforms"].items()):
         print(f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
-              f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}")
+              f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}")
 
 
 @task(help={"stack": "stack to regenerate: a directory constraints/STACK with an inputs.yaml",

@@ -1,7 +1,8 @@
 """Provenance beside a published image: a CycloneDX SBOM of the image's Python environment, the build
 manifest, and an in-toto statement with an SLSA provenance predicate, attached to the image's digest
-as OCI artifacts (manifests with a `subject`). Unsigned: integrity comes from digests, which
-`invoke verify` checks; nothing here holds a credential, a CA bundle or a token.
+as OCI artifacts (manifests with a `subject`). Integrity comes from digests, which `invoke verify`
+checks; with a signing key, publish also attaches a DSSE envelope signing the statement's exact bytes
+(signing.py). Nothing here holds a credential, a CA bundle, a token or a key.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from . import __version__
 from .fsutil import sha256_bytes
 from .registry import (EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError,
                        canonical_bytes, referrers_tag)
+from .signing import ENVELOPE_TYPE
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 MANIFEST_TYPE = "application/vnd.servebuild.manifest.v1+json"
 STATEMENT_TYPE = "application/vnd.in-toto+json"
-ARTIFACT_TYPES = {"sbom": SBOM_TYPE, "manifest": MANIFEST_TYPE, "provenance": STATEMENT_TYPE}
+ARTIFACT_TYPES = {"sbom": SBOM_TYPE, "manifest": MANIFEST_TYPE, "provenance": STATEMENT_TYPE}  # always attached
+SIGNATURE_TYPE = ENVELOPE_TYPE  # the DSSE envelope of the statement, attached when publish has a signing key
+ALL_TYPES = {**ARTIFACT_TYPES, "signature": SIGNATURE_TYPE}
 SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://github.com/servebuild/servebuild/build/v1"
 TITLE = "org.opencontainers.image.title"
@@ -137,7 +141,7 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
 
 def attach(client: RegistryClient, repo: str, subject: dict, kind: str, payload: bytes, filename: str) -> dict:
     """Upload one artifact manifest whose subject is `subject`; return its descriptor for the referrers index."""
-    artifact_type = ARTIFACT_TYPES[kind]
+    artifact_type = ALL_TYPES[kind]
     client.put_blob(repo, EMPTY_JSON)
     layer = {"mediaType": artifact_type, **client.put_blob(repo, payload), "annotations": {TITLE: filename}}
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,

@@ -6,7 +6,8 @@ Order (nothing in the registry changes until every check has passed):
 2. the Python environment of each image is listed (a container without network) for its SBOM;
 3. each platform image is pushed by the engine (`docker push TAG-ARCH`; the engine holds the layers)
    and read back by digest: its config must be the built image;
-4. SBOM, build manifest and in-toto statement are attached to each platform digest;
+4. SBOM, build manifest and in-toto statement are attached to each platform digest, and with a signing
+   key (loaded and checked by the caller before step 1) a DSSE envelope signing the statement's bytes;
 5. the OCI index naming exactly those digests is written under the tag (one PUT: a tag never points at
    a partial index) and read back: each platform must resolve to the digest whose verdict passed.
 """
@@ -23,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import provenance
+from . import provenance, signing
 from .credentials import DockerConfigDir
 from .docker import DockerClient
 from .errors import DockerError, ServebuildError, SmokeError
 from .fsutil import sha256_file, write_json
 from .platforms import arch_of
-from .registry import DOCKER_LIST, OCI_INDEX, RegistryClient, canonical_bytes
+from .registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -217,7 +218,30 @@ def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: 
                     "platform": {"architecture": arch, "os": os_}}
 
 
-def attach_provenance(docker: DockerClient, client: RegistryClient, repo: str, b: PlatformBuild) -> None:
+def _signed_before(client: RegistryClient, repo: str, digest: str, statement_bytes: bytes,
+                   signer: signing.PrivateKey) -> Optional[bytes]:
+    """An envelope already attached to `digest` that signs exactly these statement bytes under this key
+    (an ECDSA signature differs on every run: re-signing would attach a second envelope on a re-push)."""
+    for d in client.referrers(repo, digest)[0]:
+        if d.get("artifactType") != provenance.SIGNATURE_TYPE or d.get("mediaType") != OCI_MANIFEST:
+            continue
+        try:  # anything unreadable here is not ours to reuse: a new envelope is attached beside it
+            found = client.get_manifest(repo, d.get("digest", ""))
+            art = json.loads(found[0]) if found else {}
+            layers = (art.get("layers") or []) if isinstance(art, dict) else []
+            if len(layers) != 1 or (art.get("subject") or {}).get("digest") != digest:
+                continue
+            envelope = client.get_blob(repo, layers[0].get("digest", ""))
+            signed = signing.verify_envelope(envelope, signer.public)
+        except (RegistryError, signing.SigningError, AttributeError):
+            continue
+        if signed.payload_type == signing.PAYLOAD_TYPE and signed.payload == statement_bytes:
+            return envelope
+    return None
+
+
+def attach_provenance(docker: DockerClient, client: RegistryClient, repo: str, b: PlatformBuild,
+                      signer: Optional[signing.PrivateKey] = None) -> None:
     subject = b.descriptor
     sbom = provenance.cyclonedx(b.installed, f"{client.registry}/{repo}", b.digest, b.platform, b.image_id)
     sbom_bytes = json.dumps(sbom, indent=2, sort_keys=True).encode() + b"\n"
@@ -229,6 +253,11 @@ def attach_provenance(docker: DockerClient, client: RegistryClient, repo: str, b
     statement = provenance.statement(b.manifest, f"{client.registry}/{repo}", b.digest, b.lock, layer_digests)
     statement_bytes = json.dumps(statement, indent=2, sort_keys=True).encode() + b"\n"
     descriptors.append(provenance.attach(client, repo, subject, "provenance", statement_bytes, "provenance.intoto.json"))
+    if signer is not None:
+        envelope = _signed_before(client, repo, b.digest, statement_bytes, signer) \
+            or signing.sign(statement_bytes, signer)
+        descriptors.append(provenance.attach(client, repo, subject, "signature", envelope,
+                                             "provenance.intoto.dsse.json"))
     how = provenance.register_referrers(client, repo, b.digest, descriptors)
     b.artifacts = {d["annotations"]["io.servebuild.artifact"]: d["digest"] for d in descriptors}
     b.artifacts["referrers"] = how
@@ -264,8 +293,9 @@ def read_back(client: RegistryClient, repo: str, tag: str, builds: list[Platform
 
 def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryClient, repo: str, tag: str,
             force: bool = False, progress: Callable[[str, str], None] = lambda event, detail: None,
-            backoff: float = 1.0) -> dict:
-    """Everything after the per-build checks (see the module docstring for the order)."""
+            backoff: float = 1.0, signer: Optional[signing.PrivateKey] = None) -> dict:
+    """Everything after the per-build checks (see the module docstring for the order). `signer`: sign
+    each platform's statement (a DSSE envelope attached beside it)."""
     engine_trusts(client.registry, client)
     check_collisions(client, repo, tag, builds, force)
     for b in builds:
@@ -276,8 +306,9 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
             push_platform(b.engine or docker, client, repo, tag, b, config_dir, backoff, progress)
             progress("pushed", f"{b.platform}: {client.registry}/{repo}@{b.digest}")
     for b in builds:
-        attach_provenance(b.engine or docker, client, repo, b)
-        progress("attached", f"{b.platform}: sbom, manifest, provenance ({b.artifacts['referrers']})")
+        attach_provenance(b.engine or docker, client, repo, b, signer)
+        signed = f", signature by {signer.keyid}" if signer else ""
+        progress("attached", f"{b.platform}: sbom, manifest, provenance{signed} ({b.artifacts['referrers']})")
     body = index_bytes(builds)
     index_digest = client.put_manifest(repo, tag, body, OCI_INDEX)
     progress("indexed", f"{client.registry}/{repo}:{tag} -> {index_digest}")
@@ -289,9 +320,11 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
         record = {"ref": ref, "index": index_digest, "digest": b.digest,
                   "pinned": f"{client.registry}/{repo}@{b.digest}",
                   "artifacts": {k: v for k, v in b.artifacts.items() if k != "referrers"}}
+        if signer is not None:
+            record["keyid"] = signer.keyid
         manifest["outputs"]["published"] = [p for p in manifest["outputs"].get("published", [])
                                             if p.get("ref") != ref] + [record]
         write_json(path, manifest)
     return {"ref": ref, "index": index_digest, "pinned": f"{client.registry}/{repo}@{index_digest}",
             "platforms": {b.platform: b.digest for b in builds},
-            "artifacts": {b.platform: b.artifacts for b in builds}}
+            "artifacts": {b.platform: b.artifacts for b in builds}, "keyid": signer.keyid if signer else None}

@@ -5,6 +5,9 @@ attached to that digest (exactly one SBOM, build manifest and provenance stateme
 digest as its subject; every byte checked against its digest) -> the build manifest hashes to the
 image's label -> the SBOM holds what the build installed -> the statement names those artifacts, the
 recipe of the label and the lock -> the project's lock file for that recipe, if there is one.
+With a public key, each platform must also carry a DSSE envelope whose signature verifies under that
+key and whose payload is byte for byte the attached statement (checked before the statement's content);
+without one, the keyids of attached envelopes are reported, not checked.
 The first problem is one line (exit 2).
 """
 
@@ -15,11 +18,15 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from . import signing
 from .errors import ServebuildError
 from .fsutil import sha256_bytes, sha256_file
 from .manifest import LABEL_PREFIX, manifest_sha256
-from .provenance import ARTIFACT_TYPES, SLSA_PREDICATE
+from .provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE
 from .registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
+
+
+KEYID_SHOWN = re.compile(r"[\x21-\x7e]{1,100}")  # keyids come from the registry: printable, bounded, or quoted
 
 
 class VerifyError(ServebuildError):
@@ -40,7 +47,8 @@ def _json(data: bytes, what: str) -> dict:
     return doc
 
 
-def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = None) -> dict:
+def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = None,
+           public_key: Optional[signing.PublicKey] = None) -> dict:
     ref = f"{client.registry}/{repo}:{tag}"
     found = client.get_manifest(repo, tag)
     if found is None:
@@ -60,22 +68,25 @@ def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = N
         if platform in seen:
             raise VerifyError(f"{ref}: {platform} appears twice in the index")
         seen.add(platform)
-        report["platforms"][platform] = _verify_platform(client, repo, ref, platform, entry.get("digest", ""), root)
+        report["platforms"][platform] = _verify_platform(client, repo, ref, platform, entry.get("digest", ""), root,
+                                                         public_key)
     return report
 
 
 def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str, digest: str,
-                     root: Optional[Path]) -> dict:
+                     root: Optional[Path], public_key: Optional[signing.PublicKey]) -> dict:
     where = f"{ref} {platform}"
     config_digest, labels = _image_labels(client, repo, where, platform, digest)
-    artifacts = _artifacts(client, repo, where, digest)
+    referrers, _ = client.referrers(repo, digest)
+    artifacts = _artifacts(client, repo, where, digest, referrers)
+    signature = _signature(client, repo, where, digest, referrers, artifacts["provenance"], public_key)
     manifest = _check_build_manifest(artifacts, where, labels, config_digest)
     installed = _check_sbom(artifacts, where, digest, manifest)
     lock = _check_provenance(artifacts, where, digest, labels)
     lock_state = _check_lock(where, lock, root, labels[f"{LABEL_PREFIX}.recipe"])
     return {"digest": digest, "image_id": config_digest, "recipe": labels[f"{LABEL_PREFIX}.recipe"],
             "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"], "packages": len(installed),
-            "lock": lock_state}
+            "lock": lock_state, "signature": signature}
 
 
 def _image_labels(client: RegistryClient, repo: str, where: str, platform: str, digest: str) -> tuple[str, dict]:
@@ -145,25 +156,80 @@ def _check_provenance(artifacts: dict, where: str, digest: str, labels: dict):
     return params.get("lock")
 
 
-def _artifacts(client: RegistryClient, repo: str, where: str, digest: str) -> dict[str, bytes]:
-    referrers, _ = client.referrers(repo, digest)
+def _artifacts(client: RegistryClient, repo: str, where: str, digest: str, referrers: list[dict]) -> dict[str, bytes]:
     out = {}
     for kind, artifact_type in ARTIFACT_TYPES.items():
         matching = [d for d in referrers if d.get("artifactType") == artifact_type]
         if len(matching) != 1:
             raise VerifyError(f"{where}: {len(matching)} {kind} artifacts are attached to {digest}, want exactly 1")
-        desc = matching[0]
-        found = client.get_manifest(repo, desc.get("digest", ""))
-        if found is None:
-            raise VerifyError(f"{where}: the {kind} artifact {desc.get('digest')} is listed but not in the registry")
-        art = _json(found[0], f"{where} {kind} artifact manifest")
-        if (art.get("subject") or {}).get("digest") != digest or art.get("artifactType") != artifact_type:
-            raise VerifyError(f"{where}: the {kind} artifact {found[1]} is not a {artifact_type} about {digest}")
-        layers = art.get("layers") or []
-        if len(layers) != 1:
-            raise VerifyError(f"{where}: the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
-        out[kind] = client.get_blob(repo, layers[0].get("digest", ""))
+        out[kind] = _artifact_blob(client, repo, where, digest, kind, artifact_type, matching[0])
     return out
+
+
+def _artifact_blob(client: RegistryClient, repo: str, where: str, digest: str, kind: str, artifact_type: str,
+                   desc: dict) -> bytes:
+    """The one layer of the artifact `desc` names, after checking it is a `artifact_type` about `digest`."""
+    found = client.get_manifest(repo, desc.get("digest", ""))
+    if found is None:
+        raise VerifyError(f"{where}: the {kind} artifact {desc.get('digest')} is listed but not in the registry")
+    art = _json(found[0], f"{where} {kind} artifact manifest")
+    if (art.get("subject") or {}).get("digest") != digest or art.get("artifactType") != artifact_type:
+        raise VerifyError(f"{where}: the {kind} artifact {found[1]} is not a {artifact_type} about {digest}")
+    layers = art.get("layers") or []
+    if len(layers) != 1:
+        raise VerifyError(f"{where}: the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
+    return client.get_blob(repo, layers[0].get("digest", ""))
+
+
+def _signature(client: RegistryClient, repo: str, where: str, digest: str, referrers: list[dict], statement: bytes,
+               public_key: Optional[signing.PublicKey]) -> str:
+    signed = [d for d in referrers if d.get("artifactType") == SIGNATURE_TYPE]
+    if public_key is None:
+        return _signature_note(client, repo, where, digest, signed)
+    envelopes = [_artifact_blob(client, repo, where, digest, "signature", SIGNATURE_TYPE, d) for d in signed]
+    return _check_signature(envelopes, where, digest, statement, public_key)
+
+
+def _signature_note(client: RegistryClient, repo: str, where: str, digest: str, signed: list[dict]) -> str:
+    """No key to check against: which keyids the attached envelopes name, never a failure."""
+    keyids = []
+    for desc in signed:
+        try:
+            keyids += signing.parse_envelope(_artifact_blob(client, repo, where, digest, "signature",
+                                                            SIGNATURE_TYPE, desc)).keyids
+        except ServebuildError:  # a broken envelope fails only a check against a key
+            keyids.append("(unreadable envelope)")
+    if not keyids:
+        return "unsigned"
+    shown = [k if KEYID_SHOWN.fullmatch(k) else f"(keyid {k[:40]!r})" if k else "(no keyid)" for k in keyids]
+    return f"signature by {', '.join(shown)} attached, not checked (give --public-key)"
+
+
+def _check_signature(envelopes: list[bytes], where: str, digest: str, statement: bytes,
+                     public_key: signing.PublicKey) -> str:
+    """One attached envelope must verify under the key and sign exactly the attached statement (other
+    envelopes, e.g. by other keys, may sit beside it); else the most telling problem, one line."""
+    if not envelopes:
+        raise VerifyError(f"{where}: no signed provenance attached to {digest} (want a DSSE envelope signed by "
+                          f"{public_key.keyid})")
+    problems = []
+    for data in envelopes:
+        try:
+            envelope = signing.verify_envelope(data, public_key)
+        except signing.BadSignature:
+            problems.append((2, f"the provenance signature does not verify under {public_key.keyid}"))
+            continue
+        except signing.SigningError as exc:  # not an envelope at all
+            problems.append((3, f"the signature artifact {exc.problem}"))
+            continue
+        if envelope.payload_type != signing.PAYLOAD_TYPE:
+            problems.append((0, f"the signed payload type is {envelope.payload_type[:80]!r}, not {signing.PAYLOAD_TYPE}"))
+        elif envelope.payload != statement:
+            problems.append((1, f"the signed payload is not the attached statement (signed sha256:"
+                                f"{sha256_bytes(envelope.payload)}, attached sha256:{sha256_bytes(statement)})"))
+        else:
+            return f"signed by {public_key.keyid}, verified"
+    raise VerifyError(f"{where}: {min(problems)[1]}")
 
 
 def _check_lock(where: str, lock: Optional[dict], root: Optional[Path], recipe: str) -> str:

@@ -6,7 +6,8 @@ installed for the module and removed after), the fixture recipe built for linux/
 (QEMU) and proven by the real smoke suite, and the real CLI (`invoke publish`, `invoke verify`) run
 from the fixture project (a copy of tasks.py over this checkout's servebuild).
 Not real: nothing is faked; the registry has no client-certificate auth, so the "TLS private keys" of
-the secret scan are the registry's server key and the CA's key.
+the secret scan are the registry's server key and the CA's key (and the provenance signing key, an
+ECDSA P-256 key made here: the reference publish signs with it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from servebuild.errors import ServebuildError, SmokeError
 from servebuild.loading import load_recipe
 from servebuild.publish import PlatformBuild, check_build, publish, verify_smoke
 from servebuild.registry import OCI_INDEX, RegistryClient, canonical_bytes, referrers_tag
-from servebuild import provenance
+from servebuild import provenance, signing
 from support import REPO_ROOT
 
 DOCKER = "/usr/bin/docker"
@@ -78,8 +79,32 @@ def empty_docker_config(tmp_path_factory):
     return tmp_path_factory.mktemp("docker-config-empty")
 
 
-def cli(project, *args, docker_config=None, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "DOCKER_CONFIG": str(docker_config)}
+@pytest.fixture(scope="module")
+def sign_keys(tmp_path_factory):
+    """Provenance signing keys: `ecdsa` (P-256) signs the reference publish; `other` (Ed25519) is a stranger."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    folder = tmp_path_factory.mktemp("sign-keys")
+    keys = {}
+    for name, key in (("ecdsa", ec.generate_private_key(ec.SECP256R1())), ("other", ed25519.Ed25519PrivateKey.generate())):
+        private, public = folder / f"{name}.key", folder / f"{name}.pub"
+        pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+        private.write_bytes(pem)
+        private.chmod(0o600)
+        public.write_bytes(key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
+        der = key.private_bytes(ser.Encoding.DER, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+        raw = key.private_numbers().private_value.to_bytes(32, "big") if name == "ecdsa" else \
+            key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
+        keys[name] = SimpleNamespace(private=private, public=public, signer=signing.load_private_key(private),
+                                     secrets=_pem_body(pem) + [der, base64.b64encode(der)[:40], raw, raw.hex().encode(),
+                                                               base64.b64encode(raw)[:40]])
+        keys[name].keyid = keys[name].signer.keyid
+    return keys
+
+
+def cli(project, *args, docker_config=None, timeout=900, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != "SERVEBUILD_SIGN_KEY"}  # only where a test sets it
+    env.update({"PYTHONPATH": str(REPO_ROOT), "DOCKER_CONFIG": str(docker_config), **(env_extra or {})})
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -117,9 +142,10 @@ def client_for(reg) -> RegistryClient:
 
 
 @pytest.fixture(scope="module")
-def published(smoked, reg, creds, project, empty_docker_config):
-    """`invoke publish` of both platforms under one tag (the module's reference result)."""
-    proc = cli(project, *publish_args(reg, creds, "v1"), docker_config=empty_docker_config)
+def published(smoked, reg, creds, project, empty_docker_config, sign_keys):
+    """`invoke publish` of both platforms under one tag, provenance signed (the module's reference result)."""
+    proc = cli(project, *publish_args(reg, creds, "v1", "linux/amd64,linux/arm64", "--sign-key",
+                                      str(sign_keys["ecdsa"].private)), docker_config=empty_docker_config)
     assert proc.returncode == 0, proc.stderr
     print(f"\npublish of 2 platforms: {proc.seconds:.1f}s")
     index, digest = index_of(reg, "v1")
@@ -161,19 +187,24 @@ def test_one_tag_names_exactly_the_two_smoke_passed_digests(published, smoked, r
         subprocess.run([DOCKER, "image", "rm", ref], capture_output=True)  # the tag only; the images stay
 
 
-def test_republish_is_idempotent_and_reads_docker_config_credentials(published, reg, project, tmp_path):
+def test_republish_is_idempotent_and_reads_docker_config_credentials(published, reg, project, tmp_path, sign_keys):
+    """Signed again with the same ECDSA key (named by SERVEBUILD_SIGN_KEY this time): an ECDSA signature
+    differs on every run, so an idempotent re-push must reuse the envelope already attached."""
     before = reg.tags(REPO)
     referrers = {d: reg.manifest(REPO, referrers_tag(d)) for d in published["platforms"].values()}
     proc = cli(project, "publish", "--recipe", "toy", "--registry", reg.address, "--platform",
                "linux/arm64,linux/amd64", "--tag", "v1", "--ca", str(reg.ca_file),
-               docker_config=docker_config_with(reg, tmp_path))
+               docker_config=docker_config_with(reg, tmp_path),
+               env_extra={"SERVEBUILD_SIGN_KEY": str(sign_keys["ecdsa"].private)})
     assert proc.returncode == 0, proc.stderr
+    assert f"provenance signed by {sign_keys['ecdsa'].keyid}" in proc.stdout
     index, digest = index_of(reg, "v1")
     assert digest == published["digest"] and platforms_of(index) == published["platforms"]
     assert reg.tags(REPO) == before
     for d, (code, body) in referrers.items():
         assert reg.manifest(REPO, referrers_tag(d)) == (code, body)  # no duplicate artifacts
-        assert len(json.loads(body)["manifests"]) == 3
+        assert sorted(e["artifactType"] for e in json.loads(body)["manifests"]) == sorted(
+            [*provenance.ARTIFACT_TYPES.values(), provenance.SIGNATURE_TYPE])
 
 
 def test_tag_collision_is_refused_unless_forced(published, reg, creds, project, empty_docker_config):
@@ -189,13 +220,15 @@ def test_tag_collision_is_refused_unless_forced(published, reg, creds, project, 
     assert platforms_of(index_of(reg, "collide")[0]) == published["platforms"]
 
 
-def test_verify_passes_on_the_published_tag(published, reg, creds, project, empty_docker_config):
+def test_verify_passes_on_the_published_tag(published, reg, creds, project, empty_docker_config, sign_keys):
     proc = cli(project, "verify", f"{reg.address}/{REPO}:v1", "--credentials", str(creds), "--ca", str(reg.ca_file),
                docker_config=empty_docker_config)
     assert proc.returncode == 0, proc.stderr
     assert f"verified {reg.address}/{REPO}:v1" in proc.stdout
     for platform, digest in published["platforms"].items():
-        assert f"{platform}: {digest}" in proc.stdout
+        line = next(x for x in proc.stdout.splitlines() if x.strip().startswith(f"{platform}: {digest}"))
+        # without --public-key: the signature is reported, not checked
+        assert line.endswith(f"signature by {sign_keys['ecdsa'].keyid} attached, not checked (give --public-key)")
 
 
 def assert_one_line(proc, *fragments):
@@ -207,9 +240,9 @@ def assert_one_line(proc, *fragments):
     return lines[0]
 
 
-def verify_cli(project, reg, creds, tag, docker_config):
+def verify_cli(project, reg, creds, tag, docker_config, *extra):
     return cli(project, "verify", f"{reg.address}/{REPO}:{tag}", "--credentials", str(creds), "--ca",
-               str(reg.ca_file), docker_config=docker_config)
+               str(reg.ca_file), *extra, docker_config=docker_config)
 
 
 def test_verify_fails_when_one_attached_artifact_is_changed(published, reg, creds, project, empty_docker_config):
@@ -267,6 +300,88 @@ def test_verify_fails_when_one_platform_digest_is_changed(published, reg, creds,
     client.put_manifest(REPO, "v1-swapped", canonical_bytes(index), OCI_INDEX)
     proc = verify_cli(project, reg, creds, "v1-swapped", empty_docker_config)
     assert_one_line(proc, "linux/amd64", published["platforms"]["linux/arm64"], "is a linux/arm64 image")
+
+
+# -- signed provenance ----------------------------------------------------------------------------------------
+
+def attached(client, digest: str, artifact_type: str) -> tuple[dict, bytes]:
+    """(referrers entry, layer bytes) of the one artifact of `artifact_type` attached to `digest`."""
+    entry = next(d for d in client.referrers(REPO, digest)[0] if d["artifactType"] == artifact_type)
+    art = json.loads(client.get_manifest(REPO, entry["digest"])[0])
+    return entry, client.get_blob(REPO, art["layers"][0]["digest"])
+
+
+@contextmanager
+def envelope_replaced(client, digest: str, envelope: bytes | None):
+    """The referrers of `digest` with its DSSE envelope replaced by another artifact holding `envelope`
+    (None: no envelope at all), for one case; the original referrers index is put back after."""
+    fallback = referrers_tag(digest)
+    original = client.get_manifest(REPO, fallback)[0]
+    entries = json.loads(original)["manifests"]
+    kept = [d for d in entries if d["artifactType"] != provenance.SIGNATURE_TYPE]
+    assert len(kept) == len(entries) - 1
+    if envelope is not None:
+        image = client.get_manifest(REPO, digest)
+        subject = {"mediaType": image[2], "digest": digest, "size": len(image[0])}
+        kept.append(provenance.attach(client, REPO, subject, "signature", envelope, "provenance.intoto.dsse.json"))
+    client.put_manifest(REPO, fallback, canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                                         "manifests": kept}), OCI_INDEX)
+    try:
+        yield
+    finally:
+        client.put_manifest(REPO, fallback, original, OCI_INDEX)
+
+
+def test_verify_checks_the_signature_under_the_public_key(published, reg, creds, project, empty_docker_config,
+                                                          sign_keys, tmp_path):
+    good = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(sign_keys["ecdsa"].public))
+    assert good.returncode == 0, good.stderr
+    for platform, digest in published["platforms"].items():
+        line = next(x for x in good.stdout.splitlines() if x.strip().startswith(f"{platform}: {digest}"))
+        assert line.endswith(f"signed by {sign_keys['ecdsa'].keyid}, verified"), line
+    # the envelope on each digest signs exactly the statement attached beside it
+    client = client_for(reg)
+    for digest in published["platforms"].values():
+        _, statement = attached(client, digest, provenance.STATEMENT_TYPE)
+        _, envelope = attached(client, digest, provenance.SIGNATURE_TYPE)
+        assert signing.verify_envelope(envelope, sign_keys["ecdsa"].public.read_bytes()).payload == statement
+    other = sign_keys["other"]
+    wrong = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(other.public))
+    assert_one_line(wrong, f"{reg.address}/{REPO}:v1 linux/amd64: the provenance signature does not verify under "
+                           f"{other.keyid}")
+    # a bad --public-key file is one line before the registry is asked (a private key given by mistake)
+    bad = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(sign_keys["ecdsa"].private))
+    line = assert_one_line(bad, "--public-key", "holds a private key")
+    assert not any(secret in line.encode() for secret in sign_keys["ecdsa"].secrets)
+
+
+def test_verify_fails_when_one_platform_envelope_is_swapped(published, reg, creds, project, empty_docker_config,
+                                                            sign_keys):
+    """amd64's envelope replaced by other valid envelopes pushed as its referrer; then removed."""
+    client = client_for(reg)
+    amd, arm = published["platforms"]["linux/amd64"], published["platforms"]["linux/arm64"]
+    key = ["--public-key", str(sign_keys["ecdsa"].public)]
+    _, arm_envelope = attached(client, arm, provenance.SIGNATURE_TYPE)
+    _, amd_statement = attached(client, amd, provenance.STATEMENT_TYPE)
+    where = f"{reg.address}/{REPO}:v1 linux/amd64: "
+    # a genuine envelope by the right key, of the arm64 statement (a replay onto another digest)
+    with envelope_replaced(client, amd, arm_envelope):
+        proc = verify_cli(project, reg, creds, "v1", empty_docker_config, *key)
+        assert_one_line(proc, where + "the signed payload is not the attached statement",
+                        f"attached sha256:{provenance.sha256_bytes(amd_statement)}")
+    # amd64's exact statement, signed by another key
+    with envelope_replaced(client, amd, signing.sign(amd_statement, sign_keys["other"].signer)):
+        proc = verify_cli(project, reg, creds, "v1", empty_docker_config, *key)
+        assert_one_line(proc, where + f"the provenance signature does not verify under {sign_keys['ecdsa'].keyid}")
+    # no envelope at all: a failure with the key, a note without it
+    with envelope_replaced(client, amd, None):
+        proc = verify_cli(project, reg, creds, "v1", empty_docker_config, *key)
+        assert_one_line(proc, where + f"no signed provenance attached to {amd}")
+        unkeyed = verify_cli(project, reg, creds, "v1", empty_docker_config)
+        assert unkeyed.returncode == 0, unkeyed.stderr
+        lines = {x.strip().split(":")[0]: x for x in unkeyed.stdout.splitlines()[1:]}
+        assert lines["linux/amd64"].endswith(", unsigned") and "attached, not checked" in lines["linux/arm64"]
+    assert verify_cli(project, reg, creds, "v1", empty_docker_config, *key).returncode == 0
 
 
 # -- faults: the registry killed mid-publish ------------------------------------------------------------------
@@ -415,12 +530,43 @@ BAD_CASES = [
     ("credentials-world-readable", dict(creds_mode=0o644), ["readable by others", "chmod 600"]),
     ("credentials-file-missing", dict(creds="missing"), ["cannot read credentials file"]),
     ("docker-config-bad-auth", dict(creds=None, docker_auth="not base64!"), ["`auth` is not base64 of USER:PASSWORD"]),
+    ("sign-key-certificate", dict(sign_key="certificate"), ["--sign-key", "holds a certificate, not a PEM private key"]),
+    ("sign-key-directory", dict(sign_key="directory"), ["--sign-key", "is not a regular file"]),
+    ("sign-key-missing", dict(sign_key="missing"), ["--sign-key", "cannot read a PEM private key"]),
+    ("sign-key-huge", dict(sign_key="huge"), ["--sign-key", "a PEM private key is a few kB"]),
+    ("sign-key-world-readable", dict(sign_key="world-readable"), ["--sign-key", "readable by others", "chmod 600"]),
+    ("sign-key-rsa", dict(sign_key="rsa"), ["--sign-key", "is an RSA key (2048 bits)", "Ed25519 or ECDSA P-256"]),
+    ("sign-key-material-in-argv", dict(sign_key="argv"), ["--sign-key: is not a file path", "never the key itself"]),
+    ("sign-key-env-public-key", dict(sign_env="public-key"), ["SERVEBUILD_SIGN_KEY", "holds a public key"]),
 ]
+
+
+def bad_sign_key(how: str, reg, sign_keys, tmp_path) -> tuple[str, list[bytes]]:
+    """A bad --sign-key value, and the secrets it must not leak (the key bytes it holds or comes from)."""
+    good = sign_keys["ecdsa"]
+    pem = good.private.read_bytes()
+    if how == "rsa":
+        from cryptography.hazmat.primitives import serialization as ser
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        rsa_pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+        path = tmp_path / "rsa.key"
+        path.write_bytes(rsa_pem)
+        path.chmod(0o600)
+        return str(path), _pem_body(rsa_pem)
+    if how in ("huge", "world-readable"):
+        path = tmp_path / f"{how}.key"
+        path.write_bytes(pem + (b"A" * (100 << 10) if how == "huge" else b""))
+        path.chmod(0o600 if how == "huge" else 0o644)
+        return str(path), good.secrets
+    value = {"certificate": str(reg.ca_file), "directory": str(tmp_path), "missing": str(tmp_path / "absent.key"),
+             "argv": pem.decode()}[how]
+    return value, good.secrets
 
 
 @pytest.mark.parametrize("case_id,how,fragments", BAD_CASES, ids=[c[0] for c in BAD_CASES])
 def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoked, reg, creds, project, tmp_path,
-                                                  empty_docker_config):
+                                                  empty_docker_config, sign_keys):
     import trustme
     tag = f"bad-{case_id}"
     registry = how.get("registry", reg.address)
@@ -456,6 +602,13 @@ def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoke
         docker_config = tmp_path / "dc"
         docker_config.mkdir()
         (docker_config / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": how["docker_auth"]}}}))
+    key_secrets, env_extra = [], {}
+    if "sign_key" in how:
+        value, key_secrets = bad_sign_key(how["sign_key"], reg, sign_keys, tmp_path)
+        args += ["--sign-key", value]
+    if how.get("sign_env") == "public-key":
+        env_extra["SERVEBUILD_SIGN_KEY"] = str(sign_keys["ecdsa"].public)
+        key_secrets = sign_keys["ecdsa"].secrets
 
     arm = smoked["linux/arm64"]
     contexts = {
@@ -475,12 +628,14 @@ def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoke
     catalog, tags = reg.catalog(), reg.tags(REPO)
     make = contexts[how.get("ctx")]
     if make is None:
-        proc = cli(project, *args, docker_config=docker_config)
+        proc = cli(project, *args, docker_config=docker_config, env_extra=env_extra)
     else:
         with make():
-            proc = cli(project, *args, docker_config=docker_config)
+            proc = cli(project, *args, docker_config=docker_config, env_extra=env_extra)
     line = assert_one_line(proc, *fragments)
     assert reg.password not in proc.stderr + proc.stdout
+    for secret in key_secrets:
+        assert secret not in (proc.stderr + proc.stdout).encode(), "signing key bytes in the output"
     assert reg.catalog() == catalog and reg.tags(REPO) == tags, line  # nothing pushed, nothing tagged
     local = subprocess.run([DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
                            text=True).stdout
@@ -494,10 +649,11 @@ def _pem_body(pem: bytes) -> list[bytes]:
     return [line for line in pem.splitlines() if len(line) >= 40 and not line.startswith(b"-----")]
 
 
-def test_no_secret_in_layers_builds_manifests_or_artifacts(published, smoked, reg, project, tmp_path):
+def test_no_secret_in_layers_builds_manifests_or_artifacts(published, smoked, reg, project, tmp_path, sign_keys):
     secrets = [reg.password.encode(), base64.b64encode(f"{USER}:{reg.password}".encode())]
     secrets += _pem_body(reg.key_pem) + _pem_body(reg.ca_key_pem)
-    assert len(secrets) > 4
+    secrets += sign_keys["ecdsa"].secrets  # the provenance signing key (PEM lines, DER, raw scalar; hex, base64)
+    assert len(secrets) > 10
 
     def clean(data: bytes, where: str) -> None:
         for secret in secrets:
@@ -524,14 +680,14 @@ def test_no_secret_in_layers_builds_manifests_or_artifacts(published, smoked, re
         clean(body, digest)
         clean(client.get_blob(REPO, json.loads(body)["config"]["digest"]), f"config of {digest}")
         referrers, _ = client.referrers(REPO, digest)
-        assert {d["artifactType"] for d in referrers} == set(provenance.ARTIFACT_TYPES.values())
+        assert {d["artifactType"] for d in referrers} == set(provenance.ALL_TYPES.values())  # the envelope too
         for d in referrers:
             art = client.get_manifest(REPO, d["digest"])[0]
             clean(art, d["digest"])
             for layer in json.loads(art)["layers"]:
                 clean(client.get_blob(REPO, layer["digest"]), f"artifact layer {layer['digest']}")
                 seen += 1
-    assert seen == 6
+    assert seen == 8
     # and the private Docker config publish wrote for the engine's push is gone
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("servebuild-docker-*"))
 
