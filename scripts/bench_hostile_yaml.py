@@ -7,11 +7,9 @@ table; nothing is asserted (these machines are noisy). Usage: python scripts/ben
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
