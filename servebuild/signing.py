@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import stat
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Union
 
 from .errors import ServebuildError
+from .fsutil import sha256_bytes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
@@ -93,7 +93,7 @@ class Envelope:
 def keyid_of(public_key) -> str:
     from cryptography.hazmat.primitives import serialization
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()
+    return "sha256:" + sha256_bytes(der)
 
 
 def _kind(key) -> str:

@@ -6,6 +6,7 @@ the outcome while building only what bisection needs. (The real SGLang variants 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -119,7 +120,17 @@ def stack_project(tmp_path_factory):
     root = make_project(tmp, up, recipe)
     for i, text in texts.items():
         (root / "patches" / f"step-{i}.patch").write_text(text)
-    return root, tmp / "cache"
+    yield root, tmp / "cache"
+    # a prefix measured again is rebuilt under its tag: the earlier image is left dangling; remove
+    # those of this test only (labelled with its s8- variants)
+    listed = subprocess.run(["/usr/bin/docker", "images", "-q", "--no-trunc", "--filter", "dangling=true",
+                             "--filter", "label=io.servebuild.recipe=toy"], capture_output=True, text=True).stdout
+    for image in listed.split():
+        variant = subprocess.run(["/usr/bin/docker", "image", "inspect", "--format",
+                                  '{{index .Config.Labels "io.servebuild.variant"}}', image],
+                                 capture_output=True, text=True).stdout.strip()
+        if variant.startswith("s8-"):
+            subprocess.run(["/usr/bin/docker", "image", "rm", image], capture_output=True)
 
 
 def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_images, stack_project):
