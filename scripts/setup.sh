@@ -14,6 +14,8 @@ command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need_apt+=(apache2-utils)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # the farm test gives its second engine a bridge of its own
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)  # ssh:// farm engines
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the README's envelope check (run by a test)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)  # the farm test reaches an engine through a real sshd
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
