@@ -12,6 +12,7 @@ import uuid
 from typing import Optional
 
 from . import __version__
+from .errors import ServebuildError
 from .fsutil import sha256_bytes
 from .registry import (EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError,
                        canonical_bytes, referrers_tag)
@@ -137,6 +138,31 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
             },
         },
     }
+
+
+class ArtifactError(ServebuildError):
+    """An attached artifact is missing, is about another image, or is not one layer of the expected type."""
+
+
+def read_artifact(client: RegistryClient, repo: str, subject_digest: str, kind: str, desc: dict) -> bytes:
+    """The one layer of the artifact `desc` names (a referrers entry), after checking that it is an
+    artifact of `kind`'s type whose subject is `subject_digest`."""
+    artifact_type = ALL_TYPES[kind]
+    found = client.get_manifest(repo, desc.get("digest", ""))
+    if found is None:
+        raise ArtifactError(f"the {kind} artifact {desc.get('digest')} is listed but not in the registry")
+    try:
+        art = json.loads(found[0])
+    except ValueError:
+        raise ArtifactError(f"{kind} artifact manifest is not JSON") from None
+    if not isinstance(art, dict):
+        raise ArtifactError(f"{kind} artifact manifest is not a JSON object")
+    if (art.get("subject") or {}).get("digest") != subject_digest or art.get("artifactType") != artifact_type:
+        raise ArtifactError(f"the {kind} artifact {found[1]} is not a {artifact_type} about {subject_digest}")
+    layers = art.get("layers") or []
+    if len(layers) != 1 or not isinstance(layers[0], dict):
+        raise ArtifactError(f"the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
+    return client.get_blob(repo, layers[0].get("digest", ""))
 
 
 def attach(client: RegistryClient, repo: str, subject: dict, kind: str, payload: bytes, filename: str) -> dict:

@@ -226,14 +226,9 @@ def _signed_before(client: RegistryClient, repo: str, digest: str, statement_byt
         if d.get("artifactType") != provenance.SIGNATURE_TYPE or d.get("mediaType") != OCI_MANIFEST:
             continue
         try:  # anything unreadable here is not ours to reuse: a new envelope is attached beside it
-            found = client.get_manifest(repo, d.get("digest", ""))
-            art = json.loads(found[0]) if found else {}
-            layers = (art.get("layers") or []) if isinstance(art, dict) else []
-            if len(layers) != 1 or (art.get("subject") or {}).get("digest") != digest:
-                continue
-            envelope = client.get_blob(repo, layers[0].get("digest", ""))
+            envelope = provenance.read_artifact(client, repo, digest, "signature", d)
             signed = signing.verify_envelope(envelope, signer.public)
-        except (RegistryError, signing.SigningError, AttributeError):
+        except (RegistryError, provenance.ArtifactError, signing.SigningError):
             continue
         if signed.payload_type == signing.PAYLOAD_TYPE and signed.payload == statement_bytes:
             return envelope

@@ -96,7 +96,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
-        "jit_cuda_home": env.get("CUDA_HOME") if jit else None,
+        "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),

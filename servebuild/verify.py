@@ -22,7 +22,7 @@ from . import signing
 from .errors import ServebuildError
 from .fsutil import sha256_bytes, sha256_file
 from .manifest import LABEL_PREFIX, manifest_sha256
-from .provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE
+from .provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE, ArtifactError, read_artifact
 from .registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
 
 
@@ -162,23 +162,16 @@ def _artifacts(client: RegistryClient, repo: str, where: str, digest: str, refer
         matching = [d for d in referrers if d.get("artifactType") == artifact_type]
         if len(matching) != 1:
             raise VerifyError(f"{where}: {len(matching)} {kind} artifacts are attached to {digest}, want exactly 1")
-        out[kind] = _artifact_blob(client, repo, where, digest, kind, artifact_type, matching[0])
+        out[kind] = _artifact_blob(client, repo, where, digest, kind, matching[0])
     return out
 
 
-def _artifact_blob(client: RegistryClient, repo: str, where: str, digest: str, kind: str, artifact_type: str,
-                   desc: dict) -> bytes:
-    """The one layer of the artifact `desc` names, after checking it is a `artifact_type` about `digest`."""
-    found = client.get_manifest(repo, desc.get("digest", ""))
-    if found is None:
-        raise VerifyError(f"{where}: the {kind} artifact {desc.get('digest')} is listed but not in the registry")
-    art = _json(found[0], f"{where} {kind} artifact manifest")
-    if (art.get("subject") or {}).get("digest") != digest or art.get("artifactType") != artifact_type:
-        raise VerifyError(f"{where}: the {kind} artifact {found[1]} is not a {artifact_type} about {digest}")
-    layers = art.get("layers") or []
-    if len(layers) != 1:
-        raise VerifyError(f"{where}: the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
-    return client.get_blob(repo, layers[0].get("digest", ""))
+def _artifact_blob(client: RegistryClient, repo: str, where: str, digest: str, kind: str, desc: dict) -> bytes:
+    """The one layer of the artifact `desc` names, after checking it is a `kind` artifact about `digest`."""
+    try:
+        return read_artifact(client, repo, digest, kind, desc)
+    except ArtifactError as exc:
+        raise VerifyError(f"{where}: {exc.problem}") from None
 
 
 def _signature(client: RegistryClient, repo: str, where: str, digest: str, referrers: list[dict], statement: bytes,
@@ -186,7 +179,7 @@ def _signature(client: RegistryClient, repo: str, where: str, digest: str, refer
     signed = [d for d in referrers if d.get("artifactType") == SIGNATURE_TYPE]
     if public_key is None:
         return _signature_note(client, repo, where, digest, signed)
-    envelopes = [_artifact_blob(client, repo, where, digest, "signature", SIGNATURE_TYPE, d) for d in signed]
+    envelopes = [_artifact_blob(client, repo, where, digest, "signature", d) for d in signed]
     return _check_signature(envelopes, where, digest, statement, public_key)
 
 
@@ -195,8 +188,7 @@ def _signature_note(client: RegistryClient, repo: str, where: str, digest: str, 
     keyids = []
     for desc in signed:
         try:
-            keyids += signing.parse_envelope(_artifact_blob(client, repo, where, digest, "signature",
-                                                            SIGNATURE_TYPE, desc)).keyids
+            keyids += signing.parse_envelope(_artifact_blob(client, repo, where, digest, "signature", desc)).keyids
         except ServebuildError:  # a broken envelope fails only a check against a key
             keyids.append("(unreadable envelope)")
     if not keyids:
