@@ -16,6 +16,10 @@ from .errors import DockerError, RecipeError
 
 ARCHES = ("amd64", "arm64")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Files every RUN bind-mounts over. debootstrap leaves them out, and then BuildKit makes stubs for
+# them during each RUN and deletes them after, which moves /etc's mtime in every layer that touches
+# /etc: with empty files in the base, an apt layer's bytes are reproducible (render.LAYER_SETTLE).
+MOUNT_TARGETS = ("etc/hosts", "etc/resolv.conf")
 
 
 def default_tag(suite: str, arch: str) -> str:
@@ -39,7 +43,8 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
         raise RecipeError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
     if shutil.which("debootstrap") is None:
         raise DockerError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
-    out = cache_dir / "rootfs" / f"{suite}-{arch}.tar"
+    # v2: the rootfs carries /etc/hosts and /etc/resolv.conf (see MOUNT_TARGETS)
+    out = cache_dir / "rootfs" / f"{suite}-{arch}.v2.tar"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -54,6 +59,10 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
                 _run(["debootstrap", "--variant=minbase", f"--arch={arch}", "--foreign", suite, str(work),
                       mirror], log)
                 _run(["chroot", str(work), "/debootstrap/debootstrap", "--second-stage"], log)
+            for name in MOUNT_TARGETS:
+                target = work / name
+                if not target.exists():
+                    target.touch()
             tmp = out.with_suffix(".tar.tmp")
             _run(["tar", "-C", str(work), "--sort=name", "--numeric-owner", "-cf", str(tmp), "."], log)
             tmp.rename(out)
@@ -75,6 +84,7 @@ def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_
         (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
         request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},
                                labels={"io.servebuild.base": f"debian-{suite}-minbase",
+                                       "io.servebuild.base.mount-targets": " ".join(MOUNT_TARGETS),
                                        "org.opencontainers.image.base.name": "scratch"},
                                secrets={})
         image_id = docker.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
@@ -82,6 +92,12 @@ def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_
         return image_id
     finally:
         shutil.rmtree(context, ignore_errors=True)
+
+
+def has_mount_targets(info: dict) -> bool:
+    """Whether an image (docker inspect output) is a base bootstrapped with MOUNT_TARGETS."""
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return labels.get("io.servebuild.base.mount-targets") == " ".join(MOUNT_TARGETS)
 
 
 def _same_fs(a: Path, b: Path) -> bool:

@@ -83,6 +83,17 @@ def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
     return env
 
 
+# An apt layer's bytes depend only on what apt installed, not on when: whichever build (or cache
+# record, or farm node) made it, variants and rebuilds share one blob. What apt writes that varies
+# from run to run: log files (truncated, since the base may hold them), ldconfig's aux-cache, and
+# the mtime of every path it touched (set to TAR_MTIME). The marker is made first in the RUN.
+# This holds where the base carries /etc/hosts and /etc/resolv.conf (BuildKit otherwise creates
+# and removes mount stubs there after the RUN, moving /etc's mtime); bootstrapped bases do.
+LAYER_MARK = "/tmp/.servebuild-layer-start"
+LAYER_SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {LAYER_MARK} -exec truncate -s 0 {{}} + "
+                f"&& find / -xdev -newer {LAYER_MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
+                f"&& rm {LAYER_MARK} && touch -h -d @{TAR_MTIME} /tmp")
+
 def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
     engine = recipe.engine
     kind = engine.kind if engine else None
@@ -97,6 +108,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
+        "layer_start": f"touch {LAYER_MARK}",
+        "layer_settle": LAYER_SETTLE,
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),

@@ -9,12 +9,15 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    rm -f /etc/apt/apt.conf.d/docker-clean \
+    touch /tmp/.servebuild-layer-start \
+ && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
- && python3 -m venv /opt/venv
+ && python3 -m venv /opt/venv \
+ && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d @946684800 {} + && rm /tmp/.servebuild-layer-start && touch -h -d @946684800 /tmp
+
 ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
 COPY requirements.txt /opt/servebuild/requirements.txt
@@ -44,12 +47,15 @@ ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    rm -f /etc/apt/apt.conf.d/docker-clean \
+    touch /tmp/.servebuild-layer-start \
+ && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends build-essential ca-certificates python3 python3-dev \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
- && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt \
+ && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d @946684800 {} + && rm /tmp/.servebuild-layer-start && touch -h -d @946684800 /tmp
+
 COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
 RUN mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \

@@ -31,7 +31,8 @@ def base_images(engine) -> dict[str, str]:
     out = {}
     for arch in ("amd64", "arm64"):
         tag = bases.default_tag("bookworm", arch)
-        if engine.image_id(tag) is None:
+        # a base from before bases.MOUNT_TARGETS would make apt layers irreproducible: make it again
+        if engine.image_id(tag) is None or not bases.has_mount_targets(engine.image_inspect(tag)):
             bases.bootstrap_base(engine, arch, "bookworm", tag, default_cache_dir())
         out[arch] = tag
     return out
