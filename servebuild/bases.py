@@ -20,6 +20,7 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # them during each RUN and deletes them after, which moves /etc's mtime in every layer that touches
 # /etc: with empty files in the base, an apt layer's bytes are reproducible (render.LAYER_SETTLE).
 MOUNT_TARGETS = ("etc/hosts", "etc/resolv.conf")
+MOUNT_TARGETS_LABEL = "io.servebuild.base.mount-targets"  # on bases that carry them
 
 
 def default_tag(suite: str, arch: str) -> str:
@@ -84,7 +85,7 @@ def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_
         (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
         request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},
                                labels={"io.servebuild.base": f"debian-{suite}-minbase",
-                                       "io.servebuild.base.mount-targets": " ".join(MOUNT_TARGETS),
+                                       MOUNT_TARGETS_LABEL: " ".join(MOUNT_TARGETS),
                                        "org.opencontainers.image.base.name": "scratch"},
                                secrets={})
         image_id = docker.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
@@ -97,7 +98,7 @@ def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_
 def has_mount_targets(info: dict) -> bool:
     """Whether an image (docker inspect output) is a base bootstrapped with MOUNT_TARGETS."""
     labels = (info.get("Config") or {}).get("Labels") or {}
-    return labels.get("io.servebuild.base.mount-targets") == " ".join(MOUNT_TARGETS)
+    return labels.get(MOUNT_TARGETS_LABEL) == " ".join(MOUNT_TARGETS)
 
 
 def _same_fs(a: Path, b: Path) -> bool:

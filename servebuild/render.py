@@ -93,6 +93,8 @@ LAYER_MARK = "/tmp/.servebuild-layer-start"
 LAYER_SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {LAYER_MARK} -exec truncate -s 0 {{}} + "
                 f"&& find / -xdev -newer {LAYER_MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
                 f"&& rm {LAYER_MARK} && touch -h -d @{TAR_MTIME} /tmp")
+LAYER_START = f"touch {LAYER_MARK}"
+
 
 def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
     engine = recipe.engine
@@ -108,7 +110,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
-        "layer_start": f"touch {LAYER_MARK}",
+        "layer_start": LAYER_START,
         "layer_settle": LAYER_SETTLE,
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
