@@ -13,7 +13,7 @@ import pytest
 from integration.conftest import CREATED_TAGS, HOST_CA
 from servebuild import bisect as ab
 from servebuild.pipeline import BuildOptions
-from support import fixture_recipe, make_project, make_upstream
+from support import fixture_recipe, make_project, make_upstream, own_cache_keys
 
 VARIANTS = {"release": {"patches": []}, "prs": {"patches": ["pr-1", "pr-2"]},
             "banner-only": {"patches": ["local-version-banner"]}}
@@ -27,7 +27,8 @@ COMMAND = ('out=$(toy-serve --port 5); echo "$out"; '
 def project(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bisect")
     up = make_upstream(tmp)
-    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS))
+    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
+                                                    **own_cache_keys("debianutils")))
     return root, tmp / "cache"
 
 

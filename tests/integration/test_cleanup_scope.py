@@ -63,7 +63,7 @@ def test_cleanup_keeps_what_was_there_before(base_images, tmp_path):
         assert exists(user_during), "cleanup removed a dangling image a concurrent build of the user's made"
         assert user_cache <= records_with(f"user-old-{run}"), "cleanup pruned the user's build cache"
         assert not records_with(f"test-old-{run}") | records_with(f"test-new-{run}"), \
-            f"the run's own cache records were left ({left} after two passes)"
+            f"the run's own cache records were left ({left} records stayed)"
     finally:
         for image in (tag, f"{tag}-user", user_old, user_new, user_during):
             subprocess.run([DOCKER, "image", "rm", "-f", image], capture_output=True)

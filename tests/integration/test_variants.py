@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from integration.conftest import build_fixture
-from support import fixture_recipe, make_project, make_upstream
+from support import fixture_recipe, make_project, make_upstream, own_cache_keys
 
 DOCKER = "/usr/bin/docker"
 VARIANTS = {
@@ -25,7 +25,8 @@ EXPECTED = {"release": "hello 5", "pr1": "hello 5", "prs": "hello, hopper 5",
 def variant_project(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("variants")
     up = make_upstream(tmp)
-    return make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS)), tmp
+    return make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
+                                                    **own_cache_keys("bsdutils"))), tmp
 
 
 @pytest.fixture(scope="module")
