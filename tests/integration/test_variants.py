@@ -22,16 +22,11 @@ EXPECTED = {"release": "hello 5", "pr1": "hello 5", "prs": "hello, hopper 5",
 
 
 @pytest.fixture(scope="module")
-def variant_project(tmp_path_factory):
+def variant_images(engine, base_images, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("variants")
     up = make_upstream(tmp)
-    return make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
-                                                    **own_cache_keys("bsdutils"))), tmp
-
-
-@pytest.fixture(scope="module")
-def variant_images(engine, base_images, variant_project):
-    root, tmp = variant_project
+    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
+                                                **own_cache_keys("bsdutils")))
     out = {}
     for name in VARIANTS:
         result, seconds = build_fixture(root, engine, "linux/amd64", f"servebuild-test/toy:{name}-amd64",
@@ -71,15 +66,17 @@ def test_variants_share_every_layer_but_the_engine(variant_images):
     assert all(0 < d <= 3 for n, d in differing.items() if n != "release"), differing
 
 
-def test_a_rebuilt_apt_layer_is_the_same_blob(engine, variant_images, variant_project):
+def test_a_rebuilt_apt_layer_is_the_same_blob(engine, base_images, tmp_path):
     """Sharing must not hang on BuildKit handing every variant the same cache record. An engine can
     hold two records for one step (a --no-cache build adds one; a farm node made the other); CI once
     gave `release` one and `pr1` the other, and their apt layers differed. With the layer settled
     (render.LAYER_SETTLE) and a base that carries its mount targets, a rebuild from nothing gives
-    the same blobs for the base and apt layers."""
-    root, tmp = variant_project
-    rebuilt, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy:release-rebuilt-amd64",
-                               tmp / "cache", variant="release", no_cache=True)
-    built = variant_images["release"][0]
+    the same blobs for the base and apt layers. (Its own cache keys: the --no-cache build adds
+    duplicate records, which must not reach the variants above in a later run on this engine.)"""
+    up = make_upstream(tmp_path)
+    root = make_project(tmp_path, up, fixture_recipe(up, platforms=["linux/amd64"], **own_cache_keys("hostname")))
+    built, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy:settled-amd64", tmp_path / "cache")
+    rebuilt, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy:settled-rebuilt-amd64",
+                               tmp_path / "cache", no_cache=True)
     assert rebuilt.image_id != built.image_id  # a real rebuild: the venv layer (pip writes mtimes) differs
     assert layers(rebuilt.tag)[:2] == layers(built.tag)[:2]
