@@ -257,6 +257,7 @@ CAUSE = re.compile(r"(ERROR: (?!executor failed|failed to solve|process )|E: |er
                    r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
                    r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)")
 STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
+OURS = re.compile(r"^(?:#\d+ )?(?:\d+\.\d+ )?servebuild: (.+)")  # what servebuild's in-build checks print (tools/profile_check.py)
 # a step's header echoes its command (which may quote our own messages): never a cause
 STEP_HEADER = re.compile(r"^#\d+ \[[\w.-]+(?: \d+/\d+)?\] ")
 
@@ -264,6 +265,9 @@ STEP_HEADER = re.compile(r"^#\d+ \[[\w.-]+(?: \d+/\d+)?\] ")
 def failure_cause(tail: list[str]) -> str:
     """The line of a failed build's output that says why (pip's, apt's or the compiler's own
     message), with BuildKit's step prefix dropped, and the failed step; else the last ERROR."""
+    ours = next((m.group(1) for m in (OURS.match(t.strip()) for t in tail) if m), None)
+    if ours:  # a check of servebuild's own that runs in the build says exactly what is wrong
+        return ours[:1000]
     step = next((t for t in reversed(tail) if "executor failed running" in t or "process \"" in t), "")
     failed = next((m for m in (re.match(r"#(\d+) ERROR: ", t) for t in reversed(tail)) if m), None)
     # ^ the failed step's number: its own output says why (a concurrent step is only CANCELED)

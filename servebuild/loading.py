@@ -123,6 +123,7 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
     for rf in reversed(chain):
         merged = deep_merge(merged, rf.data)
     merged["extends"] = chain[0].data.get("extends")
+    _drop_removed_profiles(merged)
     if chain[0].data.get("name") is None:
         merged.pop("name", None)  # a child must name itself, not inherit the parent's name
     try:
@@ -142,6 +143,15 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
     loaded = LoadedRecipe(recipe, chain, root)
     check_files(loaded)
     return loaded
+
+
+def _drop_removed_profiles(merged: dict) -> None:
+    """`launch.profiles.NAME: null` in a recipe removes the profile NAME it inherits (an HGX-H200
+    recipe need not ship the GH200 launcher of the recipe it extends)."""
+    launch = merged.get("launch")
+    profiles = launch.get("profiles") if isinstance(launch, dict) else None
+    if isinstance(profiles, dict):
+        launch["profiles"] = {k: v for k, v in profiles.items() if v is not None}
 
 
 def _message(err: dict) -> str:

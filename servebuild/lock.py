@@ -290,12 +290,11 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[dict]) -> Optional[Sou
         return None
     where = lock_display(loaded)
     if lock is None:
-        why = f"there is no current lock ({where} is missing or stale)"
-    else:
-        reason = next((u for u in lock.get("unresolved") or [] if isinstance(u, str) and entry.id in u), "unresolved")
-        why = f"{where} leaves it unresolved ({reason.split(': ', 1)[-1]})"
+        why = f"there is no current lock ({where} is missing or was made for another version of the recipe)"
+    else:  # the reason recorded where the lock was made is history, not this host's state: not quoted
+        why = f"{where} leaves it unresolved (the host that wrote it could not resolve it)"
     hint = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
     return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {hint}{why}; "
-                       f"run `invoke lock --recipe {loaded.recipe.name}` on a machine that reaches "
-                       f"{engine.source.url}, commit the lock, then build",
+                       f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
+                       f"{engine.source.url} (this one, if it does), then build",
                        file=loaded.file, field=f"engine.source.patches.{entry.id}")

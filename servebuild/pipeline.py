@@ -317,6 +317,14 @@ def dry_run(plan: BuildPlan) -> str:
                       f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
 
 
+def would_stop(plan: BuildPlan) -> bool:
+    """Whether the build `dry_run` describes would stop before building (an unpinned PR entry)."""
+    if plan.loaded.recipe.engine is None:
+        return False
+    from .lock import unpinned_problem
+    return unpinned_problem(plan.loaded, plan.lock) is not None
+
+
 def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
     """`echo` takes the live progress (default stderr unless options.echo is off)."""
     info = docker.info()

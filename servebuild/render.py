@@ -17,6 +17,7 @@ import jinja2
 
 from .archives import TAR_MTIME
 from .constraints import parse_pins
+from .engines.base import CACHE_ROOT
 from .errors import RecipeError
 from .fsutil import sha256_file, write_json
 from .launch import launcher_script
@@ -28,6 +29,14 @@ from .recipe import Recipe
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]
 TOOLCHAIN_APT = ["build-essential", "python3-dev"]  # JIT at serve time: C/C++ compiler and Python.h
+# what a GPU host expects of a server image: an init as PID 1 (signals, zombies) and numactl/libnuma
+# (vLLM's NUMA binding runs numactl; both engines' upstream images install it)
+SERVER_APT = ["numactl", "tini"]
+INIT = "/usr/bin/tini"
+TOOLS = Path(__file__).resolve().parent / "tools"
+# the HEALTHCHECK's probe: the image's own Python, no curl needed; $SERVEBUILD_HEALTH_URL moves it
+HEALTH_PROBE = ("import os, sys, urllib.request; "
+                "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)")
 VENV = "/opt/venv"
 # the NVIDIA container toolkit mounts the driver's compute libraries only when these are set
 NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
@@ -104,10 +113,12 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     cache_dirs = sorted(set(recipe.launch.cache_dirs) | {v for k, v in env.items() if v.startswith("/cache")})
     ports = sorted({kind.profile_port(p) for p in recipe.launch.profiles.values()} - {None}) if kind else []
     default = recipe.launch.default_profile()
+    shared = [d for d in cache_dirs if d == CACHE_ROOT or d.startswith(CACHE_ROOT + "/")]
     return {
         "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
         "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
-        "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []))),
+        "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else [])
+                                  + (SERVER_APT if kind else []))),
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
         "layer_start": LAYER_START,
@@ -120,9 +131,23 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": bool(recipe.launch.profiles),
+        # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
+        "shared_dirs": " ".join(shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else [])
+                                + shared),
+        "profile_check": sorted(recipe.launch.profiles) if kind and kind.argcheck else [],
+        "healthcheck": _healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
+        "init": INIT if kind else None,
         "ports": ports,
         "cmd": f"/usr/local/bin/{default}" if default else f"{VENV}/bin/python",
     }
+
+
+def _healthcheck(kind, profile) -> Optional[dict]:
+    if kind is None or kind.health_path is None or profile is None:
+        return None
+    port = kind.profile_port(profile)
+    return {"url": f"http://127.0.0.1:{port}{kind.health_path}", "start_period": kind.health_start_period,
+            "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE])}
 
 
 def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
@@ -153,10 +178,13 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
                       for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()})
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         files["source.tar"] = source_tarball
+    kind = recipe.engine.kind if recipe.engine else None
+    if kind is not None and kind.argcheck is not None and recipe.launch.profiles:
+        files.update({"argcheck/profile_check.py": TOOLS / "profile_check.py",
+                      "argcheck/site/sitecustomize.py": TOOLS / "argcheck_site.py", "argcheck/hook.py": kind.argcheck})
     for name, src in sorted(files.items()):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)
-    kind = recipe.engine.kind if recipe.engine else None
     for name, profile in sorted(recipe.launch.profiles.items()):
         script = context / "launchers" / name
         script.parent.mkdir(exist_ok=True)

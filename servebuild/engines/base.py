@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 from ..launch import PORT, LaunchProfile, flag_values
@@ -28,6 +29,12 @@ class EngineKind:
     entrypoints: tuple[str, ...] = ()   # modules whose `--help` must answer with the network off
     help_needs_gpu = False              # the server cannot even parse --help without a CUDA device
     env: dict[str, str] = {}            # runtime environment defaults (profiles may override)
+    # a hook that stops the server right after its own argument parser (engines/<kind>/argcheck.py):
+    # every launch profile is parsed by the pinned engine while the image builds
+    argcheck: Optional[Path] = None
+    health_path: Optional[str] = None   # the server's health endpoint: the image's HEALTHCHECK
+    # HEALTHCHECK failures do not count while a server loads its model and compiles (DSV4: minutes)
+    health_start_period = 1800
 
     def listen_args(self, profile: LaunchProfile) -> list[str]:
         """Flags that make the server listen on all interfaces at its port, unless the profile sets them."""

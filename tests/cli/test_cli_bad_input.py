@@ -152,8 +152,9 @@ def _edit_lock(recipes, name, edit):
 def test_malformed_lock_entries_are_one_line(recipes, edit, words, command):
     _edit_lock(recipes, "sglang-native-fp8", edit)
     proc = cli(*command, "--recipe", str(recipes / "sglang-native-fp8.yaml"))
-    if words is None:  # a null list is an empty one
-        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    if words is None:  # a null list is an empty one; the dry run still says the unpinned PR stops it
+        stops = command[0] == "build"
+        assert proc.returncode == (2 if stops else 0) and "Traceback" not in proc.stderr, proc.stderr
         return
     assert_one_line(proc, "sglang-native-fp8.lock.yaml", "malformed lock", *words)
     assert "Warning" not in proc.stderr
@@ -320,3 +321,13 @@ def test_a_ca_bundle_that_is_not_pem_is_one_line(index, monkeypatch):
     monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(bad))
     with pytest.raises(SourceError, match="cannot use .*ca.pem as a CA bundle"):
         index(files)
+
+
+def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
+    """`build --dry-run` used to exit 0 while printing `would stop:`: a script could not tell."""
+    stops = cli("build", "--dry-run", "--recipe", str(recipes / "sglang-native-fp8.yaml"))
+    assert stops.returncode == 2, stops
+    assert "  would stop: " in stops.stdout and "is not pinned to a full commit" in stops.stdout
+    assert stops.stderr.strip().splitlines() == ["error: the build would stop (see `would stop:` above)"]
+    goes = cli("build", "--dry-run", "--recipe", str(recipes / "torch-cu130.yaml"))
+    assert goes.returncode == 0 and "would stop" not in goes.stdout, goes

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 813e0d0bf353f3af48ba1cf4d7403fd9179d7f7ab200b35390c9c91ee1be4f54
+# recipe sha256: 18b10c057ebf388a203a38a0de1098b6639347aae2d1c2335e6e9794154f62f9
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -40,8 +40,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
+# ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
+# venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
+FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
@@ -50,13 +51,12 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ca-certificates python3 python3-dev \
+ && apt-get install -y --no-install-recommends build-essential ca-certificates numactl python3 python3-dev tini \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
- && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt \
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d @946684800 {} + && rm /tmp/.servebuild-layer-start && touch -h -d @946684800 /tmp
 
-COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
 RUN mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \
  && echo '#include <cuda.h>' | gcc -E -P -I/opt/venv/lib/python3.12/site-packages/nvidia/cu13/include -x c - \
@@ -75,7 +75,6 @@ RUN --mount=type=bind,source=source.tar,target=/tmp/source.tar \
     --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
  && rm -rf /tmp/src \
  && /opt/venv/bin/python -m pip list --format=freeze > /opt/servebuild/packages.txt
-COPY manifest.json /opt/servebuild/manifest.json
 ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
@@ -93,8 +92,26 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     TRITON_PTXAS_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
     TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
     VIRTUAL_ENV="/opt/venv"
+# ---- profile-check stage: every launcher run once, stopped right after the engine's own argument parser
+# has read its argv (no GPU, no model, no network needed); only its record reaches the image
+FROM runtime-base AS profile-check
+COPY launchers/ /usr/local/bin/
+COPY argcheck/ /opt/servebuild/argcheck/
+RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-fused-fp4 \
+    --engine sglang --dist sglang --site /opt/servebuild/argcheck/site \
+    --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json \
+    sglang-fused-fp4 sglang-native-fp8
+# ---- runtime stage: the image
+FROM runtime-base AS runtime
+COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json
+COPY launchers/ /usr/local/bin/
+COPY manifest.json /opt/servebuild/manifest.json
 EXPOSE 30000
+ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:30000/health"
+HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
+  CMD ["/opt/venv/bin/python", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)"]
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0
+ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["/usr/local/bin/sglang-fused-fp4"]

@@ -31,8 +31,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 FROM deps AS engine
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
-FROM servebuild/debian:bookworm-arm64 AS runtime
+# ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
+# venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
+FROM servebuild/debian:bookworm-arm64 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
@@ -50,13 +51,15 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
-COPY manifest.json /opt/servebuild/manifest.json
 ENV NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PATH="/opt/engine/site/bin:/opt/venv/bin:$PATH" \
     SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
     TORCH_CUDA_ARCH_LIST="9.0a" \
     VIRTUAL_ENV="/opt/venv"
+# ---- runtime stage: the image
+FROM runtime-base AS runtime
+COPY manifest.json /opt/servebuild/manifest.json
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0

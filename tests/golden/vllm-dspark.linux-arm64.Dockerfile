@@ -46,8 +46,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && rm -rf /tmp/src /tmp/wheels
 RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
-# ---- runtime stage: no build caches, no source trees; stable layers first, the engine last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime
+# ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
+# venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
+FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
@@ -56,13 +57,12 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ca-certificates python3 python3-dev \
+ && apt-get install -y --no-install-recommends build-essential ca-certificates numactl python3 python3-dev tini \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
- && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt \
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d @946684800 {} + && rm /tmp/.servebuild-layer-start && touch -h -d @946684800 /tmp
 
-COPY launchers/ /usr/local/bin/
 COPY --from=deps /opt/venv /opt/venv
 RUN mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \
  && echo '#include <cuda.h>' | gcc -E -P -I/opt/venv/lib/python3.12/site-packages/nvidia/cu13/include -x c - \
@@ -73,9 +73,9 @@ RUN mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \
  && rm /tmp/libcuda.names /tmp/libcuda-stub.c
 COPY --from=engine /opt/engine /opt/engine
 COPY --from=engine /opt/servebuild /opt/servebuild
-COPY manifest.json /opt/servebuild/manifest.json
 ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
+    DO_NOT_TRACK="1" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
     HUMMING_CACHE_DIR="/cache/humming" \
     LIBRARY_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64/stubs" \
@@ -91,9 +91,28 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     TRITON_PTXAS_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
     TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
     VIRTUAL_ENV="/opt/venv" \
-    VLLM_CACHE_ROOT="/cache/vllm"
+    VLLM_CACHE_ROOT="/cache/vllm" \
+    VLLM_NO_USAGE_STATS="1"
+# ---- profile-check stage: every launcher run once, stopped right after the engine's own argument parser
+# has read its argv (no GPU, no model, no network needed); only its record reaches the image
+FROM runtime-base AS profile-check
+COPY launchers/ /usr/local/bin/
+COPY argcheck/ /opt/servebuild/argcheck/
+RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark \
+    --engine vllm --dist vllm --site /opt/servebuild/argcheck/site \
+    --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json \
+    vllm-dspark-1m
+# ---- runtime stage: the image
+FROM runtime-base AS runtime
+COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json
+COPY launchers/ /usr/local/bin/
+COPY manifest.json /opt/servebuild/manifest.json
 EXPOSE 8000
+ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:8000/health"
+HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
+  CMD ["/opt/venv/bin/python", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)"]
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0
+ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["/usr/local/bin/vllm-dspark-1m"]

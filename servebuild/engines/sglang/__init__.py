@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ...launch import canonical_flags
 from ..base import EngineKind, check_dspark_block
@@ -14,6 +15,8 @@ class SGLang(EngineKind):
     serve_time_jit = True  # DSV4 kernels via tvm-ffi, TileLang mHC prewarm, Triton, FlashInfer
     jit_probes = ("cext", "nvcc", "triton", "tvm-ffi", "tilelang", "flashinfer")
     entrypoints = ("sglang.launch_server",)
+    argcheck = Path(__file__).with_name("argcheck.py")
+    health_path = "/health"
 
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
     DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")

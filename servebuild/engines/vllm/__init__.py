@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ...launch import canonical_flags
 from ..base import EngineKind, check_dspark_block
@@ -15,7 +16,10 @@ class VLLM(EngineKind):
     jit_probes = ("cext", "nvcc", "triton", "tilelang", "flashinfer")  # DSV4 mHC: TileLang; sampler: FlashInfer
     entrypoints = ("vllm.entrypoints.cli.main",)
     help_needs_gpu = True  # v0.26.0 `serve --help` fails with "Failed to infer device type" without a GPU
-    env = {"VLLM_CACHE_ROOT": "/cache/vllm"}
+    # usage statistics off: a serving image phones nowhere (vLLM reads both; DO_NOT_TRACK is the common one)
+    env = {"VLLM_CACHE_ROOT": "/cache/vllm", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    argcheck = Path(__file__).with_name("argcheck.py")
+    health_path = "/health"
 
     def check_profile(self, name, profile):
         """vLLM reads --speculative-config as JSON, as `-sc`, as `--speculative_config` (its parser
