@@ -280,6 +280,37 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
     _verdict(code, out_dir)
 
 
+@task(help={"recipe": "recipe whose launch profiles to parse",
+            "image": "a built image of the same engine to parse them in (e.g. servebuild/sglang-native-fp8:amd64)"})
+@one_line_errors
+def check_profiles(c, recipe=DEFAULT_RECIPE, image=None):
+    """Parse every launch profile of a recipe with its engine's own argument parser, inside a built
+    image of that engine (a build does this itself; this checks a recipe that shares an image)."""
+    from servebuild import argcheck
+    from servebuild.docker import DockerClient
+    from servebuild.loading import load_recipe
+    if image is None or not _image_ref(image):
+        raise Exit(f"error: --image: {image!r} is not an image reference NAME[:TAG][@sha256:DIGEST] or an image id",
+                   code=2)
+    record = argcheck.check_in_image(DockerClient(), image, load_recipe(recipe, ROOT))
+    for name, entry in sorted(record["profiles"].items()):
+        print(f"{record['recipe']}: profile {name}: accepted by {entry['parsed_by']} "
+              f"({record['engine']} {record['version']} in {image})")
+
+
+@task(help={"serve": "this host runs the images too: the NVIDIA runtime and a driver >= 580 are required"})
+@one_line_errors
+def doctor(c, serve=False):
+    """Check this host: Docker engine, a BuildKit build with --secret, the NVIDIA runtime, driver, disk."""
+    from servebuild import hostcheck
+    checks = hostcheck.run_checks(serve=serve)
+    for check in checks:
+        print(check.line())
+    failed = [ch.name for ch in checks if ch.status == "FAIL"]
+    if failed:
+        raise Exit(f"error: this host is not ready: {', '.join(failed)} (see above)", code=2)
+
+
 def _build_engine(plan, farm_option):
     """The engine holding a recipe build's image: with a farm file, the node the build manifest
     names; else the local engine."""

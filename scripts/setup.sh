@@ -44,5 +44,5 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q -r requirements.txt
+.venv/bin/python -m pip install -q -r requirements-dev.txt
 echo "setup: ready (docker $(/usr/bin/docker version --format '{{.Server.Version}}'), venv .venv)"

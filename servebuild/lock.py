@@ -203,6 +203,15 @@ def file_names(loaded: LoadedRecipe) -> list[str]:
 
 def read_lock(loaded: LoadedRecipe) -> dict:
     """The lock for `loaded`, checked: present, current and fully resolved."""
+    lock = current_lock(loaded)
+    if lock.get("unresolved"):
+        raise SourceError(f"lock has unresolved entries, first: {lock['unresolved'][0]}", file=lock_display(loaded),
+                          field="unresolved")
+    return lock
+
+
+def current_lock(loaded: LoadedRecipe) -> dict:
+    """The lock for `loaded`, checked: present and current (it may leave entries unresolved)."""
     display = lock_display(loaded)
     lock = load_lock_file(loaded)
     if lock is None:
@@ -219,9 +228,6 @@ def read_lock(loaded: LoadedRecipe) -> dict:
         if actual != digest:
             raise SourceError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
                               file=display, field=f"files.{rel}")
-    if lock.get("unresolved"):
-        raise SourceError(f"lock has unresolved entries, first: {lock['unresolved'][0]}", file=display,
-                          field="unresolved")
     return lock
 
 

@@ -180,22 +180,33 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         files["source.tar"] = source_tarball
     kind = recipe.engine.kind if recipe.engine else None
     if kind is not None and kind.argcheck is not None and recipe.launch.profiles:
-        files.update({"argcheck/profile_check.py": TOOLS / "profile_check.py",
-                      "argcheck/site/sitecustomize.py": TOOLS / "argcheck_site.py", "argcheck/hook.py": kind.argcheck})
+        files.update({f"argcheck/{k}": v for k, v in argcheck_files(kind).items()})
     for name, src in sorted(files.items()):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)
-    for name, profile in sorted(recipe.launch.profiles.items()):
-        script = context / "launchers" / name
-        script.parent.mkdir(exist_ok=True)
-        listen = tuple(kind.listen_args(profile)) if kind else ()
-        script.write_text(launcher_script(name, profile, listen))
-        script.chmod(0o755)
+    write_launchers(recipe, context / "launchers")
     write_json(context / "manifest.json", manifest_inputs)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
         os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
     return context
+
+
+def argcheck_files(kind) -> dict[str, Path]:
+    """The profile check's files (tools/profile_check.py), by their place under its folder."""
+    return {"profile_check.py": TOOLS / "profile_check.py", "site/sitecustomize.py": TOOLS / "argcheck_site.py",
+            "hook.py": kind.argcheck}
+
+
+def write_launchers(recipe: Recipe, directory: Path) -> None:
+    """One executable per launch profile: what the image installs in /usr/local/bin."""
+    kind = recipe.engine.kind if recipe.engine else None
+    for name, profile in sorted(recipe.launch.profiles.items()):
+        script = directory / name
+        script.parent.mkdir(parents=True, exist_ok=True)
+        listen = tuple(kind.listen_args(profile)) if kind else ()
+        script.write_text(launcher_script(name, profile, listen))
+        script.chmod(0o755)
 
 
 def content_mtime(path: Path) -> int:

@@ -61,3 +61,11 @@ def sglang_upstream(sglang_wheel, tmp_path_factory) -> tuple[str, str]:
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "sglang v0.5.16 python sources (from the PyPI wheel)")
     return f"file://{work}", git(work, "rev-parse", "HEAD")
+
+
+def pytest_terminal_summary(terminalreporter):
+    from support import RECIPE_CHECKS
+    if RECIPE_CHECKS:
+        terminalreporter.section("recipes checked")
+        for line in RECIPE_CHECKS:
+            terminalreporter.write_line(line)

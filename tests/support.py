@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# what was checked for each committed recipe (render, lock, profile parse): printed at the end of a run
+RECIPE_CHECKS: list[str] = []
 
 # Small pure-Python wheels from PyPI, hash-pinned (sha256 of the py3-none-any wheels).
 FIXTURE_REQUIREMENTS = textwrap.dedent("""\

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 18b10c057ebf388a203a38a0de1098b6639347aae2d1c2335e6e9794154f62f9
+# recipe sha256: 05e512490b497b5e26a75c064df8d7ad37094b4ac24b886223fe2b67c638a523
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -42,7 +42,7 @@ RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

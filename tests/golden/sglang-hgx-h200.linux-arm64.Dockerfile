@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-hgx-h200 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 83364db94e8fb3656c2471e5f6431b17dc18df4bef5973ebeb538f0ce3babe1e
+# recipe sha256: 3934127459c84c31d3b99baa33867a12c904d3f17c74fe7b14e31c21bdc6a395
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -42,7 +42,7 @@ RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

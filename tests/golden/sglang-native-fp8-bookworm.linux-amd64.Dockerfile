@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 62768737ce9ad0a7cb94aab9b644a2159948f2d216a78e7c28dbbf2d03772645
+# recipe sha256: 709c5f0d5d5a89ad45770c5eb3b771412731fe0d07685f691034a8202507861c
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

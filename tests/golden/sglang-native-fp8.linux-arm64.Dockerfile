@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 4d4f33458031427c29006294bf23ebf37c6d06950f8ac118baca725f748c75c9
+# recipe sha256: 8ef1cff8c508cd9f218c7f94774a1893fb97e891208ff3859625badb7933efcb
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -42,7 +42,7 @@ RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe torch-cu130-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: e7757fd82c872969c7e273531eb9067ecea55e6a43fe4fb6f5e68d6aeea6e928
+# recipe sha256: e4aa4bf8fa01ebebfc5cb05c345a9ddf7179cc56fe4c44cb59453b1c1104b7db
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

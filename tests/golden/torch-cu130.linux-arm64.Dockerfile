@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe torch-cu130 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: a34be3d904fa8d63502974d52af4323398a682ea124374d299598b9cbf092691
+# recipe sha256: 133b2b46883826c62b1e754dff9843b2769d024eadbf89dc962e1c228c9926cd
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -33,7 +33,7 @@ RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

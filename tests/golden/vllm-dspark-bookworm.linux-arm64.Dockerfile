@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: ee9e565ff3e30e2571764339372c8c6043ddb82ac4516429a639e1940073f142
+# recipe sha256: 8ab58884f06077b153af3e50f743294c02934f802593347b78b59d6c1c42e64e
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

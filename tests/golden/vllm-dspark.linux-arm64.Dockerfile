@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 8c47b06cefec7a73a924d497156a4c70234bdf17dc63c838fd420db5e8fa8d05
+# recipe sha256: 8a686a914d1301731fd45f3a8d5dcd02c2c857459f1423cc6f01b2ab80ff9deb
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -48,7 +48,7 @@ RUN mkdir -p /opt/engine/site \
  && pip list --format=freeze > /opt/servebuild/packages.txt
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-runtime-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

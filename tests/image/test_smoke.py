@@ -308,6 +308,27 @@ def test_launch_profile_answers_help(request, host, expect, profile):
     assert result.rc == 0, f"`{profile} --help` failed (rc {result.rc}): {lines_of(result)[-300:]}"
 
 
+def test_launch_profile_was_parsed_by_the_engine_at_build(host, expect, profile):
+    """The build ran this launcher once, stopped right after the engine's own argument parser (the
+    profile-check stage): its record in the image names the profile and the parser."""
+    if not expect.get("image") or not (expect.get("engine") or {}).get("dist"):
+        pytest.skip("only engine images carry the profile check's record")
+    path = "/opt/servebuild/profiles-checked.json"
+    assert host.file(path).exists, f"{path} is missing: the image was built without the profile check"
+    record = json.loads(host.file(path).content_string)
+    assert record.get("engine") == expect["engine"]["dist"], record
+    assert profile in record.get("profiles", {}), f"profile {profile} was not parsed at build time: {record}"
+
+
+def test_server_image_has_an_init_and_numactl(host, expect):
+    """PID 1 is tini (signals reach the server, zombies are reaped); vLLM's NUMA binding runs numactl."""
+    if not expect.get("image") or not (expect.get("engine") or {}).get("dist"):
+        pytest.skip("only engine images are servers")
+    assert host.file("/usr/bin/tini").mode & 0o111, "/usr/bin/tini is missing"
+    assert host.run("numactl --show").rc == 0 or host.exists("numactl"), "numactl is missing"
+    assert host.run("ldconfig -p | grep -q 'libnuma.so.1'").rc == 0, "libnuma.so.1 is missing"
+
+
 def test_runs_as_documented_user(host, expect):
     if not expect.get("image"):
         pytest.skip("not an image: no documented user")
@@ -327,6 +348,15 @@ def test_cache_dir_exists_and_is_writable(host, expect, cache_dir):
     assert host.file(cache_dir).is_directory, f"cache dir {cache_dir} is missing"
     probe = f"{cache_dir}/.smoke-write-test"
     assert host.run(f"/bin/touch {shlex.quote(probe)} && /bin/rm {shlex.quote(probe)}").rc == 0, f"cache dir {cache_dir} is not writable"
+
+
+def test_cache_dir_is_writable_by_any_user(host, expect, cache_dir):
+    """`docker run --user 1000:1000 -v sbcache:/cache` must be able to write every JIT cache: the
+    dirs under /cache are world-writable and sticky, as /tmp, and a new volume copies that mode."""
+    if not expect.get("image") or not cache_dir.startswith("/cache"):
+        pytest.skip("only the image's /cache is shared by every user")
+    mode = host.file(cache_dir).mode
+    assert mode & 0o1777 == 0o1777, f"{cache_dir} has mode {oct(mode)}: a non-root --user cannot write it"
 
 
 def test_no_anonymous_volumes(expect):

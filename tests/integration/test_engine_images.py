@@ -19,12 +19,23 @@ import time
 import pytest
 
 from integration.conftest import CREATED_TAGS, build_fixture
+from servebuild import argcheck
 from servebuild import bisect as ab
 from servebuild import smoke
+from servebuild.errors import ServebuildError
 from servebuild.loading import load_recipe
-from support import REPO_ROOT
+from support import RECIPE_CHECKS, REPO_ROOT
 
 CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
+# launch profiles each engine's own parser must refuse: (a bad choice, the flag, the engine's words)
+BAD_PROFILES = {
+    "sglang": {"value": (["--moe-runner-backend", "flashinfer"], "argument --moe-runner-backend: invalid choice: 'flashinfer'"),
+               "flag": (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+               "type": (["--max-running-requests", "many"], "argument --max-running-requests: invalid int value: 'many'")},
+    "vllm": {"value": (["--kv-cache-dtype", "fp9"], "argument --kv-cache-dtype: invalid choice: 'fp9'"),
+             "flag": (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+             "type": (["--max-num-seqs", "many"], "argument --max-num-seqs: invalid int value: 'many'")},
+}
 # a second variant of the same image: it must cost only what its patch changes
 SECOND = {"sglang-native-fp8-bookworm": "original-fix"}
 
@@ -76,6 +87,9 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         bench.mkdir(parents=True, exist_ok=True)
         (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         assert code == 0, f"smoke suite failed on {tag}; see {out_dir}/smoke-junit.xml\n{junit[-3000:]}"
+        engine_name = manifest["engine"]["name"]
+        parse_every_recipe_of_the_engine(engine, tag, engine_name)
+        bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, tmp_path_factory, tags)
         if recipe in SECOND:
             other = f"servebuild-test/{recipe}:{SECOND[recipe]}-amd64"
             tags.append(other)
@@ -99,3 +113,58 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         from integration import conftest
         if conftest.SNAPSHOT is not None:
             conftest.SNAPSHOT.prune_new_cache()
+
+
+def parse_every_recipe_of_the_engine(engine, tag, engine_name):
+    """Every committed recipe of this engine (the derived ones share this image's engine and
+    version) has each launch profile parsed by the engine's own parser inside the built image."""
+    for path in sorted((REPO_ROOT / "recipes").glob("*.yaml")):
+        if path.stem.endswith(".lock"):
+            continue
+        loaded = load_recipe(path.stem, REPO_ROOT)
+        if not loaded.recipe.engine or loaded.recipe.engine.name != engine_name:
+            continue
+        record = argcheck.check_in_image(engine, tag, loaded)
+        assert sorted(record["profiles"]) == sorted(loaded.recipe.launch.profiles), record
+        assert record["version"].startswith(loaded.recipe.engine.version), record
+        RECIPE_CHECKS.append(f"{path.stem}: profiles {', '.join(sorted(record['profiles']))} parsed by "
+                             f"{record['engine']} {record['version']} in {tag}")
+
+
+def _bad_recipe(dest, base: str, engine_name: str, which: str):
+    """A recipe extending `base` (copied with its chain) whose one profile the engine must refuse."""
+    chain = [load_recipe(base, REPO_ROOT).chain]
+    for rf in chain[0]:
+        (dest / rf.path.name).write_text(rf.path.read_text())
+    recipe = load_recipe(base, REPO_ROOT).recipe
+    default = recipe.launch.default_profile()
+    args, _ = BAD_PROFILES[engine_name][which]
+    path = dest / f"bad-{which}.yaml"
+    path.write_text(f"name: bad-{which}\nextends: {base}\nlaunch:\n  default: bad\n  profiles:\n"
+                    f"    bad: {{from: {default}, extra_args: {json.dumps(args)}}}\n")
+    return path
+
+
+def bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, tmp_path_factory, tags):
+    """A recipe with a bad choice fails its build at the profile-check stage in one line with the
+    engine's own message, and nothing is tagged; an unknown flag and a wrong type are refused by the
+    same check run in the built image (one build each would re-run only that stage)."""
+    dest = tmp_path_factory.mktemp("bad-profiles")
+    bad_tag = f"servebuild-test/bad-profile:{engine_name}"
+    path = _bad_recipe(dest, recipe, engine_name, "value")
+    start = time.monotonic()
+    with pytest.raises(ServebuildError) as err:
+        tags.append(bad_tag)
+        build_fixture(REPO_ROOT, engine, "linux/amd64", bad_tag, cache, recipe=str(path), variant=variant)
+    message = str(err.value)
+    assert "\n" not in message and err.value.exit_code == 2, message
+    assert f"recipe bad-value, launch profile bad: {engine_name} " in message, message
+    assert f"rejects the launcher's arguments: {BAD_PROFILES[engine_name]['value'][1]}" in message, message
+    assert engine.image_id(bad_tag) is None
+    RECIPE_CHECKS.append(f"bad-value ({engine_name}): build refused in {time.monotonic() - start:.0f} s: {message[:160]}")
+    for which in ("flag", "type"):
+        loaded = load_recipe(str(_bad_recipe(dest, recipe, engine_name, which)), REPO_ROOT)
+        with pytest.raises(ServebuildError) as err:
+            argcheck.check_in_image(engine, tag, loaded)
+        assert "\n" not in str(err.value) and BAD_PROFILES[engine_name][which][1] in str(err.value), str(err.value)
+        RECIPE_CHECKS.append(f"bad-{which} ({engine_name}): refused in {tag}: {str(err.value)[-110:]}")

@@ -21,11 +21,11 @@ def test_mirror_map_rewrites_base_references(tmp_path):
     mirror.write_text('images:\n  "nvidia/cuda:13.0.2-devel-ubuntu24.04": "127.0.0.1:5000/cuda:13.0.2-devel"\n')
     plan = make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/arm64", mirror_map=mirror))
     assert plan.bases == {"build": "127.0.0.1:5000/cuda:13.0.2-devel",
-                          "runtime": "nvidia/cuda:13.0.2-runtime-ubuntu24.04"}
+                          "runtime": "nvidia/cuda:13.0.2-base-ubuntu24.04"}
 
 
 def test_mirror_map_from_environment(monkeypatch):
-    monkeypatch.setenv("SERVEBUILD_IMAGE_MIRRORS", "nvidia/cuda:13.0.2-runtime-ubuntu24.04=local/rt:1")
+    monkeypatch.setenv("SERVEBUILD_IMAGE_MIRRORS", "nvidia/cuda:13.0.2-base-ubuntu24.04=local/rt:1")
     plan = make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64"))
     assert plan.bases["runtime"] == "local/rt:1"
 

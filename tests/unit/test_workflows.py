@@ -29,7 +29,7 @@ VERSION_COMMENT = re.compile(r"#\s*v\d+\.\d+\.\d+\s*$")
 def _tool(name: str) -> str:
     path = BIN / name if (BIN / name).exists() else shutil.which(name)
     if not path:
-        pytest.fail(f"{name} is not installed; run `.venv/bin/python -m pip install -r requirements.txt`")
+        pytest.fail(f"{name} is not installed; run `.venv/bin/python -m pip install -r requirements-dev.txt`")
     return str(path)
 
 

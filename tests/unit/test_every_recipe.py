@@ -1,0 +1,38 @@
+"""Every committed recipe, checked without an engine: it validates, renders for each of its
+platforms (hadolint-clean, the profile-check stage present for engine recipes) and has a current
+lock. The engine image tests (tests/integration/test_engine_images.py) parse each engine recipe's
+launch profiles inside the built image of its engine; this file also proves that every engine a
+committed recipe names is one of those images, so no recipe goes unparsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from servebuild.lock import current_lock
+from servebuild.loading import load_recipe
+from servebuild.render import render_dockerfile
+from support import RECIPE_CHECKS, REPO_ROOT
+
+RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith(".lock"))
+# the engines whose images CI builds and parses every profile in (test_engine_images.CASES)
+BUILT_ENGINES = {"sglang": "sglang-native-fp8-bookworm", "vllm": "vllm-dspark-bookworm"}
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_committed_recipe_renders_and_has_a_current_lock(name):
+    loaded = load_recipe(name, REPO_ROOT)
+    recipe = loaded.recipe
+    lock = current_lock(loaded)  # raises, one line, if missing or stale
+    for platform in recipe.platforms:
+        text = render_dockerfile(recipe, loaded.sha256, platform, {"build": "b", "runtime": "r"}, REPO_ROOT)
+        assert f"recipe sha256: {loaded.sha256}" in text
+        launchers = text.index("COPY launchers/ /usr/local/bin/\nCOPY manifest.json") if recipe.launch.profiles else None
+        venv = text.index("COPY --from=deps /opt/venv /opt/venv")
+        assert launchers is None or launchers > venv, "launchers must come after the venv layer"
+        if recipe.engine:
+            assert "AS profile-check" in text and all(p in text for p in recipe.launch.profiles)
+    engine = recipe.engine.name if recipe.engine else None
+    assert engine is None or engine in BUILT_ENGINES, f"{name}: no CI image parses {engine} profiles"
+    RECIPE_CHECKS.append(f"{name}: validated; rendered {', '.join(recipe.platforms)}; lock current "
+          f"({len(lock.get('unresolved') or [])} unresolved); profiles "
+          + (f"parsed in the {BUILT_ENGINES[engine]} image (test_engine_images)" if engine else "none (no engine)"))
