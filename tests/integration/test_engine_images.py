@@ -27,14 +27,15 @@ from servebuild.loading import load_recipe
 from support import RECIPE_CHECKS, REPO_ROOT
 
 CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
-# launch profiles each engine's own parser must refuse: (a bad choice, the flag, the engine's words)
+# launch profiles each engine's own parser must refuse: the default profile with (flag, value) set
+# in place of what it gives, and the engine's own words for it
 BAD_PROFILES = {
-    "sglang": {"value": (["--moe-runner-backend", "flashinfer"], "argument --moe-runner-backend: invalid choice: 'flashinfer'"),
-               "flag": (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-               "type": (["--max-running-requests", "many"], "argument --max-running-requests: invalid int value: 'many'")},
-    "vllm": {"value": (["--kv-cache-dtype", "fp9"], "argument --kv-cache-dtype: invalid choice: 'fp9'"),
-             "flag": (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-             "type": (["--max-num-seqs", "many"], "argument --max-num-seqs: invalid int value: 'many'")},
+    "sglang": {"value": ("--moe-runner-backend", "flashinfer", "argument --moe-runner-backend: invalid choice: 'flashinfer'"),
+               "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+               "type": ("--max-running-requests", "many", "argument --max-running-requests: invalid int value: 'many'")},
+    "vllm": {"value": ("--dtype", "float7", "argument --dtype: invalid choice: 'float7'"),
+             "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+             "type": ("--max-num-seqs", "many", "argument --max-num-seqs: invalid int value: 'many'")},
 }
 # a second variant of the same image: it must cost only what its patch changes
 SECOND = {"sglang-native-fp8-bookworm": "original-fix"}
@@ -132,16 +133,25 @@ def parse_every_recipe_of_the_engine(engine, tag, engine_name):
 
 
 def _bad_recipe(dest, base: str, engine_name: str, which: str):
-    """A recipe extending `base` (copied with its chain) whose one profile the engine must refuse."""
-    chain = [load_recipe(base, REPO_ROOT).chain]
-    for rf in chain[0]:
+    """A recipe extending `base` (copied with its chain) whose one profile the engine must refuse:
+    the default profile's argv with one flag set to a bad value (or an unknown flag added)."""
+    loaded = load_recipe(base, REPO_ROOT)
+    for rf in loaded.chain:
         (dest / rf.path.name).write_text(rf.path.read_text())
-    recipe = load_recipe(base, REPO_ROOT).recipe
-    default = recipe.launch.default_profile()
-    args, _ = BAD_PROFILES[engine_name][which]
+    profile = loaded.recipe.launch.profiles[loaded.recipe.launch.default_profile()]
+    flag, value, _ = BAD_PROFILES[engine_name][which]
+    args, given = [], list(profile.args) + list(profile.extra_args)
+    while given:
+        arg = given.pop(0)
+        if arg == flag:
+            given.pop(0)  # the value it had
+            continue
+        args.append(arg)
+    args += [flag] + ([value] if value is not None else [])
     path = dest / f"bad-{which}.yaml"
     path.write_text(f"name: bad-{which}\nextends: {base}\nlaunch:\n  default: bad\n  profiles:\n"
-                    f"    bad: {{from: {default}, extra_args: {json.dumps(args)}}}\n")
+                    f"    bad: {{module: {profile.module}, dspark_block_size: {profile.dspark_block_size},\n"
+                    f"          env: {json.dumps(profile.env)}, args: {json.dumps(args)}}}\n")
     return path
 
 
@@ -159,12 +169,12 @@ def bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, t
     message = str(err.value)
     assert "\n" not in message and err.value.exit_code == 2, message
     assert f"recipe bad-value, launch profile bad: {engine_name} " in message, message
-    assert f"rejects the launcher's arguments: {BAD_PROFILES[engine_name]['value'][1]}" in message, message
+    assert f"rejects the launcher's arguments: {BAD_PROFILES[engine_name]['value'][2]}" in message, message
     assert engine.image_id(bad_tag) is None
     RECIPE_CHECKS.append(f"bad-value ({engine_name}): build refused in {time.monotonic() - start:.0f} s: {message[:160]}")
     for which in ("flag", "type"):
         loaded = load_recipe(str(_bad_recipe(dest, recipe, engine_name, which)), REPO_ROOT)
         with pytest.raises(ServebuildError) as err:
             argcheck.check_in_image(engine, tag, loaded)
-        assert "\n" not in str(err.value) and BAD_PROFILES[engine_name][which][1] in str(err.value), str(err.value)
+        assert "\n" not in str(err.value) and BAD_PROFILES[engine_name][which][2] in str(err.value), str(err.value)
         RECIPE_CHECKS.append(f"bad-{which} ({engine_name}): refused in {tag}: {str(err.value)[-110:]}")
