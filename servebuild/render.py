@@ -122,6 +122,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
         "layer_start": LAYER_START,
+        "settled_mtime": TAR_MTIME,
         "layer_settle": LAYER_SETTLE,
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "

@@ -104,7 +104,8 @@ RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sgla
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
 COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json
-COPY launchers/ /usr/local/bin/
+RUN --mount=type=bind,source=launchers,target=/mnt \
+    cp -p /mnt/* /usr/local/bin/ && touch -h -d @946684800 /usr/local/bin
 COPY manifest.json /opt/servebuild/manifest.json
 EXPOSE 30000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:30000/health"

@@ -337,7 +337,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     assert line.startswith("recipes/toy.yaml"), line
     assert ("patch entry pr-1 (PR #1) is not pinned to a full commit: only the short SHA "
             f"{up.pr1_merge[:10]} is known; there is no current lock") in line, line
-    assert f"run `invoke lock --recipe toy` on a machine that reaches {up.url}, commit the lock, then build" in line
+    assert f"run `invoke lock --recipe toy` now on a host that reaches {up.url} (this one, if it does), then build" in line
 
     loaded = load_recipe("toy", root)
     data = locking.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")

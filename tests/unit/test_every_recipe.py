@@ -26,9 +26,11 @@ def test_committed_recipe_renders_and_has_a_current_lock(name):
     for platform in recipe.platforms:
         text = render_dockerfile(recipe, loaded.sha256, platform, {"build": "b", "runtime": "r"}, REPO_ROOT)
         assert f"recipe sha256: {loaded.sha256}" in text
-        launchers = text.index("COPY launchers/ /usr/local/bin/\nCOPY manifest.json") if recipe.launch.profiles else None
-        venv = text.index("COPY --from=deps /opt/venv /opt/venv")
-        assert launchers is None or launchers > venv, "launchers must come after the venv layer"
+        final = text.index("AS runtime\n")  # the last stage: what differs per profile, after every heavy layer
+        assert text.index("COPY --from=deps /opt/venv /opt/venv") < final
+        if recipe.launch.profiles:
+            assert text.index("source=launchers,target=/mnt") > final, "the launchers must come last"
+            assert text.count("COPY launchers/") == (1 if recipe.engine else 0)  # the profile-check stage's
         if recipe.engine:
             assert "AS profile-check" in text and all(p in text for p in recipe.launch.profiles)
     engine = recipe.engine.name if recipe.engine else None
