@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 709c5f0d5d5a89ad45770c5eb3b771412731fe0d07685f691034a8202507861c
+# recipe sha256: e5d44b0e6577ac9be413331fff8e7578feb7dc0c99fb8ed5217795b9f13a9c04
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -12,7 +12,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv \

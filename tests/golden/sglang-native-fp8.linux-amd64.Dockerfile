@@ -1,7 +1,7 @@
 # Rendered by servebuild from recipe sglang-native-fp8 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 8ef1cff8c508cd9f218c7f94774a1893fb97e891208ff3859625badb7933efcb
+# recipe sha256: e34cbc8fda6e426b0f14c2225fd558b2af94d58af025c8f8321c143a3ea92181
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
-FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -12,7 +12,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv \

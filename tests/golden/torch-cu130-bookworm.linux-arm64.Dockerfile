@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe torch-cu130-bookworm for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: e4aa4bf8fa01ebebfc5cb05c345a9ddf7179cc56fe4c44cb59453b1c1104b7db
+# recipe sha256: 8da7cab1f40c13cc125d56bb130e2f10bd4619d8e6a6ff5f50742ba5c2b7fdf5
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-arm64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

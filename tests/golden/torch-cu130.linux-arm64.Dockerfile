@@ -1,7 +1,7 @@
 # Rendered by servebuild from recipe torch-cu130 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 133b2b46883826c62b1e754dff9843b2769d024eadbf89dc962e1c228c9926cd
+# recipe sha256: 23f22e5ea579e400bca532b08ee6e878090ef4c92ad8d04ff5d0a2d89a9a9022
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
-FROM nvidia/cuda:13.0.2-devel-ubuntu24.04 AS deps
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -12,7 +12,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv \

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 8ab58884f06077b153af3e50f743294c02934f802593347b78b59d6c1c42e64e
+# recipe sha256: 7065ec202103761940995a9ad733e87c6982b7b6eea2804e3d107a49b2d8ccfe
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -12,7 +12,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     touch /tmp/.servebuild-layer-start \
  && rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ccache git python3 python3-dev python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv \

@@ -18,10 +18,9 @@ from support import REPO_ROOT
 
 def test_mirror_map_rewrites_base_references(tmp_path):
     mirror = tmp_path / "mirrors.yaml"
-    mirror.write_text('images:\n  "nvidia/cuda:13.0.2-devel-ubuntu24.04": "127.0.0.1:5000/cuda:13.0.2-devel"\n')
+    mirror.write_text('images:\n  "nvidia/cuda:13.0.2-base-ubuntu24.04": "127.0.0.1:5000/cuda:13.0.2-base"\n')
     plan = make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/arm64", mirror_map=mirror))
-    assert plan.bases == {"build": "127.0.0.1:5000/cuda:13.0.2-devel",
-                          "runtime": "nvidia/cuda:13.0.2-base-ubuntu24.04"}
+    assert plan.bases == {"build": "127.0.0.1:5000/cuda:13.0.2-base", "runtime": "127.0.0.1:5000/cuda:13.0.2-base"}
 
 
 def test_mirror_map_from_environment(monkeypatch):
