@@ -39,9 +39,12 @@ def driver_version() -> Optional[str]:
     """The NVIDIA driver's version, from nvidia-smi or the kernel module; None without a driver."""
     smi = shutil.which("nvidia-smi")
     if smi:
-        proc = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=30)
-        if proc.returncode == 0 and proc.stdout.strip():
+        try:
+            proc = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None  # a hung or broken nvidia-smi: the kernel module still says its version
+        if proc is not None and proc.returncode == 0 and re.match(r"\d+\.", proc.stdout.strip()):
             return proc.stdout.split()[0]
     try:
         text = Path("/proc/driver/nvidia/version").read_text()
@@ -59,8 +62,12 @@ def buildkit_secret_build(docker: DockerClient) -> Check:
         secret = context / "secret"
         secret.write_text("not a secret\n")
         secret.chmod(0o600)
-        proc = subprocess.run([docker.client, "build", "--progress=plain", "--secret", f"id=probe,src={secret}",
-                               "-q", str(context)], env=docker._env(), capture_output=True, text=True, timeout=300)
+        try:
+            proc = subprocess.run([docker.client, "build", "--progress=plain", "--secret", f"id=probe,src={secret}",
+                                   "-q", str(context)], env=docker._env(), capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return Check("BuildKit", "FAIL", f"a BuildKit build of an empty image did not finish in 300 s through "
+                                             f"{docker.client}")
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             return Check("BuildKit", "FAIL", f"a BuildKit build with --secret failed through {docker.client}: {tail[:200]}")
@@ -98,8 +105,12 @@ def run_checks(serve: bool = False, disk_path: Optional[Path] = None) -> list[Ch
                             f"NVIDIA driver {version}" + ("" if major >= MIN_DRIVER else
                                                           f": CUDA 13.0 needs >= {MIN_DRIVER}; upgrade the driver")))
     root = Path(info.get("DockerRootDir") or "/var/lib/docker")
-    where = disk_path or (root if root.exists() else Path("/"))
-    free = shutil.disk_usage(where).free / 1e9
+    where = disk_path or root
+    try:
+        free = shutil.disk_usage(where).free / 1e9
+    except OSError:  # a remote engine (DOCKER_HOST), or a root this user cannot read
+        return checks + [Check("disk", "warn", f"cannot read the free space of the engine's {where} from here; "
+                                               f"an engine image build wants {FREE_GB} GB there")]
     checks.append(Check("disk", "ok" if free >= FREE_GB else "warn",
                         f"{free:.0f} GB free at {where}" + ("" if free >= FREE_GB else
                                                             f"; an engine image build wants {FREE_GB} GB")))
