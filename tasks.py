@@ -150,8 +150,9 @@ def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry
         plan = pipeline.make_plan(ROOT, recipe, options)
         plans[plan.platform] = plan
     if dry_run:
-        print("\n".join(pipeline.dry_run(plan) for plan in plans.values()))
-        if any(pipeline.would_stop(plan) for plan in plans.values()):  # a dry run that passes must mean it
+        reports = [pipeline.dry_run(plan) for plan in plans.values()]
+        print("\n".join(text for text, _ in reports))
+        if any(stops for _, stops in reports):  # a dry run that passes must mean it
             raise Exit("error: the build would stop (see `would stop:` above)", code=2)
         return
     if farm_file is None and len(plans) == 1:  # one platform on the local engine: as it always was

@@ -17,7 +17,7 @@ from pathlib import Path
 from .docker import DockerClient
 from .errors import RecipeError, SmokeError
 from .loading import LoadedRecipe
-from .render import argcheck_files, write_launchers
+from .render import argcheck_argv, argcheck_files, write_launchers
 
 MOUNT = "/opt/servebuild/argcheck-run"
 
@@ -43,11 +43,9 @@ def check_in_image(docker: DockerClient, image: str, loaded: LoadedRecipe) -> di
         (work / "out").mkdir()
         work.chmod(0o755)
         (work / "out").chmod(0o777)
-        proc = docker.run("run", "--rm", "--network", "none", "--entrypoint", "/opt/venv/bin/python",
-                          "-v", f"{work}:{MOUNT}", image, f"{MOUNT}/profile_check.py", "--recipe", recipe.name,
-                          "--engine", recipe.engine.name, "--dist", recipe.engine.name, "--site", f"{MOUNT}/site",
-                          "--hook", f"{MOUNT}/hook.py", "--launchers", f"{MOUNT}/launchers",
-                          "--out", f"{MOUNT}/out/record.json", *sorted(recipe.launch.profiles), check=False)
+        python, *command = argcheck_argv(recipe, MOUNT, f"{MOUNT}/launchers", f"{MOUNT}/out/record.json")
+        proc = docker.run("run", "--rm", "--network", "none", "--entrypoint", python, "-v", f"{work}:{MOUNT}",
+                          image, *command, check=False)
         ours = [line.removeprefix("servebuild: ") for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
         if ours:
             raise RecipeError(ours[0], file=loaded.file, field="launch.profiles")

@@ -290,13 +290,14 @@ def checked_cache_dir(path: Optional[Path] = None) -> Path:
     return path
 
 
-def dry_run(plan: BuildPlan) -> str:
+def dry_run(plan: BuildPlan) -> tuple[str, bool]:
     """What a build would do, without the engine or the network: the context is rendered with an
-    empty source placeholder and the sources that would be fetched are listed."""
+    empty source placeholder and the sources that would be fetched are listed; and whether the build
+    would stop before building (an unpinned PR entry)."""
     bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
              for s, r in plan.bases.items()}
     engine = plan.loaded.recipe.engine
-    lines = []
+    lines, problem = [], None
     if engine:
         from .lock import unpinned_problem
         problem = unpinned_problem(plan.loaded, plan.lock)
@@ -312,17 +313,10 @@ def dry_run(plan: BuildPlan) -> str:
     context = render_plan(plan, bases, *_host_resources(), tarball=placeholder if engine else None)
     args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(plan.build_args.items()))
     secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
-    return "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
+    text = "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
                       f"  context: {context}", *lines,
                       f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
-
-
-def would_stop(plan: BuildPlan) -> bool:
-    """Whether the build `dry_run` describes would stop before building (an unpinned PR entry)."""
-    if plan.loaded.recipe.engine is None:
-        return False
-    from .lock import unpinned_problem
-    return unpinned_problem(plan.loaded, plan.lock) is not None
+    return text, problem is not None
 
 
 def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:

@@ -135,7 +135,9 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
         "shared_dirs": " ".join(shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else [])
                                 + shared),
-        "profile_check": sorted(recipe.launch.profiles) if kind and kind.argcheck else [],
+        "profile_check": (argcheck_argv(recipe, "/opt/servebuild/argcheck", "/usr/local/bin",
+                                        "/opt/servebuild/profiles-checked.json")
+                          if kind and kind.argcheck and recipe.launch.profiles else []),
         "healthcheck": _healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
@@ -191,6 +193,14 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
         os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
     return context
+
+
+def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[str]:
+    """The profile check's command (tools/profile_check.py, its files under `root` in the image)."""
+    name = recipe.engine.name
+    return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
+            "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
+            "--out", out, *sorted(recipe.launch.profiles)]
 
 
 def argcheck_files(kind) -> dict[str, Path]:

@@ -97,10 +97,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
 FROM runtime-base AS profile-check
 COPY launchers/ /usr/local/bin/
 COPY argcheck/ /opt/servebuild/argcheck/
-RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-hgx-h200 \
-    --engine sglang --dist sglang --site /opt/servebuild/argcheck/site \
-    --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json \
-    sglang-h200-flashinfer sglang-h200-marlin
+RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-hgx-h200 --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-h200-flashinfer sglang-h200-marlin
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
 COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json

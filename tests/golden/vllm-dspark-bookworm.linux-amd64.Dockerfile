@@ -98,10 +98,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
 FROM runtime-base AS profile-check
 COPY launchers/ /usr/local/bin/
 COPY argcheck/ /opt/servebuild/argcheck/
-RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark-bookworm \
-    --engine vllm --dist vllm --site /opt/servebuild/argcheck/site \
-    --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json \
-    vllm-dspark-1m
+RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark-bookworm --engine vllm --dist vllm --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json vllm-dspark-1m
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
 COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json
