@@ -9,9 +9,9 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from .errors import SourceError
-from .fsutil import atomic_write, sha256_bytes, sha256_file
-from .gitmirror import git
+from servebuild.errors import SourceError
+from servebuild.fsutil import atomic_write, sha256_bytes, sha256_file
+from servebuild.gitmirror import git
 
 TAR_MTIME = 946684800  # 2000-01-01: fixed, and late enough for zip-based wheel builds
 

@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .docker import DockerClient
-from .errors import RecipeError, SmokeError
-from .loading import LoadedRecipe
-from .render import argcheck_argv, argcheck_files, write_launchers
+from servebuild.docker import DockerClient
+from servebuild.errors import RecipeError, SmokeError
+from servebuild.loading import LoadedRecipe
+from servebuild.render import argcheck_argv, argcheck_files, write_launchers
 
 MOUNT = "/opt/servebuild/argcheck-run"
 

@@ -18,10 +18,10 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from .constraints import parse_hashes
-from .errors import SourceError
-from .fsutil import sha256_file
-from .platforms import machine_of
+from servebuild.constraints import parse_hashes
+from servebuild.errors import SourceError
+from servebuild.fsutil import sha256_file
+from servebuild.platforms import machine_of
 
 INDEX = os.environ.get("SERVEBUILD_PYPI_URL", "https://pypi.org")
 RETRIES = 4

@@ -10,9 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .docker import BuildRequest, DockerClient
-from .platforms import host_arch
-from .errors import DockerError, RecipeError
+from servebuild.docker import BuildRequest, DockerClient
+from servebuild.platforms import host_arch
+from servebuild.errors import DockerError, RecipeError
 
 ARCHES = ("amd64", "arm64")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .docker import DockerClient
-from .errors import DockerError, RecipeError
-from .fsutil import atomic_write, write_json
-from .pipeline import build, make_plan
-from .smoke import has_nvidia_runtime
+from servebuild.docker import DockerClient
+from servebuild.errors import DockerError, RecipeError
+from servebuild.fsutil import atomic_write, write_json
+from servebuild.pipeline import build, make_plan
+from servebuild.smoke import has_nvidia_runtime
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import RecipeError
-from .recipe import IMAGE_REF
-from .yamlfile import load_yaml
+from servebuild.errors import RecipeError
+from servebuild.recipe import IMAGE_REF
+from servebuild.yamlfile import load_yaml
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import ServebuildError
+from servebuild.errors import ServebuildError
 
 MAX_BYTES = 64 << 10
 USERNAME = re.compile(r"[A-Za-z0-9._@+-][A-Za-z0-9._@+ -]{0,254}\Z")

@@ -30,12 +30,12 @@ from pathlib import Path
 
 
 
-from .constraints import (CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines,
+from servebuild.constraints import (CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines,
                           normalize, parse_pins)
-from .errors import RecipeError
-from .fsutil import atomic_write
-from .platforms import PLATFORMS, machine_of
-from .yamlfile import load_yaml
+from servebuild.errors import RecipeError
+from servebuild.fsutil import atomic_write
+from servebuild.platforms import PLATFORMS, machine_of
+from servebuild.yamlfile import load_yaml
 
 CONSTRAINTS_DIR = "constraints"
 INPUTS_NAME = "inputs.yaml"

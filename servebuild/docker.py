@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .errors import DockerError
+from servebuild.errors import DockerError
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .artifacts import fetch_artifact
-from .fsutil import canonical_json
-from .loading import LoadedRecipe
-from .sources import PreparedSource, SourceCache
+from servebuild.artifacts import fetch_artifact
+from servebuild.fsutil import canonical_json
+from servebuild.loading import LoadedRecipe
+from servebuild.sources import PreparedSource, SourceCache
 
 
 def prepare_engine_source(loaded: LoadedRecipe, platform: str, cache: SourceCache, work: Path,

@@ -32,13 +32,13 @@ from typing import Callable, Literal, Optional, TextIO
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .docker import DockerClient, Endpoint
-from .errors import DockerError, RecipeError, ServebuildError
-from .fsutil import MAX_BYTES
-from .loading import _message, _place
-from .platforms import PLATFORMS, arch_of, docker_arch, machine_of
-from .recipe import Model
-from .yamlfile import load_yaml
+from servebuild.docker import DockerClient, Endpoint
+from servebuild.errors import DockerError, RecipeError, ServebuildError
+from servebuild.fsutil import MAX_BYTES
+from servebuild.loading import _message, _place
+from servebuild.platforms import PLATFORMS, arch_of, docker_arch, machine_of
+from servebuild.recipe import Model
+from servebuild.yamlfile import load_yaml
 
 FARM_FILE = "farm.yaml"
 PULL_TIMEOUT_S = 1800  # a missing base may be pulled during the preflight (CUDA bases are GBs)
@@ -291,7 +291,7 @@ def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Option
 
 
 def check_engine(farm: Farm, engine: FarmEngine, plan, connect: Connect = _connect) -> Node:
-    from .pipeline import resolve_bases
+    from servebuild.pipeline import resolve_bases
     platform = plan.platform
     name = str(engine.endpoint) if engine.endpoint else "the local engine"
     try:
@@ -363,7 +363,7 @@ def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None)
     """pipeline.build for each platform on its node, concurrently, each live log line prefixed with
     `[PLATFORM] ` on `out` (default stderr). Returns (results, errors) by platform; a failed platform
     is never tagged (pipeline tags only after its manifest)."""
-    from .pipeline import build
+    from servebuild.pipeline import build
     out = out or sys.stderr
     lock = threading.Lock()
     results, errors = {}, {}

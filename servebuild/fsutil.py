@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import RecipeError
+from servebuild.errors import RecipeError
 
 
 def sha256_bytes(data: bytes) -> str:

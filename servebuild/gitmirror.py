@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
-from .errors import SourceError
-from .fsutil import sha256_bytes
+from servebuild.errors import SourceError
+from servebuild.fsutil import sha256_bytes
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 UNREACHABLE = re.compile(r"(Could not resolve host|unable to access|Connection refused|"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .docker import DockerClient
-from .errors import ServebuildError
+from servebuild.docker import DockerClient
+from servebuild.errors import ServebuildError
 
 MIN_DRIVER = 580        # CUDA 13.0 needs an R580 driver or newer
 FREE_GB = 40            # an engine image is ~10 GB, its build cache as much again (README: Prerequisites)

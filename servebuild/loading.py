@@ -7,12 +7,12 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from .constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
-from .errors import PlacedValueError, RecipeError
-from .fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
-from .recipe import NAME, Recipe
-from .recipe_files import escape_problem, named_files
-from .yamlfile import parse_bounded
+from servebuild.constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
+from servebuild.errors import PlacedValueError, RecipeError
+from servebuild.fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
+from servebuild.recipe import NAME, Recipe
+from servebuild.recipe_files import escape_problem, named_files
+from servebuild.yamlfile import parse_bounded
 
 class RecipeFile:
     """One YAML file as read: its data, its hash and where each field sits."""
@@ -199,7 +199,7 @@ def check_files(loaded: LoadedRecipe) -> None:
 def _release_version_problem(engine, path: Path, rel: str) -> Optional[str]:
     """The release artifact a mode installs (precompiled wheel, sdist) must be engine.version:
     the image's version label and the relabelled dist-info are derived from it."""
-    from .constraints import normalize
+    from servebuild.constraints import normalize
     pinned = parse_pins(path).get(normalize(engine.name))
     if pinned is not None and pinned != engine.version:
         return f"{rel} pins {engine.name}=={pinned}, but engine.version is {engine.version}"

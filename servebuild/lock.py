@@ -15,16 +15,16 @@ from typing import Optional
 import yaml
 from pydantic import ValidationError
 
-from .engine_source import prepare_engine_source
-from .errors import RecipeError, SourceError
-from .fsutil import atomic_write, sha256_bytes, sha256_file
-from .loading import LoadedRecipe
-from .patchfiles import is_native
-from .recipe import PatchEntry
-from .recipe_files import named_files
-from .registry import registry_digest
-from .sources import SourceCache
-from .yamlfile import load_yaml
+from servebuild.engine_source import prepare_engine_source
+from servebuild.errors import RecipeError, SourceError
+from servebuild.fsutil import atomic_write, sha256_bytes, sha256_file
+from servebuild.loading import LoadedRecipe
+from servebuild.patchfiles import is_native
+from servebuild.recipe import PatchEntry
+from servebuild.recipe_files import named_files
+from servebuild.registry import registry_digest
+from servebuild.sources import SourceCache
+from servebuild.yamlfile import load_yaml
 
 LOCK_VERSION = 1
 
@@ -65,7 +65,7 @@ def find_pr_commit(cache: SourceCache, repo: Path, entry: PatchEntry) -> tuple[O
             raise SourceError(f"commit_hint {entry.commit_hint} of {entry.id} (PR #{entry.pr}) is not in the "
                               f"upstream", field=f"engine.source.patches.{entry.id}.commit_hint")
         return full, entry.base, f"commit_hint {entry.commit_hint}"
-    from .gitmirror import git
+    from servebuild.gitmirror import git
     log = git("log", "--all", "--format=%H %s", "-E", f"--grep=\\(#{entry.pr}\\)$", cwd=repo, check=False)
     for line in log.stdout.decode().splitlines():
         sha, subject = line.split(" ", 1)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from . import __version__
-from .fsutil import canonical_json, sha256_bytes, sha256_file
-from .loading import LoadedRecipe
-from .recipe_files import files_for
-from .sources import PreparedSource
+from servebuild import __version__
+from servebuild.fsutil import canonical_json, sha256_bytes, sha256_file
+from servebuild.loading import LoadedRecipe
+from servebuild.recipe_files import files_for
+from servebuild.sources import PreparedSource
 
 MANIFEST_PATH = "/opt/servebuild/manifest.json"
 LABEL_PREFIX = "io.servebuild"

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .config import Config, load_config, load_mirror_map
-from .docker import BuildRequest, DockerClient
-from .engine_source import prepare_engine_source
-from .errors import DockerError, RecipeError
-from .fsutil import write_json
-from .loading import LoadedRecipe, load_recipe
-from .manifest import inputs_manifest, oci_labels
-from .platforms import PLATFORMS, arch_of, docker_arch, emulation_ready, host_platform, slug
-from .recipe import COMPONENT, HOST
-from .render import write_context
-from .resources import derive
-from .sources import PreparedSource, SourceCache, default_cache_dir
+from servebuild.config import Config, load_config, load_mirror_map
+from servebuild.docker import BuildRequest, DockerClient
+from servebuild.engine_source import prepare_engine_source
+from servebuild.errors import DockerError, RecipeError
+from servebuild.fsutil import write_json
+from servebuild.loading import LoadedRecipe, load_recipe
+from servebuild.manifest import inputs_manifest, oci_labels
+from servebuild.platforms import PLATFORMS, arch_of, docker_arch, emulation_ready, host_platform, slug
+from servebuild.recipe import COMPONENT, HOST
+from servebuild.render import write_context
+from servebuild.resources import derive
+from servebuild.sources import PreparedSource, SourceCache, default_cache_dir
 
 PROJECT_URL = "https://github.com/servebuild/servebuild"
 # docker reference grammar: [host[:port]/]path-components[:tag], lower-case path, tag <= 128 chars
@@ -132,7 +132,7 @@ def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
 def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[dict]]:
     """The recipe with its lock applied (strictly with --locked) and its variant chosen; a build
     stops here, before the engine or the network is asked anything, on an unpinned PR entry."""
-    from .lock import apply_lock, pin_for_build, read_lock, unpinned_problem
+    from servebuild.lock import apply_lock, pin_for_build, read_lock, unpinned_problem
     loaded = load_recipe(recipe_name, root)
     if options.locked:  # refuse anything not locked
         lock = read_lock(loaded)
@@ -299,7 +299,7 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
     engine = plan.loaded.recipe.engine
     lines, problem = [], None
     if engine:
-        from .lock import unpinned_problem
+        from servebuild.lock import unpinned_problem
         problem = unpinned_problem(plan.loaded, plan.lock)
         origin = engine.mode.tree_origin(engine, plan.platform)
         tree = (f"{origin.artifact} from {origin.requirement}" if origin.kind == "pypi"

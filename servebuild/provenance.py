@@ -11,12 +11,12 @@ import json
 import uuid
 from typing import Optional
 
-from . import __version__
-from .errors import ServebuildError
-from .fsutil import sha256_bytes
-from .registry import (EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError,
+from servebuild import __version__
+from servebuild.errors import ServebuildError
+from servebuild.fsutil import sha256_bytes
+from servebuild.registry import (EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError,
                        canonical_bytes, referrers_tag)
-from .signing import ENVELOPE_TYPE
+from servebuild.signing import ENVELOPE_TYPE
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"
 MANIFEST_TYPE = "application/vnd.servebuild.manifest.v1+json"
@@ -45,7 +45,7 @@ print(json.dumps({"python": sys.version.split()[0], "distributions": [out[k] for
 
 
 def installed_distributions(docker, image_id: str, platform: str) -> dict:
-    from .errors import DockerError
+    from servebuild.errors import DockerError
     out = docker.run_in_image(image_id, "-c", LIST_DISTRIBUTIONS, platform=platform, entrypoint="python3")
     try:
         data = json.loads(out.strip().splitlines()[-1])

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import provenance, signing
-from .credentials import DockerConfigDir
-from .docker import DockerClient
-from .errors import DockerError, ServebuildError, SmokeError
-from .fsutil import sha256_file, write_json
-from .platforms import arch_of
-from .registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes
+from servebuild import provenance, signing
+from servebuild.credentials import DockerConfigDir
+from servebuild.docker import DockerClient
+from servebuild.errors import DockerError, ServebuildError, SmokeError
+from servebuild.fsutil import sha256_file, write_json
+from servebuild.platforms import arch_of
+from servebuild.registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")

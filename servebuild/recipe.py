@@ -7,11 +7,11 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .engines import kind_for
-from .errors import PlacedValueError, RecipeError
-from .launch import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
-from .modes import get_mode
-from .platforms import PLATFORMS
+from servebuild.engines import kind_for
+from servebuild.errors import PlacedValueError, RecipeError
+from servebuild.launch import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
+from servebuild.modes import get_mode
+from servebuild.platforms import PLATFORMS
 
 SHA40 = re.compile(r"^[0-9a-f]{40}\Z")
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from .recipe import Recipe
+from servebuild.recipe import Recipe
 
 
 @dataclass(frozen=True)

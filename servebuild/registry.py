@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from .errors import ServebuildError, SourceError
-from .fsutil import canonical_json, sha256_bytes
+from servebuild.errors import ServebuildError, SourceError
+from servebuild.fsutil import canonical_json, sha256_bytes
 
 MANIFEST_ACCEPT = ", ".join([
     "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",

@@ -15,16 +15,16 @@ from typing import Optional
 
 import jinja2
 
-from .archives import TAR_MTIME
-from .constraints import parse_pins
-from .engines.base import CACHE_ROOT
-from .errors import RecipeError
-from .fsutil import sha256_file, write_json
-from .launch import launcher_script
-from .loading import LoadedRecipe
-from .modes import TEMPLATES
-from .platforms import arch_of
-from .recipe import Recipe
+from servebuild.archives import TAR_MTIME
+from servebuild.constraints import parse_pins
+from servebuild.engines.base import CACHE_ROOT
+from servebuild.errors import RecipeError
+from servebuild.fsutil import sha256_file, write_json
+from servebuild.launch import launcher_script
+from servebuild.loading import LoadedRecipe
+from servebuild.modes import TEMPLATES
+from servebuild.platforms import arch_of
+from servebuild.recipe import Recipe
 
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]

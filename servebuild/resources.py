@@ -6,7 +6,7 @@ only help when several archs are compiled, so one arch gets one thread and every
 
 from __future__ import annotations
 
-from .recipe import BuildResources
+from servebuild.recipe import BuildResources
 
 GIB = 1 << 30
 GIB_PER_COMPILE = 4  # a CUDA translation unit can take 3-4 GiB in nvcc+cicc

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-from .errors import ServebuildError
-from .fsutil import sha256_bytes
+from servebuild.errors import ServebuildError
+from servebuild.fsutil import sha256_bytes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"

@@ -11,12 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from .docker import DockerClient
-from .engines import CACHE_ROOT, kind_for
-from .errors import SmokeError
-from .fsutil import write_json
-from .manifest import MANIFEST_PATH
-from .loading import LoadedRecipe
+from servebuild.docker import DockerClient
+from servebuild.engines import CACHE_ROOT, kind_for
+from servebuild.errors import SmokeError
+from servebuild.fsutil import write_json
+from servebuild.manifest import MANIFEST_PATH
+from servebuild.loading import LoadedRecipe
 
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "image"
 

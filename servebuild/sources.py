@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .archives import unpack_release, write_tarball
-from .errors import SourceError
-from .fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
-from .gitmirror import GitMirrors, git
-from .patchfiles import is_native, is_test_or_doc
-from .recipe import EngineSource, PatchEntry
+from servebuild.archives import unpack_release, write_tarball
+from servebuild.errors import SourceError
+from servebuild.fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
+from servebuild.gitmirror import GitMirrors, git
+from servebuild.patchfiles import is_native, is_test_or_doc
+from servebuild.recipe import EngineSource, PatchEntry
 
 # (path, release files or None) -> why the install mode cannot carry a change to path, or None
 PatchRule = Callable[[str, Optional[set]], Optional[str]]

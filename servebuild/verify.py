@@ -18,12 +18,12 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from . import signing
-from .errors import ServebuildError
-from .fsutil import sha256_bytes, sha256_file
-from .manifest import LABEL_PREFIX, manifest_sha256
-from .provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE, ArtifactError, read_artifact
-from .registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
+from servebuild import signing
+from servebuild.errors import ServebuildError
+from servebuild.fsutil import sha256_bytes, sha256_file
+from servebuild.manifest import LABEL_PREFIX, manifest_sha256
+from servebuild.provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE, ArtifactError, read_artifact
+from servebuild.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
 
 
 KEYID_SHOWN = re.compile(r"[\x21-\x7e]{1,100}")  # keyids come from the registry: printable, bounded, or quoted

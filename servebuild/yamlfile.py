@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import yaml
 
-from .errors import RecipeError
-from .fsutil import read_small_text
+from servebuild.errors import RecipeError
+from servebuild.fsutil import read_small_text
 
 MAX_YAML_LINES = 20_000   # a recipe is a few hundred lines
 MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import sglang, vllm
-from .base import CACHE_ROOT, JIT_CACHE_ENV, EngineKind
+from servebuild.engines import sglang, vllm
+from servebuild.engines.base import CACHE_ROOT, JIT_CACHE_ENV, EngineKind
 
 __all__ = ["CACHE_ROOT", "JIT_CACHE_ENV", "EngineKind", "KINDS", "kind_for"]
 

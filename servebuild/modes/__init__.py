@@ -9,8 +9,8 @@ write a module and add it to the table below.
 
 from __future__ import annotations
 
-from . import pip_source, vllm_precompiled, wheel_overlay
-from .base import TEMPLATES, Fragment, InstallMode, TreeOrigin
+from servebuild.modes import pip_source, vllm_precompiled, wheel_overlay
+from servebuild.modes.base import TEMPLATES, Fragment, InstallMode, TreeOrigin
 
 __all__ = ["MODES", "TEMPLATES", "Fragment", "InstallMode", "TreeOrigin", "get_mode", "register_mode"]
 

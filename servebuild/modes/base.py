@@ -8,7 +8,7 @@ from typing import Optional
 
 import jinja2
 
-from ..patchfiles import is_native
+from servebuild.patchfiles import is_native
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "images"
 # relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import RELABEL_TOOL, Fragment, InstallMode
+from servebuild.modes.base import RELABEL_TOOL, Fragment, InstallMode
 
 
 class PipSource(InstallMode):

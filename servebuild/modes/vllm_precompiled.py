@@ -3,7 +3,7 @@ extensions of the release wheel of the same commit (VLLM_USE_PRECOMPILED). Pytho
 
 from __future__ import annotations
 
-from .base import Fragment, InstallMode, TreeOrigin
+from servebuild.modes.base import Fragment, InstallMode, TreeOrigin
 
 
 class VllmPrecompiled(InstallMode):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..patchfiles import is_native, is_test_or_doc
-from .base import RELABEL_TOOL, Fragment, InstallMode, TreeOrigin
+from servebuild.patchfiles import is_native, is_test_or_doc
+from servebuild.modes.base import RELABEL_TOOL, Fragment, InstallMode, TreeOrigin
 
 
 class WheelOverlay(InstallMode):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...launch import canonical_flags
-from ..base import EngineKind, check_dspark_block
+from servebuild.launch import canonical_flags
+from servebuild.engines.base import EngineKind, check_dspark_block
 
 
 class VLLM(EngineKind):
