@@ -74,7 +74,7 @@ def _verdict(code, out_dir):
 
 
 def _image_ref(value: str) -> bool:
-    from servebuild.pipeline import TAG
+    from servebuild.recipe.grammar import TAG
     if re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value):
         return True
     name = re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)
@@ -88,7 +88,7 @@ def _path(value):
 def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
              mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True, stack_=None):
     import os
-    from servebuild.pipeline import BuildOptions
+    from servebuild.plan.make import BuildOptions
     ca_bundle = ca_bundle or os.environ.get("SERVEBUILD_CA_BUNDLE")
     return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
                         ca_bundle=_path(ca_bundle), netrc=_path(netrc), mirror_map=_path(mirror_map),
@@ -100,7 +100,7 @@ def _options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=N
 @one_line_errors
 def validate(c, recipe=DEFAULT_RECIPE):
     """Load and validate a recipe (and the files it names); print its resolved form."""
-    from servebuild.loading import load_recipe
+    from servebuild.recipe.load import load_recipe
     loaded = load_recipe(recipe, ROOT)
     print(json.dumps(loaded.recipe.model_dump(mode="json"), indent=2, sort_keys=True))
 
@@ -110,8 +110,8 @@ def validate(c, recipe=DEFAULT_RECIPE):
 @one_line_errors
 def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
     """Print the rendered Dockerfile (no engine, no network)."""
-    from servebuild.pipeline import make_plan
-    from servebuild.render import render_dockerfile
+    from servebuild.plan.make import make_plan
+    from servebuild.render.context import render_dockerfile
     plan = make_plan(ROOT, recipe, _options(platform=platform, mirror_map=mirror_map, fetching=False))
     sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, ROOT))
 
@@ -136,8 +136,10 @@ def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry
           cache_to=None, farm=None):
     """Build a recipe into an image through the Docker engine with BuildKit (several platforms: each on
     its farm engine, concurrently)."""
-    from servebuild import farm as farms, pipeline
-    from servebuild.docker import DockerClient
+    from servebuild.build import farm as farms
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
+    from servebuild.build.docker import DockerClient
     platforms = farms.split_platforms(platform)
     farms.per_platform_option(tag, "--tag", platforms)
     farms.per_platform_option(cache_to, "--cache-to", platforms)
@@ -150,13 +152,13 @@ def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry
         plan = pipeline.make_plan(ROOT, recipe, options)
         plans[plan.platform] = plan
     if dry_run:
-        reports = [pipeline.dry_run(plan) for plan in plans.values()]
+        reports = [run.dry_run(plan) for plan in plans.values()]
         print("\n".join(text for text, _ in reports))
         if any(stops for _, stops in reports):  # a dry run that passes must mean it
             raise Exit("error: the build would stop (see `would stop:` above)", code=2)
         return
     if farm_file is None and len(plans) == 1:  # one platform on the local engine: as it always was
-        result = pipeline.build(plan, DockerClient())
+        result = run.build(plan, DockerClient())
         _built(result)
         return
     _farm_build(farms, plans, farm_file)
@@ -195,10 +197,11 @@ def _farm_build(farms, plans, farm_file):
 def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
     """Mirror the recipe's sources, apply its patch stack and write the source tarball."""
     import time
-    from servebuild import pipeline
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
     plan = pipeline.make_plan(ROOT, recipe, _options(offline=offline, locked=locked))
     start = time.monotonic()
-    source = pipeline.fetch_sources(plan)
+    source = run.fetch_sources(plan)
     if source is None:
         print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")
         return
@@ -214,10 +217,10 @@ def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
 @one_line_errors
 def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
     """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
-    from servebuild import bases
-    from servebuild.docker import DockerClient
+    from servebuild.build import bases
+    from servebuild.build.docker import DockerClient
     from servebuild.platforms import host_arch
-    from servebuild.pipeline import checked_cache_dir
+    from servebuild.plan.make import checked_cache_dir
     arch = arch or host_arch()
     tag = tag or bases.default_tag(suite, arch)
     image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, checked_cache_dir())
@@ -249,8 +252,10 @@ def binfmt(c):
 def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
                network=False, variant=None, farm=None):
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
-    from servebuild import pipeline, smoke
-    from servebuild.loading import load_recipe
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
+    from servebuild.check import smoke
+    from servebuild.recipe.load import load_recipe
     if image is not None and not _image_ref(image):  # it reaches docker as an argument: never an option
         raise Exit(f"error: --image: {image!r} is not an image reference NAME[:TAG][@sha256:DIGEST] "
                    f"or an image id", code=2)
@@ -264,7 +269,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
         code = smoke.run_suite(hosts, smoke.expectations(loaded, None, image=False), out_dir,
                                require_gpu=require_gpu, python=python)
     else:
-        from servebuild.docker import DockerClient
+        from servebuild.build.docker import DockerClient
         if image is None:
             if loaded is None:
                 raise Exit("error: --image: give --image REF or --recipe NAME", code=2)
@@ -272,7 +277,7 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
             image, out_dir = plan.tag, plan.build_dir / "smoke"
             engine = _build_engine(plan, farm)
             if farm is not None or (ROOT / "farm.yaml").exists():  # the build's own image, wherever it is tagged
-                from servebuild.publish import read_json_file
+                from servebuild.release.publish import read_json_file
                 image = read_json_file(plan.build_dir / "manifest.json", "build manifest")["outputs"]["image_id"]
         else:
             out_dir = ROOT / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
@@ -287,9 +292,9 @@ def test_image(c, recipe=None, image=None, hosts=None, platform=None, require_gp
 def check_profiles(c, recipe=DEFAULT_RECIPE, image=None):
     """Parse every launch profile of a recipe with its engine's own argument parser, inside a built
     image of that engine (a build does this itself; this checks a recipe that shares an image)."""
-    from servebuild import argcheck
-    from servebuild.docker import DockerClient
-    from servebuild.loading import load_recipe
+    from servebuild.check import profiles as argcheck
+    from servebuild.build.docker import DockerClient
+    from servebuild.recipe.load import load_recipe
     if image is None or not _image_ref(image):
         raise Exit(f"error: --image: {image!r} is not an image reference NAME[:TAG][@sha256:DIGEST] or an image id",
                    code=2)
@@ -303,7 +308,7 @@ def check_profiles(c, recipe=DEFAULT_RECIPE, image=None):
 @one_line_errors
 def doctor(c, serve=False):
     """Check this host: Docker engine, a BuildKit build with --secret, the NVIDIA runtime, driver, disk."""
-    from servebuild import hostcheck
+    from servebuild.check import host as hostcheck
     checks = hostcheck.run_checks(serve=serve)
     for check in checks:
         print(check.line())
@@ -315,9 +320,9 @@ def doctor(c, serve=False):
 def _build_engine(plan, farm_option):
     """The engine holding a recipe build's image: with a farm file, the node the build manifest
     names; else the local engine."""
-    from servebuild import farm as farms
-    from servebuild.docker import DockerClient
-    from servebuild.publish import read_json_file
+    from servebuild.build import farm as farms
+    from servebuild.build.docker import DockerClient
+    from servebuild.release.publish import read_json_file
     farm_file = farms.farm_path(ROOT, farm_option)
     manifest_path = plan.build_dir / "manifest.json"
     if farm_file is None or not manifest_path.exists():
@@ -330,9 +335,9 @@ def _build_engine(plan, farm_option):
 @one_line_errors
 def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
     """Write the smoke suite's expectations for a host run (for machines without this project)."""
-    from servebuild import smoke
+    from servebuild.check import smoke
     from servebuild.fsutil import write_json
-    from servebuild.loading import load_recipe
+    from servebuild.recipe.load import load_recipe
     import os
     import stat
     try:  # a directory, link, device or FIFO is never replaced (nor written through)
@@ -356,13 +361,13 @@ def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
 def lock(c, recipe=DEFAULT_RECIPE, offline=False):
     """Resolve commits, diff hashes and base digests; write RECIPE.lock.yaml next to the recipe."""
     import time
-    from servebuild import lock as locking
-    from servebuild.config import load_config
-    from servebuild.docker import DockerClient
+    from servebuild.lock import compute, lockfile as locking
+    from servebuild.plan.config import load_config
+    from servebuild.build.docker import DockerClient
     from servebuild.errors import DockerError
-    from servebuild.loading import load_recipe
-    from servebuild.pipeline import checked_cache_dir
-    from servebuild.sources import SourceCache
+    from servebuild.recipe.load import load_recipe
+    from servebuild.plan.make import checked_cache_dir
+    from servebuild.sources.stack import SourceCache
     loaded = load_recipe(recipe, ROOT)
     try:
         engine = DockerClient()
@@ -371,7 +376,7 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
         ids = {}
     cache = SourceCache(checked_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
     start = time.monotonic()
-    data = locking.compute_lock(loaded, cache, ids, ROOT / "build" / loaded.recipe.name / "lock-work")
+    data = compute.compute_lock(loaded, cache, ids, ROOT / "build" / loaded.recipe.name / "lock-work")
     path = locking.lock_path(loaded)
     locking.write_lock(path, data)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} "
@@ -386,11 +391,14 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
 def main(c, recipe="torch-cu130-bookworm", platform=None):
     """The main job: base image, build, smoke verdict, on a machine with PyPI but no registry."""
     import os
-    from servebuild import bases, pipeline, smoke
-    from servebuild.docker import DockerClient
+    from servebuild.build import bases
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
+    from servebuild.check import smoke
+    from servebuild.build.docker import DockerClient
     from servebuild.platforms import host_platform
-    from servebuild.loading import load_recipe
-    from servebuild.pipeline import checked_cache_dir
+    from servebuild.recipe.load import load_recipe
+    from servebuild.plan.make import checked_cache_dir
     engine = DockerClient()
     loaded = load_recipe(recipe, ROOT)
     platform = platform or host_platform()
@@ -405,7 +413,7 @@ def main(c, recipe="torch-cu130-bookworm", platform=None):
         "/etc/ssl/certs/ca-certificates.crt" if Path("/etc/ssl/certs/ca-certificates.crt").exists() else None)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
     plan = pipeline.make_plan(ROOT, recipe, _options(platform=platform, ca_bundle=ca))
-    result = pipeline.build(plan, engine)
+    result = run.build(plan, engine)
     print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
     print(f"==> test-image {result.tag}")
     out_dir = plan.build_dir / "smoke"
@@ -434,8 +442,8 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
            metrics_file=None, volume=None):
     """A/B images: one isolated image per variant (sharing every layer but the engine's), a command
     run in each, one table; --search bisects the patch stack for the first patch that changes the result."""
-    from servebuild import bisect as ab
-    from servebuild.loading import load_recipe
+    from servebuild.check import bisect as ab
+    from servebuild.recipe.load import load_recipe
     threshold = ab.parse_threshold(metric, threshold)
     loaded = load_recipe(recipe, ROOT)
     if search and not run:
@@ -495,12 +503,15 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
     """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance (+ its signature),
     write one OCI index under the tag and read it back."""
     import os
-    from servebuild import credentials as creds_mod, pipeline, signing
-    from servebuild.docker import DockerClient
-    from servebuild.lock import lock_path
+    from servebuild.release import credentials as creds_mod
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
+    from servebuild.release import signing
+    from servebuild.build.docker import DockerClient
+    from servebuild.lock.lockfile import lock_path
     from servebuild.platforms import PLATFORMS
-    from servebuild.publish import check_build, lock_record, publish as publish_builds
-    from servebuild.registry import RegistryClient
+    from servebuild.release.publish import check_build, lock_record, publish as publish_builds
+    from servebuild.release.registry import RegistryClient
     if not registry:
         raise Exit("error: --registry: give the registry as HOST[:PORT]", code=2)
     name = (repository or f"servebuild/{recipe}").strip()
@@ -553,9 +564,12 @@ def publish(c, recipe=DEFAULT_RECIPE, registry=None, platform=None, variant=None
 def verify(c, ref=None, credentials=None, ca=None, public_key=None):
     """Check a published tag end to end: index, platform digests, labels, attached manifest/SBOM/provenance
     (and its signature, with --public-key), lock."""
-    from servebuild import credentials as creds_mod, pipeline, signing
-    from servebuild.registry import RegistryClient
-    from servebuild.verify import verify as verify_tag
+    from servebuild.release import credentials as creds_mod
+    from servebuild.build import run
+    from servebuild.plan import make as pipeline
+    from servebuild.release import signing
+    from servebuild.release.registry import RegistryClient
+    from servebuild.release.verify import verify as verify_tag
     m = re.fullmatch(rf"({pipeline.HOST})/([a-z0-9][a-z0-9._/-]*):([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})", ref or "")
     if not m or not pipeline.TAG.match(ref):
         raise Exit(f"error: REF: {ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", code=2)
@@ -576,7 +590,7 @@ def verify(c, ref=None, credentials=None, ca=None, public_key=None):
 @one_line_errors
 def deps(c, stack=None, target=None, check=False):
     """Regenerate a stack's hashed requirement sets from constraints/STACK/inputs.yaml (uv pip compile)."""
-    from servebuild import depsets
+    from servebuild.lock import depsets
     if not stack:
         raise Exit(f"error: --stack: give one of {', '.join(depsets.stacks(ROOT))}", code=2)
     if check:

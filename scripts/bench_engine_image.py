@@ -23,9 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servebuild import bisect as ab  # noqa: E402
-from servebuild.docker import DockerClient  # noqa: E402
-from servebuild.pipeline import BuildOptions, build, make_plan  # noqa: E402
+from servebuild.check import bisect as ab# noqa: E402
+from servebuild.build.docker import DockerClient# noqa: E402
+from servebuild.build.run import build# noqa: E402
+from servebuild.plan.make import BuildOptions, make_plan
 
 CA = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 
@@ -61,7 +62,7 @@ def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
     recipes' recorded sha256 follows. Returns the patch's path."""
     import hashlib
     import yaml
-    from servebuild.loading import load_recipe
+    from servebuild.recipe.load import load_recipe
     loaded = load_recipe(recipe, root)
     name, _, stack = variant_spec.partition("=")
     ids = stack.split("+") if "=" in variant_spec else loaded.recipe.variants[name].patches

@@ -46,7 +46,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from servebuild.errors import ServebuildError
-from servebuild.loading import load_recipe
+from servebuild.recipe.load import load_recipe
 start = time.perf_counter()
 try:
     load_recipe("hostile", __import__("pathlib").Path(sys.argv[2]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servebuild.launch import PORT, LaunchProfile, flag_values
+from servebuild.engines.profiles import PORT, LaunchProfile, flag_values
 
 # Where every JIT cache lives in a serving image: one root, one `-v NAME:/cache` keeps them all.
 CACHE_ROOT = "/cache"

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import jinja2
 
+from servebuild import PROJECT_DIR, TOOLS_DIR
 from servebuild.patchfiles import is_native
 
-TEMPLATES = Path(__file__).resolve().parent.parent.parent / "images"
+TEMPLATES = PROJECT_DIR / "images"
 # relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)
-RELABEL_TOOL = {"tools/overlay_package.py": str(Path(__file__).resolve().parent.parent / "tools" / "overlay_package.py")}
+RELABEL_TOOL = {"tools/overlay_package.py": str(TOOLS_DIR / "overlay_package.py")}
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def test_bad_bisect_input_is_one_line(args, words):
 
 
 def test_a_metric_the_command_never_printed_stops_the_search():
-    from servebuild import bisect as ab
+    from servebuild.check import bisect as ab
     from servebuild.errors import RecipeError
 
     class Measured(ab.Session):

@@ -106,13 +106,13 @@ def test_bad_bisect_input_fails_before_anything_builds(args, words):
 
 
 def test_good_volumes_pass_the_check():
-    from servebuild.bisect import check_volume
+    from servebuild.check.bisect import check_volume
     for spec in ("/tmp:/data", "/tmp:/data:ro", "hf-cache:/cache", "hf-cache:/cache:ro,z"):
         check_volume(spec)
 
 
 def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
-    from servebuild.bisect import Probe, run_in_image
+    from servebuild.check.bisect import Probe, run_in_image
     from servebuild.errors import DockerError
     fake = tmp_path / "docker"
     fake.write_text("#!/bin/sh\n[ \"$1\" = rm ] && exit 0\n"
@@ -174,8 +174,8 @@ def test_locked_refuses_a_lock_that_omits_a_named_file(recipes):
 
 
 def test_the_real_locks_record_every_named_file():
-    from servebuild.loading import load_recipe
-    from servebuild.lock import file_names, load_lock_file
+    from servebuild.recipe.load import load_recipe
+    from servebuild.lock.lockfile import file_names, load_lock_file
     for path in sorted((REPO_ROOT / "recipes").glob("*.lock.yaml")):
         loaded = load_recipe(path.name.removesuffix(".lock.yaml"), REPO_ROOT)
         assert sorted(load_lock_file(loaded)["files"]) == file_names(loaded), path
@@ -256,7 +256,7 @@ def index(tmp_path, monkeypatch):
     import http.server
     import json
     import threading
-    from servebuild import artifacts
+    from servebuild.sources import artifacts
     payload = b"not really a tarball"
     digest = hashlib.sha256(payload).hexdigest()
     pages: dict = {"/files/demo-1.0.tar.gz": payload}

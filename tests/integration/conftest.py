@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from servebuild import bases, pipeline
-from servebuild.docker import DockerClient
-from servebuild.sources import default_cache_dir
+from servebuild.build import bases, run
+from servebuild.plan import make as pipeline
+from servebuild.build.docker import DockerClient
+from servebuild.sources.stack import default_cache_dir
 from support import EngineSnapshot, make_project, make_upstream, start_registry
 
 HOST_CA = Path(os.environ.get("SERVEBUILD_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
@@ -54,7 +55,7 @@ def build_fixture(root: Path, engine: DockerClient, platform: str, tag: str, cac
     options = pipeline.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)
     plan = pipeline.make_plan(root, recipe, options)
     start = time.monotonic()
-    result = pipeline.build(plan, engine)
+    result = run.build(plan, engine)
     CREATED_TAGS.append(tag)
     if SNAPSHOT is not None:
         SNAPSHOT.remember(result.image_id)

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from integration.conftest import CREATED_TAGS, HOST_CA
-from servebuild import bisect as ab
-from servebuild.pipeline import BuildOptions
+from servebuild.check import bisect as ab
+from servebuild.plan.make import BuildOptions
 from support import fixture_recipe, make_project, make_upstream, own_cache_keys
 
 VARIANTS = {"release": {"patches": []}, "prs": {"patches": ["pr-1", "pr-2"]},

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from servebuild.manifest import manifest_sha256
+from servebuild.build.manifest import manifest_sha256
 from integration.conftest import HOST_CA, build_fixture
 
 DOCKER = "/usr/bin/docker"

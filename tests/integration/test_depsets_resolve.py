@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servebuild import depsets
+from servebuild.lock import depsets
 from support import REPO_ROOT
 
 

@@ -19,11 +19,11 @@ import time
 import pytest
 
 from integration.conftest import CREATED_TAGS, build_fixture
-from servebuild import argcheck
-from servebuild import bisect as ab
-from servebuild import smoke
+from servebuild.check import profiles as argcheck
+from servebuild.check import bisect as ab
+from servebuild.check import smoke
 from servebuild.errors import ServebuildError
-from servebuild.loading import load_recipe
+from servebuild.recipe.load import load_recipe
 from support import RECIPE_CHECKS, REPO_ROOT
 
 CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]

@@ -215,11 +215,11 @@ def node1(*args, check=True):
 
 def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_registry, capsys, monkeypatch):
     """amd64 on node 1 (unix socket), arm64 on node 2 (TCP + mutual TLS), both at once (the real
-    pipeline.build, timed by a wrapper, shows the two builds overlap); each pushes its inline
+    run.build, timed by a wrapper, shows the two builds overlap); each pushes its inline
     cache to the registry (node 1 builds with the host network too, so the cache keys of its RUN
     steps are the ones node 2 computes)."""
-    from servebuild import pipeline
-    spans, real_build = {}, pipeline.build
+    from servebuild.build import run
+    spans, real_build = {}, run.build
 
     def timed(plan, docker, echo=None):
         begin = time.monotonic()
@@ -228,7 +228,7 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         finally:
             spans[plan.platform] = (begin, time.monotonic())
 
-    monkeypatch.setattr(pipeline, "build", timed)
+    monkeypatch.setattr(run, "build", timed)
     farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
                                     "      network: host\n  linux/arm64:\n" + tls_entry(node2))
     start = time.monotonic()
@@ -251,11 +251,11 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
     for platform in ("linux/amd64", "linux/arm64"):
         assert any(re.match(rf"\[{platform}\] \[ *\d+s\] #\d+ ", line) for line in lines), platform
     assert all(line.startswith(("[linux/amd64] ", "[linux/arm64] ")) for line in lines), lines[:3]
-    for platform, run, ref in (("linux/amd64", node1, amd), ("linux/arm64", node2.docker, arm)):
+    for platform, engine_run, ref in (("linux/amd64", node1, amd), ("linux/arm64", node2.docker, arm)):
         build_dir = farm_project / "build" / "toy" / platform.replace("/", "-")
         manifest = json.loads((build_dir / "manifest.json").read_text())
         assert manifest["platform"] == platform
-        assert manifest["outputs"]["image_id"] == run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+        assert manifest["outputs"]["image_id"] == engine_run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
         assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if run is node1 else node2.tcp)
         inside = json.loads(run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
                                 ref, "/opt/servebuild/manifest.json").stdout)

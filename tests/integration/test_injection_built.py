@@ -9,8 +9,8 @@ import json
 import subprocess
 
 from integration.conftest import build_fixture
-from servebuild.pipeline import BuildOptions, make_plan
-from servebuild.render import render_dockerfile
+from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.render.context import render_dockerfile
 from support import fixture_recipe, make_project
 from unit.test_fuzz_fields import instructions
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from servebuild.sources import SourceCache
+from servebuild.sources.stack import SourceCache
 from support import git, make_upstream
 
 PRS = 40

@@ -57,7 +57,7 @@ def test_mode_defined_in_a_test_renders_builds_and_records_inputs(engine, base_i
 
 def test_unknown_mode_is_a_field_error(upstream, tmp_path):
     from servebuild.errors import RecipeError
-    from servebuild.loading import load_recipe
+    from servebuild.recipe.load import load_recipe
     recipe = fixture_recipe(upstream)
     recipe["engine"]["install"] = "copy-tree"  # not registered here
     root = make_project(tmp_path, upstream, recipe)

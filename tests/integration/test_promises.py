@@ -12,10 +12,12 @@ import pytest
 import yaml
 
 from integration.conftest import build_fixture
-from servebuild import lock as locking
-from servebuild.docker import DockerClient
+from servebuild.lock import lockfile as locking
+from servebuild.lock import compute
+from servebuild.sources.stack import SourceCache
+from servebuild.build.docker import DockerClient
 from servebuild.errors import RecipeError, SourceError
-from servebuild.loading import load_recipe
+from servebuild.recipe.load import load_recipe
 from support import fixture_recipe, make_project
 
 
@@ -63,7 +65,7 @@ def _locked_project(upstream, tmp_path):
     (root / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     loaded = load_recipe("toy", root)
     locking.write_lock(locking.lock_path(loaded),
-                       locking.compute_lock(loaded, locking.SourceCache(tmp_path / "cache", recipe="toy"), {},
+                       compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {},
                                             tmp_path / "lockwork"))
     return root
 
@@ -126,7 +128,7 @@ def test_a_failed_step_names_its_real_cause(engine, base_images, upstream, tmp_p
 
 
 def test_failure_cause_prefers_the_tools_own_words():
-    from servebuild.docker import failure_cause
+    from servebuild.build.docker import failure_cause
     tail = ["#10 [deps 3/4] RUN pip install -r /opt/servebuild/requirements.txt",
             "#10 1.2 Looking in indexes: https://pypi.org/simple",
             "#10 5.6 ERROR: Could not find a version that satisfies the requirement torch==2.11.0",
@@ -158,8 +160,8 @@ def test_publish_refuses_a_manifest_whose_config_is_not_the_built_image(engine, 
     made to serve other bytes under a digest, so a client subclass returns the served manifest with
     another config digest, as a compromised or broken registry or proxy would."""
     import json as _json
-    from servebuild.publish import PlatformBuild, PublishError, push_platform
-    from servebuild.registry import RegistryClient
+    from servebuild.release.publish import PlatformBuild, PublishError, push_platform
+    from servebuild.release.registry import RegistryClient
 
     class Lying(RegistryClient):
         def get_manifest(self, repo, reference):

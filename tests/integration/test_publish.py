@@ -27,13 +27,14 @@ from types import SimpleNamespace
 import pytest
 
 from registry_support import TLSRegistry, new_password, write_credentials
-from servebuild import smoke
-from servebuild.credentials import Credentials
+from servebuild.check import smoke
+from servebuild.release.credentials import Credentials
 from servebuild.errors import ServebuildError, SmokeError
-from servebuild.loading import load_recipe
-from servebuild.publish import PlatformBuild, check_build, publish, verify_smoke
-from servebuild.registry import OCI_INDEX, RegistryClient, canonical_bytes, referrers_tag
-from servebuild import provenance, signing
+from servebuild.recipe.load import load_recipe
+from servebuild.release.publish import PlatformBuild, check_build, publish, verify_smoke
+from servebuild.release.registry import OCI_INDEX, RegistryClient, canonical_bytes, referrers_tag
+from servebuild.release import provenance
+from servebuild.release import signing
 from support import REPO_ROOT
 
 DOCKER = "/usr/bin/docker"

@@ -6,9 +6,10 @@ import json
 import subprocess
 
 from integration.conftest import CREATED_TAGS, build_fixture
-from servebuild import lock as locking
-from servebuild.loading import load_recipe
-from servebuild.sources import SourceCache
+from servebuild.lock import lockfile as locking
+from servebuild.lock import basedigest, compute
+from servebuild.recipe.load import load_recipe
+from servebuild.sources.stack import SourceCache
 from support import fixture_recipe, make_project, make_upstream
 
 DOCKER = "/usr/bin/docker"
@@ -26,14 +27,14 @@ def push(local: str, remote: str) -> str:
 def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images, registry, tmp_path):
     remote = f"{registry}/servebuild/debian:bookworm-amd64"
     pushed = push(base_images["amd64"], remote)
-    assert locking.registry_digest(remote) == pushed
+    assert basedigest.registry_digest(remote) == pushed
 
     up = make_upstream(tmp_path)
     recipe = fixture_recipe(up, platforms=["linux/amd64"],
                             bases={"build": {"ref": remote}, "runtime": {"ref": remote}})
     root = make_project(tmp_path, up, recipe)
     loaded = load_recipe("toy", root)
-    data = locking.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "w")
+    data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "w")
     assert data["unresolved"] == []
     assert data["bases"]["build"]["digest"] == pushed
     locking.write_lock(locking.lock_path(loaded), data)
@@ -50,5 +51,5 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
 
 
 def test_unreachable_registry_stays_unresolved(tmp_path):
-    entry = locking.resolve_base("127.0.0.1:9/nothing/here:1", None)
+    entry = compute.resolve_base("127.0.0.1:9/nothing/here:1", None)
     assert entry["resolved"] is False and "registry unreachable" in entry["reason"]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from servebuild.recipe import EngineSource, PatchEntry
-from servebuild.sources import SourceCache
+from servebuild.recipe.schema import EngineSource, PatchEntry
+from servebuild.sources.stack import SourceCache
 from support import REPO_ROOT
 
 ADAPTIVE = "patches/sglang-adaptive-prefill.patch"
@@ -93,7 +93,7 @@ def test_patch_headers_say_what_why_against_and_drop():
 
 
 def test_remap_patch_is_in_no_default_stack():
-    from servebuild.loading import load_recipe
+    from servebuild.recipe.load import load_recipe
     for recipe in ("sglang-native-fp8", "sglang-fused-fp4", "vllm-dspark"):
         engine = load_recipe(recipe, REPO_ROOT).recipe.engine
         assert not any(p.file == REMAP for p in engine.source.patches), recipe

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from integration.conftest import CREATED_TAGS, build_fixture
-from servebuild import smoke
-from servebuild.loading import load_recipe
+from servebuild.check import smoke
+from servebuild.recipe.load import load_recipe
 from support import (REPO_ROOT, compile_kernel, fixture_recipe, local_torch_cpu_wheel, make_project,
                      make_upstream, requirement_blocks)
 

@@ -22,11 +22,12 @@ import pytest
 import yaml
 
 from integration.conftest import build_fixture
-from servebuild import lock as locking
+from servebuild.lock import lockfile as locking
+from servebuild.lock import compute
 from servebuild.errors import SourceError
-from servebuild.recipe import EngineSource
-from servebuild.loading import load_recipe
-from servebuild.sources import SourceCache
+from servebuild.recipe.schema import EngineSource
+from servebuild.recipe.load import load_recipe
+from servebuild.sources.stack import SourceCache
 from support import REPO_ROOT, diff_sha, fixture_recipe, free_port, make_project, make_upstream
 
 
@@ -111,7 +112,7 @@ def test_tarball_is_bit_identical_across_caches_days_and_umasks(upstream, projec
     """Two fetches into two caches, with a different clock, time zone and umask: same bytes."""
     script = (
         "import sys; from pathlib import Path; sys.path[:0] = [sys.argv[1]];"
-        "from servebuild.recipe import EngineSource; from servebuild.sources import SourceCache;"
+        "from servebuild.recipe.schema import EngineSource; from servebuild.sources.stack import SourceCache;"
         "import json; src = EngineSource.model_validate(json.loads(sys.argv[2]));"
         "p = SourceCache(Path(sys.argv[3]), recipe='toy').prepare(src, Path(sys.argv[4]), Path(sys.argv[5]));"
         "print(p.tarball_sha256)")
@@ -140,7 +141,7 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
 
     with pytest.raises(SourceError, match="no lock file; run `invoke lock --recipe toy`"):
         locking.read_lock(loaded)
-    data = locking.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
+    data = compute.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
     locking.write_lock(locking.lock_path(loaded), data)
     assert data["unresolved"] == []
     by_id = {p["id"]: p for p in data["patches"]}
@@ -305,7 +306,7 @@ def test_native_classification_sees_every_path_name(tmp_path):
     """Names git would C-quote (non-ASCII, tabs, quotes) and compiled artifacts are classified by
     what they are: `git apply --numstat -z` gives them unquoted; a binary .so swap is native."""
     from servebuild.patchfiles import is_native
-    from servebuild.recipe import PatchEntry
+    from servebuild.recipe.schema import PatchEntry
     cache = SourceCache(tmp_path / "cache", recipe="toy")
     diff = ("diff --git a/python/k\u00e9rnel.cu b/python/k\u00e9rnel.cu\nnew file mode 100644\n--- /dev/null\n"
             "+++ b/python/k\u00e9rnel.cu\n@@ -0,0 +1 @@\n+__global__ void k() {}\n"
@@ -322,7 +323,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     """A plain build (no --locked) of a stack whose PR entries have no full commit: one line that
     names the entry and the exact command; once `lock` has run, the same plain build takes the
     lock's commits (no engine needed: both stop or pass at the plan, before the engine is asked)."""
-    from servebuild.pipeline import BuildOptions, make_plan
+    from servebuild.plan.make import BuildOptions, make_plan
     up = make_upstream(tmp_path)
     recipe = fixture_recipe(up, platforms=["linux/amd64"])
     patches = recipe["engine"]["source"]["patches"]
@@ -340,7 +341,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     assert f"run `invoke lock --recipe toy` now on a host that reaches {up.url} (this one, if it does), then build" in line
 
     loaded = load_recipe("toy", root)
-    data = locking.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")
+    data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")
     locking.write_lock(locking.lock_path(loaded), data)
     plan = make_plan(root, "toy", options)
     by_id = {e.id: e for e in plan.loaded.recipe.engine.source.patches}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servebuild import credentials
+from servebuild.release import credentials
 from servebuild.errors import ServebuildError
 
 SECRET = "s3cr3t-helper-value-0451"

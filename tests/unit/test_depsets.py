@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servebuild import depsets
-from servebuild.constraints import check_hashed_requirements, cuda_compiler_problem, parse_pins
+from servebuild.lock import depsets
+from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, parse_pins
 from servebuild.errors import RecipeError
 from support import REPO_ROOT
 

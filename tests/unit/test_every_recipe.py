@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from servebuild.lock import current_lock
-from servebuild.loading import load_recipe
-from servebuild.render import render_dockerfile
+from servebuild.lock.lockfile import current_lock
+from servebuild.recipe.load import load_recipe
+from servebuild.render.context import render_dockerfile
 from support import RECIPE_CHECKS, REPO_ROOT
 
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith(".lock"))

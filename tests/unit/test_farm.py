@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from servebuild import farm as farms
-from servebuild.docker import DockerClient, Endpoint
+from servebuild.build import farm as farms
+from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.errors import DockerError, RecipeError, ServebuildError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from servebuild.errors import ServebuildError
-from servebuild.launch import launcher_script
-from servebuild.pipeline import BuildOptions, make_plan
-from servebuild.render import render_dockerfile
+from servebuild.engines.profiles import launcher_script
+from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.render.context import render_dockerfile
 from support import copy_real
 from unit.test_hostile_recipes import BASE, merge
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from servebuild.errors import RecipeError
-from servebuild.loading import load_recipe
+from servebuild.recipe.load import load_recipe
 from support import REPO_ROOT, copy_real
 
 BASE = {
@@ -125,9 +125,9 @@ def test_committed_locks_survive_schema_growth(monkeypatch):
     committed lock current, as the build's own lock check sees it."""
     from pydantic import Field
 
-    from servebuild import loading
-    from servebuild.lock import pin_for_build
-    from servebuild.recipe import Recipe
+    from servebuild.recipe import load as loading
+    from servebuild.lock.lockfile import pin_for_build
+    from servebuild.recipe.schema import Recipe
 
     class GrownRecipe(Recipe):
         new_knob: int = Field(default=7)
@@ -171,11 +171,11 @@ LOCK_BASE = {"lock_version": 1, "recipe": "hostile", "files": {}, "unresolved": 
 ])
 def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, message):
     from servebuild.errors import ServebuildError
-    from servebuild.pipeline import BuildOptions, make_plan
+    from servebuild.plan.make import BuildOptions, make_plan
     path = project / "recipes" / "hostile.yaml"
     path.write_text(yaml.safe_dump({**BASE, "engine": None}))
     loaded = load_recipe("hostile", project)
-    from servebuild.lock import file_hashes  # a lock records every file the recipe names (else it is stale)
+    from servebuild.lock.lockfile import file_hashes# a lock records every file the recipe names (else it is stale)
     current = {**LOCK_BASE, "recipe_sha256": loaded.sha256, "files": file_hashes(loaded)}
     lock = yaml.safe_dump(merge(current, edit)) if isinstance(edit, dict) else edit
     (project / "recipes" / "hostile.lock.yaml").write_text(lock)
@@ -216,19 +216,19 @@ def test_fifo_and_huge_recipes_are_refused_without_reading(project):
 
 @pytest.mark.parametrize("tag", ["x:1:2", "a:", "a//b", "a..b", "a:--x", "a/b:c/d", "A/b", "a:" + "x" * 200, "-x"])
 def test_tags_follow_the_docker_reference_grammar(tag):
-    from servebuild.pipeline import BuildOptions, make_plan
+    from servebuild.plan.make import BuildOptions, make_plan
     with pytest.raises(RecipeError, match="not a valid image tag"):
         make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True))
 
 
 @pytest.mark.parametrize("tag", ["servebuild/x:amd64", "127.0.0.1:5000/a/b:v1.0", "a__b/c-d:x_y"])
 def test_good_tags_pass(tag):
-    from servebuild.pipeline import BuildOptions, make_plan
+    from servebuild.plan.make import BuildOptions, make_plan
     assert make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True)).tag == tag
 
 
 def test_bisect_options_are_checked_before_anything_builds():
-    from servebuild import bisect as ab
+    from servebuild.check import bisect as ab
     for metric, threshold, message in (("m", "abc", "not a finite number"), ("m", "nan", "not a finite number"),
                                        ("", "1", "together"), ("m", None, "together")):
         with pytest.raises(RecipeError, match=message):
@@ -272,9 +272,9 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 @pytest.mark.parametrize("reader", ["mirror map", "config", "lock"])
 def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, reader, blob, words):
     """Mirror maps, the user config and lock files go through the recipe's bounded YAML reader."""
-    from servebuild.config import load_config, load_mirror_map
+    from servebuild.plan.config import load_config, load_mirror_map
     from servebuild.errors import ServebuildError
-    from servebuild import lock as locking
+    from servebuild.lock import lockfile as locking
     path = tmp_path / "input.yaml"
     if reader == "lock":
         (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE))

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from servebuild.loading import load_recipe
+from servebuild.recipe.load import load_recipe
 from servebuild.modes import MODES
-from servebuild.render import _environment, dockerfile_data
+from servebuild.render.context import _environment, dockerfile_data
 from support import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "fragments"

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from servebuild.config import load_mirror_map
+from servebuild.plan.config import load_mirror_map
 from servebuild.errors import RecipeError
-from servebuild.pipeline import BuildOptions, make_plan
-from servebuild.recipe import BuildResources
-from servebuild.resources import derive
+from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.recipe.schema import BuildResources
+from servebuild.plan.resources import derive
 from support import REPO_ROOT
 
 
@@ -88,7 +88,7 @@ def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
 
 
 def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
-    from servebuild.bases import rootfs_tarball
+    from servebuild.build.bases import rootfs_tarball
     with pytest.raises(RecipeError, match=r"--suite: '../../x' is not a Debian suite name"):
         rootfs_tarball("amd64", "../../x", tmp_path)
     assert not (tmp_path / "rootfs").exists()
@@ -97,7 +97,7 @@ def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
 def test_base_digest_is_taken_only_from_the_referenced_repository():
     """A RepoDigest left behind by pushing the base to another registry (as a test does) is not the
     digest of `servebuild/debian:bookworm-amd64`; the label then carries the image id instead."""
-    from servebuild.pipeline import digest_for_ref
+    from servebuild.build.run import digest_for_ref
     other = ["127.0.0.1:55653/servebuild/debian@sha256:" + "3" * 64]
     assert digest_for_ref("servebuild/debian:bookworm-amd64", other) is None
     assert digest_for_ref("127.0.0.1:55653/servebuild/debian:x", other) == "sha256:" + "3" * 64

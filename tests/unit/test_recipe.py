@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from servebuild.errors import RecipeError
-from servebuild.launch import launcher_script
-from servebuild.loading import load_recipe
-from servebuild.render import render_dockerfile
+from servebuild.engines.profiles import launcher_script
+from servebuild.recipe.load import load_recipe
+from servebuild.render.context import render_dockerfile
 from support import REPO_ROOT
 
 REAL = ["torch-cu130", "torch-cu130-bookworm", "vllm-dspark", "sglang-native-fp8", "sglang-fused-fp4",
@@ -96,7 +96,7 @@ def test_launcher_script_exports_env_and_execs():
 def test_servers_listen_on_all_interfaces_at_the_exposed_port(name, tmp_path):
     """The launchers the context gets (not a re-implementation): every profile's server binds
     0.0.0.0 (SGLang's default 127.0.0.1 is unreachable behind -p) at a port the image EXPOSEs."""
-    from servebuild.render import write_context
+    from servebuild.render.context import write_context
     loaded = load_recipe(name, REPO_ROOT)
     bases = {"build": "b", "runtime": "r"}
     (tmp_path / "source.tar").write_bytes(b"")  # the engine tree is not what this test reads
@@ -243,7 +243,7 @@ def test_unknown_variant_names_the_known_ones():
 ])
 def test_sglang_dspark_spellings(args, problem):
     from servebuild.engines import kind_for
-    from servebuild.launch import LaunchProfile
+    from servebuild.engines.profiles import LaunchProfile
     profile = LaunchProfile(module="sglang.launch_server", args=args, dspark_block_size=5)
     if problem is None:
         kind_for("sglang").check_profile("p", profile)
@@ -279,7 +279,7 @@ SPEC3 = '{"method":"dspark","num_speculative_tokens":3}'
 ])
 def test_dspark_rules_read_every_spelling(kind, args, problem):
     from servebuild.engines import kind_for
-    from servebuild.launch import LaunchProfile
+    from servebuild.engines.profiles import LaunchProfile
     profile = LaunchProfile(module="m", args=args, dspark_block_size=5)
     if problem is None:
         kind_for(kind).check_profile("p", profile)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from servebuild.errors import ServebuildError
-from servebuild.pipeline import BuildOptions, make_plan
+from servebuild.plan.make import BuildOptions, make_plan
 from support import REPO_ROOT
 
 BASE = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from servebuild import credentials
-from servebuild.credentials import Credentials, CredentialsError, DockerConfigDir
-from servebuild.provenance import cyclonedx, statement
-from servebuild.registry import RegistryClient, RegistryError
+from servebuild.release import credentials
+from servebuild.release.credentials import Credentials, CredentialsError, DockerConfigDir
+from servebuild.release.provenance import cyclonedx, statement
+from servebuild.release.registry import RegistryClient, RegistryError
 
 
 class FlakyRegistry:

@@ -1,4 +1,4 @@
-"""DSSE signing of provenance statements (servebuild/signing.py).
+"""DSSE signing of provenance statements (servebuild/release/signing.py).
 
 Real keys made here with `cryptography` (and one pair with the OpenSSL CLI), real envelopes; the
 keyid and the README's "checking a signature without servebuild" block are checked against OpenSSL,
@@ -20,8 +20,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization as ser
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from servebuild import signing
-from servebuild.signing import SigningError
+from servebuild.release import signing
+from servebuild.release.signing import SigningError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATEMENT = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": [
@@ -309,11 +309,11 @@ def test_readme_openssl_check_verifies_our_envelopes(kind, tmp_path):
     assert differs.returncode != 0 and "differ" in differs.stdout + differs.stderr
 
 
-# -- verify's decision over the envelopes attached to one digest (servebuild/verify.py) ------------------------
+# -- verify's decision over the envelopes attached to one digest (servebuild/release/verify.py) ------------------------
 
 def test_verify_decision_over_attached_envelopes(tmp_path):
     """A genuine envelope among strangers passes; otherwise the most telling problem is the one line."""
-    from servebuild.verify import VerifyError, _check_signature
+    from servebuild.release.verify import VerifyError, _check_signature
     _, ours_file, _ = key_files(tmp_path, "p256", "ours")
     _, theirs_file, _ = key_files(tmp_path, "ed25519", "theirs")
     ours, theirs = signing.load_private_key(ours_file), signing.load_private_key(theirs_file)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from servebuild.launch import canonical_flags
+from servebuild.engines.profiles import canonical_flags
 from servebuild.engines.base import EngineKind, check_dspark_block
 
 

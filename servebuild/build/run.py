@@ -1,0 +1,199 @@
+"""One build on a BuildKit engine: bases -> sources -> context -> BuildKit -> manifest -> tag.
+
+The image is tagged only after its manifest is written, so a failure never leaves a tagged image.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, TextIO
+
+from servebuild.build.docker import BuildRequest, DockerClient
+from servebuild.build.manifest import inputs_manifest, oci_labels
+from servebuild.errors import DockerError, RecipeError
+from servebuild.fsutil import write_json
+from servebuild.lock.lockfile import unpinned_problem
+from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
+from servebuild.plan.resources import derive
+from servebuild.platforms import arch_of, docker_arch, emulation_ready
+from servebuild.render.context import write_context
+from servebuild.sources.prepare import prepare_engine_source
+from servebuild.sources.stack import PreparedSource, SourceCache
+
+
+PROJECT_URL = "https://github.com/servebuild/servebuild"
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    tag: str
+    manifest_path: Path
+    log_path: Path
+    cache_ref: Optional[str] = None
+
+
+_FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
+
+
+def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
+    """The engine's patched source tarball for the plan's platform (None without an engine);
+    make_plan has already refused unpinned PR entries."""
+    root = checked_cache_dir(plan.options.cache_dir)
+    try:
+        cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
+    except OSError as exc:
+        raise RecipeError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
+                          field="$SERVEBUILD_CACHE") from None
+    plan.build_dir.mkdir(parents=True, exist_ok=True)
+    with _FETCH_LOCK:
+        plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
+                                            offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
+    return plan.source
+
+
+def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
+    """Each base must be in the engine (pulled if a registry has it) and match the platform."""
+    want_arch = plan.platform.split("/")[1]
+    out = {}
+    for stage, ref in plan.bases.items():
+        if docker.image_id(ref) is None:
+            pulled = docker.run("pull", "--platform", plan.platform, ref, check=False)
+            if pulled.returncode != 0:
+                raise RecipeError(
+                    f"base image {ref} is not in the engine and cannot be pulled; make one with "
+                    f"`invoke bootstrap-base` or map the reference with --mirror-map",
+                    file=plan.loaded.file, field=f"bases.{stage}")
+        info = docker.image_inspect(ref)
+        if info.get("Architecture") != want_arch:
+            raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
+                              f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
+        locked_id = ((plan.lock or {}).get("bases", {}).get(stage) or {}).get("local_id")
+        if locked_id and locked_id != info["Id"]:
+            raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
+                              f"run `invoke lock` again", file=plan.loaded.file, field=f"bases.{stage}")
+        repo_digest = digest_for_ref(ref, info.get("RepoDigests") or [])
+        original = getattr(plan.loaded.recipe.bases, stage)
+        out[stage] = {"ref": original.ref, "resolved": ref, "id": info["Id"], "digest": repo_digest}
+    return out
+
+
+def repository_of(ref: str) -> str:
+    """`reg:5000/a/b:tag@sha256:...` -> `reg:5000/a/b`, with Docker Hub's implied prefixes dropped."""
+    name = ref.split("@", 1)[0]
+    if name.rfind(":") > name.rfind("/"):
+        name = name[:name.rfind(":")]
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    return name.removeprefix("library/")
+
+
+def digest_for_ref(ref: str, repo_digests: list[str]) -> Optional[str]:
+    """The registry digest of the base *as referenced*: a digest the ref pins, else a RepoDigest of the
+    same repository. A RepoDigest left by a push to some other registry says nothing about this
+    reference and is not a base digest (the image id is recorded instead)."""
+    if "@" in ref:
+        return ref.split("@", 1)[1]
+    want = repository_of(ref)
+    return next((d.split("@", 1)[1] for d in repo_digests
+                 if "@" in d and repository_of(d) == want), None)
+
+
+def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int,
+                tarball: Optional[Path] = None) -> Path:
+    recipe = plan.loaded.recipe
+    engine = recipe.engine
+    # compile parallelism reaches only a step that compiles (and no layer on hosts that do not)
+    plan.build_args = derive(cpus, mem, recipe.build, recipe.cuda_arch_list) if engine and engine.mode.compiles else {}
+    if engine:
+        plan.build_args["ENGINE_VERSION"] = plan.source.version(engine.version) if plan.source else engine.version
+    plan.manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, plan.source, plan.build_args)
+    plan.context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context",
+                                 plan.manifest_inputs, tarball or (plan.source.tarball if plan.source else None))
+    return plan.context
+
+
+def _host_resources() -> tuple[int, int]:
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return os.cpu_count() or 1, pages
+
+
+def dry_run(plan: BuildPlan) -> tuple[str, bool]:
+    """What a build would do, without the engine or the network: the context is rendered with an
+    empty source placeholder and the sources that would be fetched are listed; and whether the build
+    would stop before building (an unpinned PR entry)."""
+    bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
+             for s, r in plan.bases.items()}
+    engine = plan.loaded.recipe.engine
+    lines, problem = [], None
+    if engine:
+        problem = unpinned_problem(plan.loaded, plan.lock)
+        origin = engine.mode.tree_origin(engine, plan.platform)
+        tree = (f"{origin.artifact} from {origin.requirement}" if origin.kind == "pypi"
+                else f"{engine.source.url} at {engine.source.commit}")
+        lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
+        if problem:
+            lines.append(f"  would stop: {problem}")
+        placeholder = plan.build_dir / "dry-run-source.tar"
+        placeholder.parent.mkdir(parents=True, exist_ok=True)
+        placeholder.write_bytes(b"")
+    context = render_plan(plan, bases, *_host_resources(), tarball=placeholder if engine else None)
+    args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(plan.build_args.items()))
+    secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
+    text = "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
+                      f"  context: {context}", *lines,
+                      f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
+    return text, problem is not None
+
+
+def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
+    """`echo` takes the live progress (default stderr unless options.echo is off)."""
+    info = docker.info()
+    bases = resolve_bases(plan, docker)
+    # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
+    if docker.endpoint is None and engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
+        raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
+                          f"binfmt; run `invoke binfmt`", field="--platform")
+    fetch_sources(plan)
+    context = render_plan(plan, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
+    created = created_timestamp()
+    labels = oci_labels(plan.manifest_inputs, created, PROJECT_URL)
+    log_path = plan.build_dir / "build.log"
+    request = BuildRequest(context=context, platform=plan.platform, build_args=plan.build_args,
+                           labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
+                           cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
+                           network=docker.endpoint.network if docker.endpoint else None)
+    image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
+    packages, apt = installed_lists(docker, image_id, plan.platform)
+    manifest = dict(plan.manifest_inputs)
+    manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
+                           "packages": sorted(p for p in packages if p.strip()),
+                           "apt_packages": sorted(p for p in apt if p.strip()),
+                           "engine": {"server_version": docker.server_version, "client": docker.client,
+                                      **({"host": docker.endpoint.host} if docker.endpoint else {})}}
+    manifest_path = plan.build_dir / "manifest.json"
+    write_json(manifest_path, manifest)
+    docker.tag(image_id, plan.tag)
+    if plan.options.cache_to:
+        docker.push(image_id, plan.options.cache_to)
+    return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path,
+                       cache_ref=plan.options.cache_to)
+
+
+def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:
+    """The image's pip and apt package lists, read in one throwaway container (no network)."""
+    # absolute paths: a launch profile named like a command (/usr/local/bin/cat) must not answer
+    out = docker.run_in_image(image_id, "-c", "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
+                              "/bin/cat /opt/servebuild/apt-runtime.txt", platform=platform, entrypoint="/bin/sh")
+    packages, _, apt = out.partition("#apt\n")
+    return packages.splitlines(), apt.splitlines()
+
+
+def engine_arch(info: dict) -> str:
+    return docker_arch(info.get("Architecture", ""))

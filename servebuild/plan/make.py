@@ -1,0 +1,209 @@
+"""Options + recipe + lock + site config -> a BuildPlan, checked before any engine or network is asked.
+
+Every input a build reads from its command line and its environment is checked here, so a bad one
+stops the build before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from servebuild.errors import RecipeError
+from servebuild.lock.lockfile import apply_lock, pin_for_build, read_lock, unpinned_problem
+from servebuild.plan.config import Config, load_config, load_mirror_map
+from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
+from servebuild.recipe.grammar import HOST, TAG
+from servebuild.recipe.load import LoadedRecipe, load_recipe
+from servebuild.sources.stack import PreparedSource, default_cache_dir
+
+
+
+@dataclass
+class BuildOptions:
+    platform: Optional[str] = None
+    tag: Optional[str] = None
+    no_cache: bool = False
+    dry_run: bool = False
+    ca_bundle: Optional[Path] = None
+    netrc: Optional[Path] = None
+    mirror_map: Optional[Path] = None
+    offline: bool = False
+    build_root: Optional[Path] = None
+    cache_dir: Optional[Path] = None
+    cache_from: tuple[str, ...] = ()
+    echo: bool = True
+    locked: bool = False
+    variant: Optional[str] = None
+    fetching: bool = True  # False for plans that only render or name a build (render, test-image, publish)
+    stack: Optional[tuple[str, ...]] = None  # an ad-hoc variant (named by `variant`): these patch ids, in order
+    cache_to: Optional[str] = None  # REGISTRY/REPO:TAG: push the image with inline BuildKit cache metadata
+
+
+@dataclass
+class BuildPlan:
+    loaded: LoadedRecipe
+    platform: str
+    bases: dict[str, str]
+    build_dir: Path
+    tag: str
+    secrets: dict[str, Path]
+    options: BuildOptions
+    config: Config
+    source: Optional[PreparedSource] = None
+    lock: Optional[dict] = None
+    context: Optional[Path] = None
+    build_args: dict[str, str] = field(default_factory=dict)
+    manifest_inputs: dict = field(default_factory=dict)
+
+
+
+
+def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
+    if path is None:
+        return None
+    if not path.is_file() or path.stat().st_size == 0:
+        raise RecipeError(f"{path} is not a readable, non-empty file", field=option)
+    return path.resolve()
+
+
+def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
+    """Load and validate everything that can be checked without the engine."""
+    loaded, lock = _pinned_recipe(root, recipe_name, options)
+    recipe = loaded.recipe
+    platform = _platform(loaded, options.platform)
+    variant = f"{options.variant}-" if options.variant else ""
+    tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
+    tag = tag.replace("{arch}", arch_of(platform))  # one option for several platforms
+    if len(tag) > 255 or not TAG.match(tag):
+        raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
+    options = _cache_refs(options, platform)
+    secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
+                                           ("netrc", _check_file(options.netrc, "--netrc"))) if path}
+    config = load_config()
+    if options.fetching:  # what a build reads from its environment, checked before anything is written
+        created_timestamp()
+        checked_cache_dir(options.cache_dir)
+    build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
+    if options.dry_run:  # a dry run never touches a real build's context
+        build_dir = build_dir / "dry-run"
+    return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
+                     build_dir=build_dir, tag=tag,
+                     secrets=secrets, options=options, config=config, lock=lock)
+
+
+def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
+    """--cache-from/--cache-to with `{arch}` filled in; a cache-to ref must name its registry."""
+    arch = arch_of(platform)
+    cache_from = tuple(ref.replace("{arch}", arch) for ref in options.cache_from)
+    for ref in cache_from:
+        if len(ref) > 255 or not TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", ref)):
+            raise RecipeError(f"{ref!r} is not an image reference", field="--cache-from")
+    cache_to = options.cache_to.replace("{arch}", arch) if options.cache_to else None
+    if cache_to is not None and (len(cache_to) > 255 or not TAG.match(cache_to)
+                                 or not re.match(rf"{HOST}/", cache_to)):
+        raise RecipeError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]",
+                          field="--cache-to")
+    return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
+
+
+def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[dict]]:
+    """The recipe with its lock applied (strictly with --locked) and its variant chosen; a build
+    stops here, before the engine or the network is asked anything, on an unpinned PR entry."""
+    loaded = load_recipe(recipe_name, root)
+    if options.locked:  # refuse anything not locked
+        lock = read_lock(loaded)
+        loaded = apply_lock(loaded, lock)
+    else:  # use what the committed lock pins, if it is current
+        loaded, lock = pin_for_build(loaded)
+    if options.stack is not None:
+        loaded = loaded.replace(loaded.recipe.with_stack(list(options.stack)), variant=options.variant)
+    elif options.variant:
+        loaded = loaded.with_variant(options.variant)
+    problem = unpinned_problem(loaded, lock)
+    if problem and options.fetching and not options.dry_run:
+        raise problem
+    return loaded, lock
+
+
+def _platform(loaded: LoadedRecipe, wanted: Optional[str]) -> str:
+    recipe, host = loaded.recipe, host_platform()
+    platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])
+    if platform not in PLATFORMS:
+        raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
+                          field="--platform")
+    if platform not in recipe.platforms:
+        raise RecipeError(f"platform {platform} is not among the recipe's platforms "
+                          f"({', '.join(recipe.platforms)})", file=loaded.file, field="platforms")
+    return platform
+
+
+def _base_refs(loaded: LoadedRecipe, platform: str, config: Config, options: BuildOptions) -> dict[str, str]:
+    mirrors = dict(config.image_mirrors)
+    if options.mirror_map:
+        mirrors.update(load_mirror_map(options.mirror_map))
+    bases = {}
+    for stage in ("build", "runtime"):
+        base = getattr(loaded.recipe.bases, stage)
+        # `{arch}` lets one recipe name per-arch local images (a local store holds one arch per tag)
+        ref = mirrors.get(base.ref, base.ref).replace("{arch}", arch_of(platform))
+        # a registry digest pins FROM; a mirrored ref is a different image, so its digest does not apply
+        bases[stage] = f"{ref}@{base.digest}" if base.digest and ref == base.ref else ref
+    return bases
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last second an ISO timestamp with a 4-digit year names
+
+
+def created_timestamp() -> str:
+    """The image's creation time: $SOURCE_DATE_EPOCH (whole seconds since 1970, checked) or now."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None or epoch == "":
+        when = dt.datetime.now(dt.timezone.utc)
+    elif re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH:
+        when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+    else:
+        raise RecipeError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
+                          field="$SOURCE_DATE_EPOCH")
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def checked_cache_dir(path: Optional[Path] = None) -> Path:
+    """The source cache ($SERVEBUILD_CACHE or ~/.cache/servebuild): a directory, or one that can be made."""
+    path = path or default_cache_dir()
+    for where in (path, *path.parents):
+        if where.exists():
+            if not where.is_dir():
+                raise RecipeError(f"{path} cannot be the source cache: {where} is not a directory",
+                                  field="$SERVEBUILD_CACHE")
+            break
+    return path
+
+
+
+
+
+
+
+
+
+

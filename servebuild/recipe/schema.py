@@ -1,0 +1,453 @@
+"""Recipe schema: every field validated before anything runs (loading lives in load.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servebuild.engines import kind_for
+from servebuild.errors import PlacedValueError, RecipeError
+from servebuild.engines.profiles import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
+from servebuild.modes import get_mode
+from servebuild.platforms import PLATFORMS
+from servebuild.recipe.grammar import (ABS_DIR, APT_PACKAGE, ARCH_LIST, CUDA_VERSION, DIST_NAME, GIT_TAG, IMAGE_REF, NAME,
+                                       RESERVED_COMMANDS, REL_DIR, SHA40, SHA256, SM_ARCH, USER, VERSION, matches)
+
+
+def pattern_field(name: str, pattern: re.Pattern, what: str):
+    """A field validator: the value (if set) matches `pattern` and holds no `..` segment."""
+    return field_validator(name)(classmethod(lambda cls, v: v if v is None else matches(pattern, v, what)))
+
+
+def printable_field(*names: str):
+    """A field validator: one line of printable text (free text such as descriptions and notes
+    reaches labels, manifests and tables, never a Dockerfile line or a shell word)."""
+    return field_validator(*names)(classmethod(lambda cls, v, info: printable(v, info.field_name)))
+
+
+class Model(BaseModel):
+    # strict: YAML already gives real types; `true` is not 1 and "4" is not 4
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def full_sha(value: str) -> str:
+    if not SHA40.match(value):
+        raise ValueError(f"{value!r} is not a full 40-hex commit SHA (short or malformed)")
+    return value
+
+
+class BaseImage(Model):
+    ref: str
+    digest: Optional[str] = None  # filled by `lock`; a local image id for bootstrapped bases
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if not IMAGE_REF.match(v) or "@" in v:
+            raise ValueError(f"{v!r} is not an image reference name[:tag] (put a digest in `digest`)")
+        return v
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}\Z", v):
+            raise ValueError(f"{v!r} is not a digest of the form sha256:<64 hex>")
+        return v
+
+
+class Bases(Model):
+    build: BaseImage
+    runtime: BaseImage
+
+
+class PatchEntry(Model):
+    """One entry of a patch stack: an upstream PR (by pinned commit) or a local patch file."""
+
+    id: str
+    pr: Optional[int] = Field(default=None, gt=0)
+    commit: Optional[str] = None        # full SHA of the commit carrying the PR
+    commit_hint: Optional[str] = None   # short SHA from release notes; `lock` resolves it
+    base: Optional[str] = None          # for a PR head: the commit the diff is taken against
+    file: Optional[str] = None          # local patch, relative to the repository root
+    sha256: Optional[str] = None        # of the exact diff applied
+    requires: list[str] = []
+    note: str = ""
+
+    _note = printable_field("note")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid id (lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("commit", "base")
+    @classmethod
+    def _full(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else full_sha(v)
+
+    @field_validator("commit_hint")
+    @classmethod
+    def _hint(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[0-9a-f]{7,39}\Z", v):
+            raise ValueError(f"{v!r} is not a short hex SHA (7 to 39 hex digits)")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not SHA256.match(v):
+            raise ValueError(f"{v!r} is not a sha256 (64 lowercase hex digits)")
+        return v
+
+    @model_validator(mode="after")
+    def _kind(self) -> "PatchEntry":
+        if (self.pr is None) == (self.file is None):
+            raise ValueError("a patch entry is either an upstream `pr` or a local `file`, exactly one")
+        if self.file is not None:
+            if not self.file.startswith("patches/") or not self.file.endswith(".patch"):
+                raise ValueError(f"local patch {self.file!r} must be a patches/*.patch file")
+            if self.sha256 is None:
+                raise ValueError("a local patch needs its `sha256`")
+            if self.commit or self.commit_hint or self.base:
+                raise ValueError("a local patch takes no commit, commit_hint or base")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "pr" if self.pr is not None else "file"
+
+    @property
+    def resolved(self) -> bool:
+        return self.file is not None or (self.commit is not None and self.sha256 is not None)
+
+    def label(self) -> str:
+        return self.file if self.file else f"PR #{self.pr}"
+
+
+class EngineSource(Model):
+    url: str
+    commit: str
+    tag: Optional[str] = None
+    subdir: str = "."  # the directory of the tree that pip installs
+    patches: list[PatchEntry] = []
+    optional_patches: list[PatchEntry] = []  # not applied by default; variants may pick them
+
+    _tag = pattern_field("tag", GIT_TAG, "a git tag name such as v0.5.16")
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str) -> str:
+        return full_sha(v)
+
+    _subdir = pattern_field("subdir", REL_DIR, "a relative directory of the tree")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^(https?|git|ssh|file)://\S+\Z", v):
+            raise ValueError(f"{v!r} is not a git URL (https://, git://, ssh:// or file://)")
+        return v
+
+    @model_validator(mode="after")
+    def _stack(self) -> "EngineSource":
+        check_stack(self.patches)
+        ids = {e.id for e in self.patches}
+        for entry in self.optional_patches:
+            if entry.id in ids:
+                raise ValueError(f"optional patch {entry.id!r} has the id of a stack entry")
+        check_stack(self.patches + self.optional_patches, order=False)
+        return self
+
+    def entries(self) -> dict[str, PatchEntry]:
+        return {e.id: e for e in self.patches + self.optional_patches}
+
+
+def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") -> None:
+    """No duplicates; every `requires` earlier in the stack (or, without order, anywhere in it)."""
+    seen: dict[str, PatchEntry] = {}
+    for entry in entries:
+        if entry.id in seen:
+            raise ValueError(f"{where}duplicate patch entry {entry.id!r}")
+        for prior in seen.values():
+            same = (entry.pr is not None and entry.pr == prior.pr) or (
+                entry.file is not None and entry.file == prior.file)
+            if same:
+                raise ValueError(f"{where}patch entry {entry.id!r} duplicates {prior.id!r}")
+        seen[entry.id] = entry
+    for i, entry in enumerate(entries):
+        earlier = {e.id for e in entries[:i]} if order else set(seen) - {entry.id}
+        for need in entry.requires:
+            if need == entry.id:
+                raise ValueError(f"{where}patch entry {entry.id!r} requires itself")
+            if need not in earlier:
+                why = ("comes later in the stack (order it first, or the requires is cyclic)"
+                       if need in seen else "is not in the stack")
+                raise ValueError(f"{where}patch entry {entry.id!r} requires {need!r}, which {why}")
+
+
+class Engine(Model):
+    name: str
+    version: str
+    install: str = "pip-source"  # a registered install mode (servebuild/modes): pip-source, vllm-precompiled, ...
+    source: EngineSource
+    precompiled: dict[str, str] = {}  # platform -> hashed requirement file of the release wheel
+    sdist: Optional[str] = None  # hashed requirement file of the release sdist (a source tree without GitHub)
+    overlay_from: Optional[str] = None  # wheel-overlay: the package directory in the tree, e.g. python/sglang
+    native_extensions: list[str] = []  # python modules holding compiled extensions, for arch checks
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid engine name")
+        return v
+
+    _version = pattern_field("version", VERSION, "a version such as 0.5.16")
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, v: str) -> str:
+        from packaging.version import InvalidVersion, Version
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError(f"{v!r} is not a PEP 440 version") from None
+        return v
+
+    _overlay = pattern_field("overlay_from", REL_DIR, "a relative directory of the tree (e.g. python/sglang)")
+
+    @field_validator("install")
+    @classmethod
+    def _install(cls, v: str) -> str:
+        get_mode(v)
+        return v
+
+    _modules = field_validator("native_extensions")(classmethod(lambda cls, v: module_names(v)))
+
+    @property
+    def mode(self):
+        return get_mode(self.install)
+
+    @property
+    def kind(self):
+        return kind_for(self.name)
+
+
+class BuildResources(Model):
+    max_jobs: Optional[int] = Field(default=None, ge=1, le=512)
+    nvcc_threads: Optional[int] = Field(default=None, ge=1, le=64)
+
+
+class AptPackages(Model):
+    build: list[str] = []
+    runtime: list[str] = []
+
+    @field_validator("build", "runtime")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            matches(APT_PACKAGE, name, "a Debian package name (optionally =version)")
+        return v
+
+
+class Launch(Model):
+    user: str = "0"  # numeric, so the host can resolve it; GPU servers run as root by default
+    workdir: str = "/workspace"
+    cache_dirs: list[str] = []  # created in the image (no VOLUME: mount what should persist)
+    default: Optional[str] = None  # the profile the image runs by default (else the first declared)
+    profiles: dict[str, LaunchProfile] = {}
+
+    _user = pattern_field("user", USER, "a user name or numeric uid[:gid]")
+    _workdir = pattern_field("workdir", ABS_DIR, "an absolute directory (letters, digits, '._-')")
+
+    @field_validator("cache_dirs")
+    @classmethod
+    def _abs(cls, v: list[str]) -> list[str]:
+        for d in v:
+            matches(ABS_DIR, d, "an absolute cache directory (letters, digits, '._-')")
+        if len(set(v)) != len(v):
+            raise ValueError("cache_dirs lists a directory twice")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "profiles" in data:
+            data = {**data, "profiles": resolve_profile_bases(data["profiles"])}
+        return data
+
+    @model_validator(mode="after")
+    def _profiles(self) -> "Launch":
+        for name, profile in self.profiles.items():
+            if not NAME.match(name):
+                raise PlacedValueError(("profiles", name),
+                                       f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
+            if name in RESERVED_COMMANDS:
+                raise PlacedValueError(("profiles", name),
+                                       f"profile name {name!r} would shadow the system command of that name "
+                                       f"in /usr/local/bin; choose another name")
+            try:
+                validate_profile(name, profile)
+            except ValueError as exc:
+                raise PlacedValueError(("profiles", name), str(exc)) from None
+        if self.default is not None and self.default not in self.profiles:
+            raise ValueError(f"default: {self.default!r} is not a profile ({', '.join(self.profiles) or 'none'})")
+        return self
+
+    def default_profile(self) -> Optional[str]:
+        return self.default or next(iter(self.profiles), None)
+
+
+class Variant(Model):
+    """An A/B image: an ordered subset of the engine's patches and optional patches."""
+
+    description: str = ""
+    patches: list[str]
+
+    _description = printable_field("description")
+
+
+class Expect(Model):
+    imports: list[str] = []
+    gpu_imports: list[str] = []       # modules that load the CUDA driver on import (checked with a GPU)
+    versions: dict[str, str] = {}     # distribution name -> exact version
+    cuda: Optional[str] = None        # torch.version.cuda and the toolkit's major.minor
+    archs: list[str] = []             # SASS archs of which at least one must be present
+    arch_modules: list[str] = []      # python packages whose .so files are checked for `archs`
+    torchvision_pair: bool = False    # check the torch/torchvision ABI pairing
+
+    # the smoke suite runs `import NAME` on the host it tests
+    _modules = field_validator("imports", "gpu_imports", "arch_modules")(classmethod(lambda cls, v: module_names(v)))
+    _cuda = pattern_field("cuda", CUDA_VERSION, "a CUDA major.minor such as 13.0")
+
+    @field_validator("archs")
+    @classmethod
+    def _archs(cls, v: list[str]) -> list[str]:
+        return [matches(SM_ARCH, a, "an SASS arch such as sm_90a") for a in v]
+
+    @field_validator("versions")
+    @classmethod
+    def _versions(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, version in v.items():
+            matches(DIST_NAME, name, "a distribution name")
+            matches(VERSION, version, "a version such as 0.5.16")
+        return v
+
+
+class Recipe(Model):
+    name: str
+    description: str
+    extends: Optional[str] = None
+    _description = printable_field("description")
+    platforms: list[str] = ["linux/arm64"]
+    python: str
+    cuda_arch_list: str = "9.0a"
+    bases: Bases
+    constraints: dict[str, str]
+    wheels: list[str] = []  # local wheel files (air-gapped sites, local builds); still hash-checked
+    apt: AptPackages = AptPackages()
+    engine: Optional[Engine] = None
+    build: BuildResources = BuildResources()
+    launch: Launch = Launch()
+    expect: Expect = Expect()
+    variants: dict[str, Variant] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError(f"{v!r} is not a valid recipe name (lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("platforms")
+    @classmethod
+    def _platforms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one platform is needed")
+        for p in v:
+            if p not in PLATFORMS:
+                raise ValueError(f"unknown platform {p!r}; expected one of {', '.join(PLATFORMS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a platform is listed twice")
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        if not re.match(r"^3\.[0-9]{1,2}\Z", v):
+            raise ValueError(f"{v!r} is not a Python version of the form 3.N")
+        return v
+
+    @field_validator("cuda_arch_list")
+    @classmethod
+    def _archs(cls, v: str) -> str:
+        if not ARCH_LIST.match(v):
+            raise ValueError(f"{v!r} is not a TORCH_CUDA_ARCH_LIST such as '9.0a' or '9.0;9.0a'")
+        return v
+
+    @field_validator("wheels")
+    @classmethod
+    def _wheels(cls, v: list[str]) -> list[str]:
+        names = [w.rsplit("/", 1)[-1] for w in v]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice:  # they share one directory in the build context
+            raise ValueError(f"two wheels are named {twice}")
+        return v
+
+    @model_validator(mode="after")
+    def _constraints_cover_platforms(self) -> "Recipe":
+        for p in self.constraints:
+            if p not in PLATFORMS:
+                raise ValueError(f"constraints: unknown platform {p!r}")
+        missing = [p for p in self.platforms if p not in self.constraints]
+        if missing:
+            raise ValueError(f"constraints: no hashed requirement set for {', '.join(missing)}")
+        if self.engine:
+            self.engine.mode.validate(self.engine, self.platforms)
+        kind = self.engine.kind if self.engine else None
+        for name, profile in self.launch.profiles.items():
+            if kind is not None:
+                try:
+                    kind.check_profile(name, profile)
+                except ValueError as exc:
+                    raise PlacedValueError(("launch", "profiles", name), str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _variants(self) -> "Recipe":
+        if self.variants and self.engine is None:
+            raise ValueError("variants: a recipe without an engine has no patch stack to vary")
+        for name, variant in self.variants.items():
+            if not NAME.match(name):
+                raise ValueError(f"variants: {name!r} is not a valid variant name")
+            pool = self.engine.source.entries()
+            unknown = [i for i in variant.patches if i not in pool]
+            if unknown:
+                raise ValueError(f"variants.{name}: unknown patch {unknown[0]!r} (known: {', '.join(pool)})")
+            check_stack([pool[i] for i in variant.patches], where=f"variants.{name}: ")
+        return self
+
+    def with_variant(self, name: str) -> "Recipe":
+        """This recipe with the variant's stack as its patch stack."""
+        if name not in self.variants:
+            known = ", ".join(sorted(self.variants)) or "none"
+            raise RecipeError(f"unknown variant {name!r}; this recipe has: {known}", field="--variant")
+        return self.with_stack(self.variants[name].patches)
+
+    def with_stack(self, ids: list[str]) -> "Recipe":
+        """This recipe with the given entries (stack or optional, in order) as its patch stack."""
+        pool = self.engine.source.entries()
+        unknown = [i for i in ids if i not in pool]
+        if unknown:
+            raise RecipeError(f"unknown patch {unknown[0]!r} (known: {', '.join(pool)})", field="--patches")
+        try:
+            check_stack([pool[i] for i in ids])
+        except ValueError as exc:
+            raise RecipeError(str(exc), field="--patches") from None
+        source = self.engine.source.model_copy(update={"patches": [pool[i] for i in ids]})
+        return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
+

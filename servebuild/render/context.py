@@ -1,0 +1,230 @@
+"""Render a resolved recipe into a build context: Dockerfile, requirement sets, source, launchers.
+
+Every value the templates print is prepared here; templates only compose fragments and loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import jinja2
+
+from servebuild import TOOLS_DIR
+from servebuild.sources.archives import TAR_MTIME
+from servebuild.recipe.requirements import parse_pins
+from servebuild.engines.base import CACHE_ROOT
+from servebuild.errors import RecipeError
+from servebuild.fsutil import sha256_file, write_json
+from servebuild.engines.profiles import launcher_script
+from servebuild.recipe.load import LoadedRecipe
+from servebuild.modes import TEMPLATES
+from servebuild.platforms import arch_of
+from servebuild.recipe.schema import Recipe
+
+BUILD_APT = ["python3", "python3-venv"]
+RUNTIME_APT = ["python3"]
+TOOLCHAIN_APT = ["build-essential", "python3-dev"]  # JIT at serve time: C/C++ compiler and Python.h
+# what a GPU host expects of a server image: an init as PID 1 (signals, zombies) and numactl/libnuma
+# (vLLM's NUMA binding runs numactl; both engines' upstream images install it)
+SERVER_APT = ["numactl", "tini"]
+INIT = "/usr/bin/tini"
+TOOLS = TOOLS_DIR
+# the HEALTHCHECK's probe: the image's own Python, no curl needed; $SERVEBUILD_HEALTH_URL moves it
+HEALTH_PROBE = ("import os, sys, urllib.request; "
+                "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)")
+VENV = "/opt/venv"
+# the NVIDIA container toolkit mounts the driver's compute libraries only when these are set
+NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+
+
+def _environment() -> jinja2.Environment:
+    """Values are validated before they get here (the first wall); the templates still quote
+    what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    env.policies["json.dumps_kwargs"] = {"sort_keys": True}
+    return env
+
+
+def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
+    """The CUDA toolkit the image's requirement set installs as wheels (nvcc under nvidia/cuNN)."""
+    pins = parse_pins(root / recipe.constraints[platform])
+    nvcc = pins.get("nvidia-cuda-nvcc")
+    if nvcc is None:
+        return None
+    major = re.match(r"\d+", nvcc)
+    if major is None:
+        raise RecipeError(f"nvidia-cuda-nvcc=={nvcc} has no numeric major version",
+                          file=recipe.constraints[platform], field="nvidia-cuda-nvcc")
+    return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{major.group(0)}"
+
+
+def _cuda_links(home: Optional[str]) -> Optional[str]:
+    """The pip toolkit ships lib/libcudart.so.13 only; JIT builders link -L$CUDA_HOME/lib64 -lcudart."""
+    if home is None:
+        return None
+    return f"ln -sfn lib {home}/lib64 && ln -sf libcudart.so.13 {home}/lib/libcudart.so"
+
+
+def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
+    env = {"VIRTUAL_ENV": VENV, "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
+           "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list, **NVIDIA_ENV}
+    path = f"/opt/engine/site/bin:{VENV}/bin"
+    if recipe.engine:
+        kind = recipe.engine.kind
+        env.update(kind.runtime_env())
+        home = cuda_home(recipe, root, platform) if kind.serve_time_jit else None
+        if home:
+            env["CUDA_HOME"] = home
+            path = f"{path}:{home}/bin"
+            # Triton (and tokenspeed-triton) default to the ptxas in their wheels (12.8/12.9/13.3):
+            # every Triton compile goes through the set's 13.0 ptxas instead
+            env["TRITON_PTXAS_PATH"] = env["TRITON_PTXAS_BLACKWELL_PATH"] = f"{home}/bin/ptxas"
+            env["LIBRARY_PATH"] = f"{home}/lib64/stubs"  # link-time libcuda (see stages/_libcuda_stub.j2)
+    env["PATH"] = f"{path}:$PATH"
+    return env
+
+
+# An apt layer's bytes depend only on what apt installed, not on when: whichever build (or cache
+# record, or farm node) made it, variants and rebuilds share one blob. What apt writes that varies
+# from run to run: log files (truncated, since the base may hold them), ldconfig's aux-cache, and
+# the mtime of every path it touched (set to TAR_MTIME). The marker is made first in the RUN.
+# This holds where the base carries /etc/hosts and /etc/resolv.conf (BuildKit otherwise creates
+# and removes mount stubs there after the RUN, moving /etc's mtime); bootstrapped bases do.
+LAYER_MARK = "/tmp/.servebuild-layer-start"
+LAYER_SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {LAYER_MARK} -exec truncate -s 0 {{}} + "
+                f"&& find / -xdev -newer {LAYER_MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
+                f"&& rm {LAYER_MARK} && touch -h -d @{TAR_MTIME} /tmp")
+LAYER_START = f"touch {LAYER_MARK}"
+
+
+def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
+    engine = recipe.engine
+    kind = engine.kind if engine else None
+    jit = bool(kind and kind.serve_time_jit)
+    env = runtime_env(recipe, root, platform)
+    cache_dirs = sorted(set(recipe.launch.cache_dirs) | {v for k, v in env.items() if v.startswith("/cache")})
+    ports = sorted({kind.profile_port(p) for p in recipe.launch.profiles.values()} - {None}) if kind else []
+    default = recipe.launch.default_profile()
+    shared = [d for d in cache_dirs if d == CACHE_ROOT or d.startswith(CACHE_ROOT + "/")]
+    return {
+        "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
+        "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
+        "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else [])
+                                  + (SERVER_APT if kind else []))),
+        "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
+        "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
+        "layer_start": LAYER_START,
+        "settled_mtime": TAR_MTIME,
+        "layer_settle": LAYER_SETTLE,
+        "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
+                         f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
+                         f"{recipe.python}')\""),
+        "engine_fragment": engine.mode.render(engine, platform, _environment()) if engine else "",
+        "runtime_fragment": engine.mode.render(engine, platform, _environment(), runtime=True) if engine else "",
+        "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
+        "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
+        "launchers": bool(recipe.launch.profiles),
+        # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
+        "shared_dirs": " ".join(shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else [])
+                                + shared),
+        "profile_check": (argcheck_argv(recipe, "/opt/servebuild/argcheck", "/usr/local/bin",
+                                        "/opt/servebuild/profiles-checked.json")
+                          if kind and kind.argcheck and recipe.launch.profiles else []),
+        "healthcheck": _healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
+        "init": INIT if kind else None,
+        "ports": ports,
+        "cmd": f"/usr/local/bin/{default}" if default else f"{VENV}/bin/python",
+    }
+
+
+def _healthcheck(kind, profile) -> Optional[dict]:
+    if kind is None or kind.health_path is None or profile is None:
+        return None
+    port = kind.profile_port(profile)
+    return {"url": f"http://127.0.0.1:{port}{kind.health_path}", "start_period": kind.health_start_period,
+            "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE])}
+
+
+def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
+                      root: Path) -> str:
+    """Pure function of its inputs: the same recipe, platform and bases give the same bytes."""
+    text = _environment().get_template("Dockerfile.j2").render(
+        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases))
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
+
+
+def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
+                  manifest_inputs: dict, source_tarball: Optional[Path]) -> Path:
+    """Write a fresh build context directory and return it.
+
+    BuildKit skips files whose size and mtime did not change when it transfers a context, so a
+    fixed mtime lets a same-size edit build a stale image (moby/buildkit#2592). Each file's mtime is
+    derived from its content instead: the same bytes give the same layers, other bytes always transfer.
+    """
+    recipe = loaded.recipe
+    if context.exists():
+        shutil.rmtree(context)
+    context.mkdir(parents=True)
+    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root))
+    files = {"requirements.txt": loaded.root / recipe.constraints[platform]}
+    files.update({f"wheels/{Path(rel).name}": loaded.root / rel for rel in recipe.wheels})
+    if recipe.engine:
+        files.update({name: loaded.root / rel
+                      for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()})
+        assert source_tarball is not None, "an engine recipe needs its source tarball"
+        files["source.tar"] = source_tarball
+    kind = recipe.engine.kind if recipe.engine else None
+    if kind is not None and kind.argcheck is not None and recipe.launch.profiles:
+        files.update({f"argcheck/{k}": v for k, v in argcheck_files(kind).items()})
+    for name, src in sorted(files.items()):
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, context / name)
+    write_launchers(recipe, context / "launchers")
+    write_json(context / "manifest.json", manifest_inputs)
+    for path in sorted(context.rglob("*"), reverse=True):
+        stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
+        os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
+    return context
+
+
+def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[str]:
+    """The profile check's command (tools/profile_check.py, its files under `root` in the image)."""
+    name = recipe.engine.name
+    return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
+            "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
+            "--out", out, *sorted(recipe.launch.profiles)]
+
+
+def argcheck_files(kind) -> dict[str, Path]:
+    """The profile check's files (tools/profile_check.py), by their place under its folder."""
+    return {"profile_check.py": TOOLS / "profile_check.py", "site/sitecustomize.py": TOOLS / "argcheck_site.py",
+            "hook.py": kind.argcheck}
+
+
+def write_launchers(recipe: Recipe, directory: Path) -> None:
+    """One executable per launch profile: what the image installs in /usr/local/bin."""
+    kind = recipe.engine.kind if recipe.engine else None
+    for name, profile in sorted(recipe.launch.profiles.items()):
+        script = directory / name
+        script.parent.mkdir(parents=True, exist_ok=True)
+        listen = tuple(kind.listen_args(profile)) if kind else ()
+        script.write_text(launcher_script(name, profile, listen))
+        script.chmod(0o755)
+
+
+def content_mtime(path: Path) -> int:
+    """An mtime in nanoseconds taken from the content's sha256: 28 bits of seconds after 2000-01-01
+    and 30 bits of nanoseconds (BuildKit compares both), so two contents of one size that share
+    an mtime need a 58-bit hash collision, not a 28-bit one."""
+    digest = int(sha256_file(path)[:16], 16)
+    return (TAR_MTIME + (digest >> 36)) * 10**9 + (digest & (2**30 - 1)) % 10**9
+

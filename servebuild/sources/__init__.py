@@ -1,0 +1,1 @@
+"""servebuild.sources."""

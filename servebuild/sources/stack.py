@@ -1,0 +1,267 @@
+"""Prepared engine sources: lay out the pinned tree (gitmirror.py, archives.py), apply the patch
+stack in order, and remember the deterministic tarball under a key of everything it depends on."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from servebuild.sources.archives import unpack_release, write_tarball
+from servebuild.errors import SourceError
+from servebuild.fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
+from servebuild.sources.gitmirror import GitMirrors, git
+from servebuild.patchfiles import is_native, is_test_or_doc
+from servebuild.recipe.schema import EngineSource, PatchEntry
+
+# (path, release files or None) -> why the install mode cannot carry a change to path, or None
+PatchRule = Callable[[str, Optional[set]], Optional[str]]
+DIFF_OPTS = ["-c", "diff.algorithm=myers", "-c", "core.quotepath=false"]
+
+
+@dataclass
+class AppliedPatch:
+    id: str
+    kind: str
+    pr: Optional[int]
+    commit: Optional[str]
+    file: Optional[str]
+    sha256: str
+    files: list[str]
+    python_only: bool
+    dropped: list[str] = field(default_factory=list)  # test/doc files absent from a release tree
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "pr": self.pr, "commit": self.commit,
+                "file": self.file, "sha256": self.sha256, "files": self.files,
+                "python_only": self.python_only, "dropped": self.dropped}
+
+
+@dataclass
+class PreparedSource:
+    url: str
+    commit: str
+    tarball: Path
+    tarball_sha256: str
+    patches: list[AppliedPatch] = field(default_factory=list)
+    tree: dict = field(default_factory=lambda: {"from": "git"})  # where the unpatched tree came from
+
+    def as_dict(self) -> dict:
+        return {"url": self.url, "commit": self.commit, "tarball_sha256": self.tarball_sha256,
+                "tree": self.tree, "patches": [p.as_dict() for p in self.patches]}
+
+    def version(self, release: str) -> str:
+        """The release version, with a PEP 440 local label naming the patch stack when there is one."""
+        if not self.patches:
+            return release
+        stack = sha256_bytes(canonical_json([[p.id, p.sha256] for p in self.patches]).encode())
+        return f"{release}+sb{len(self.patches)}.{stack[:12]}"
+
+
+def numstat_paths(out: bytes) -> list[str]:
+    """Paths from `git apply --numstat -z`: `ADD\tDEL\tPATH\0`, or for a rename `ADD\tDEL\t\0OLD\0NEW\0`
+    (both paths count: the old one is deleted)."""
+    fields = out.split(b"\0")
+    paths, i = [], 0
+    while i < len(fields):
+        entry = fields[i]
+        if not entry:
+            i += 1
+            continue
+        parts = entry.split(b"\t", 2)
+        if len(parts) == 3 and parts[2]:
+            paths.append(parts[2].decode("utf-8", "surrogateescape"))
+            i += 1
+        else:  # rename/copy: the two names follow as fields of their own
+            paths += [f.decode("utf-8", "surrogateescape") for f in fields[i + 1:i + 3] if f]
+            i += 3
+    return paths
+
+
+def _literal(path: str) -> str:
+    """A path as a git wildmatch pattern that matches only itself."""
+    return re.sub(r"([*?\[\\])", r"\\\1", path)
+
+
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("SERVEBUILD_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "servebuild"
+
+
+class SourceCache(GitMirrors):
+    """The prepared engine sources: a tree (pinned commit or release artifact) with the patch stack
+    applied, as a tarball keyed by its sha256; mirroring is GitMirrors'."""
+
+    def __init__(self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False,
+                 recipe: str = "recipe"):
+        super().__init__(root, mirrors, offline, recipe)
+        (root / "tarballs").mkdir(parents=True, exist_ok=True)
+
+    def write_tarball(self, tree: Path, env: dict) -> tuple[Path, str]:
+        return write_tarball(tree, env, self.root / "tarballs")
+
+    # -- patches
+
+    def entry_diff(self, repo: Path, entry: PatchEntry, root: Path) -> bytes:
+        if entry.file is not None:
+            return (root / entry.file).read_bytes()
+        assert entry.commit is not None
+        base = entry.base or f"{entry.commit}^1"
+        return git(*DIFF_OPTS, "diff", "--binary", "--full-index", "--no-renames", "--no-color",
+                   "--no-ext-diff", base, entry.commit, cwd=repo).stdout
+
+    def prepare(self, source: EngineSource, project_root: Path, work: Path,
+                release: Optional[tuple[Path, str, str, str]] = None,
+                rule: Optional[PatchRule] = None, rule_key: str = "") -> PreparedSource:
+        """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
+        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball.
+
+        The result is remembered under a key of everything it depends on (tree origin, each
+        entry's diff bytes, the mode's rule as `rule_key`): an A/B variant or a rebuild with the
+        same inputs reuses its tarball (checked by hash) instead of laying out the tree again."""
+        unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
+        if unresolved:
+            e = unresolved[0]
+            pinned = f"only the short commit_hint {e.commit_hint}" if e.commit_hint else "no pinned commit"
+            raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
+                              f"where the upstream is reachable",
+                              file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
+        commits = [e.commit for e in source.patches if e.commit] + [e.base for e in source.patches if e.base]
+        needs_git = release is None or bool(commits)
+        prs = tuple(e.pr for e in source.patches if e.pr is not None)  # a PR head may live only under refs/pull
+        repo = (self.mirror(source.url, ([source.commit] if release is None else []) + commits, prs=prs)
+                if needs_git else None)
+
+        diffs = {entry.id: self._checked_diff(repo, entry, project_root) for entry in source.patches}
+        memo = self.root / "prepared" / (sha256_bytes(canonical_json({
+            "v": 1, "url": source.url, "commit": source.commit, "subdir": source.subdir,
+            "release": list(release[1:]) if release else None, "rule": rule_key,
+            "patches": [[e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
+                        for e in source.patches]}).encode()) + ".json")
+        remembered = self._remembered(memo)
+        if remembered is not None:
+            return remembered
+        tree = work / "tree"
+        env, origin, release_files = self._lay_out(source, tree, repo, release)
+        applied = [self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
+                   for entry in source.patches]
+        tar_path, tar_sha = self.write_tarball(tree, env)
+        prepared = PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(memo, canonical_json({**prepared.as_dict(), "tarball": tar_path.name}).encode())
+        return prepared
+
+    def _remembered(self, memo: Path) -> Optional[PreparedSource]:
+        """A PreparedSource from an earlier identical preparation, if its tarball is intact."""
+        import json
+        try:
+            data = json.loads(memo.read_text())
+            tarball = self.root / "tarballs" / data["tarball"]
+            if sha256_file(tarball) != data["tarball_sha256"]:
+                return None
+            patches = [AppliedPatch(**p) for p in data["patches"]]
+            return PreparedSource(data["url"], data["commit"], tarball, data["tarball_sha256"], patches,
+                                  data["tree"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent, partial or from another version: prepare afresh
+
+    def _checked_diff(self, repo: Optional[Path], entry: PatchEntry, project_root: Path) -> bytes:
+        diff = self.entry_diff(repo, entry, project_root)
+        digest = sha256_bytes(diff)
+        if entry.sha256 is not None and digest != entry.sha256:
+            what = entry.file or f"PR #{entry.pr} at {entry.commit}"
+            raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
+                              f"{entry.sha256}, got {digest}", file=self.recipe,
+                              field=f"engine.source.patches.{entry.id}.sha256")
+        return diff
+
+    @staticmethod
+    def _lay_out(source: EngineSource, tree: Path, repo: Optional[Path],
+                 release: Optional[tuple[Path, str, str, str]]) -> tuple[dict, dict, Optional[set]]:
+        """A fresh git work tree of the unpatched source: (git env, origin record, release files)."""
+        if tree.exists():
+            shutil.rmtree(tree)
+        tree.mkdir(parents=True)
+        env = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / "objects")} if repo else {}
+        git("init", "--quiet", cwd=tree)
+        if release is None:
+            git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
+            return env, {"from": "git", "commit": source.commit}, None
+        path, digest, kind, prefix = release
+        release_files = unpack_release(path, kind, prefix, tree)
+        git("add", "-A", ".", cwd=tree, env=env)
+        return env, {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
+                     "tag_commit": source.commit}, release_files
+
+    def _apply_entry(self, tree: Path, project_root: Path, entry: PatchEntry, diff: bytes, env: dict,
+                     release_files: Optional[set], rule: Optional[PatchRule]) -> AppliedPatch:
+        """Check every path of the entry's (hash-checked) diff against the mode's rule, then apply it."""
+        digest = sha256_bytes(diff)
+        files = self.diff_files(entry, diff)
+        # test/doc files a release artifact does not ship are dropped (and recorded), not applied
+        dropped = [f for f in files if release_files is not None and f not in release_files
+                   and is_test_or_doc(f) and not (tree / f).exists()]
+        for f in files:
+            problem = rule(f, release_files) if rule else None
+            if problem and f not in dropped:
+                raise SourceError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
+                                  f"(use install: pip-source)", file=self.recipe, field="engine.install")
+        self._apply(tree, entry, diff, env, exclude=dropped)
+        return AppliedPatch(id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
+                            sha256=digest, files=files, python_only=not any(is_native(f) for f in files),
+                            dropped=dropped)
+
+    def diff_files(self, entry: PatchEntry, diff: bytes) -> list[str]:
+        """The files a diff touches (git apply --numstat reads the diff and applies nothing). Run
+        outside any work tree: inside one, git filters the paths to that tree and prints nothing."""
+        with tempfile.TemporaryDirectory(prefix="servebuild-numstat-") as tmp:
+            patch = Path(tmp) / "change.diff"
+            patch.write_bytes(diff)
+            # -z: names exactly as they are (no C-style quoting of non-ASCII, tabs or quotes)
+            numstat = git("apply", "--numstat", "-z", str(patch), cwd=Path(tmp), check=False,
+                          env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
+        if numstat.returncode != 0:
+            raise SourceError(f"patch {entry.id} is not a valid diff: "
+                              f"{numstat.stderr.decode(errors='replace').strip()}",
+                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+        files = sorted(numstat_paths(numstat.stdout))
+        if not files and diff.strip():
+            raise SourceError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
+                              field=f"engine.source.patches.{entry.id}")
+        return files
+
+    def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict, exclude: list[str] = ()) -> None:
+        patch = tree.parent / f"{entry.id}.patch"
+        patch.write_bytes(diff)
+        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={_literal(f)}" for f in exclude],
+                   str(patch), cwd=tree, env=env, check=False)
+        if proc.returncode != 0:
+            raise SourceError(self._conflict(entry, proc.stderr.decode(errors="replace")),
+                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+
+    @staticmethod
+    def _conflict(entry: PatchEntry, stderr: str) -> str:
+        file, hunk = "?", "?"
+        m = re.search(r"patch failed: (.+):(\d+)", stderr)
+        if m:
+            file, hunk = m.group(1), f"at line {m.group(2)}"
+        else:
+            m = re.search(r"(?:error: )?(\S+): (does not exist in index|does not match index|No such file|patch does not apply)",
+                          stderr)
+            if m:
+                file, hunk = m.group(1), m.group(2)
+        conflict = re.search(r"Applied patch to '(.+)' with conflicts", stderr)
+        if conflict:
+            file, hunk = conflict.group(1), "3-way merge left conflicts"
+        hint = f" (it requires {', '.join(entry.requires)})" if entry.requires else ""
+        return (f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
+                f"stack may be missing{hint}")
+
+
+
