@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import jinja2
-
 from servebuild import PROJECT_DIR, TOOLS_DIR
 from servebuild.patchfiles import is_native
 
@@ -85,10 +83,3 @@ class InstallMode:
     def runtime_fragment(self, engine, platform: str) -> Optional[Fragment]:
         """Steps run in the runtime stage after the shared layers are copied (None: nothing)."""
         return None
-
-    def render(self, engine, platform: str, env: jinja2.Environment, runtime: bool = False) -> str:
-        frag = self.runtime_fragment(engine, platform) if runtime else self.fragment(engine, platform)
-        if frag is None:
-            return ""
-        template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
-        return template.render(engine=engine, platform=platform, **frag.data).strip("\n")

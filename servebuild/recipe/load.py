@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, parse_pins
+from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, normalize, parse_pins
 from servebuild.errors import PlacedValueError, RecipeError
 from servebuild.fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from servebuild.recipe.grammar import NAME
@@ -200,7 +200,6 @@ def check_files(loaded: LoadedRecipe) -> None:
 def _release_version_problem(engine, path: Path, rel: str) -> Optional[str]:
     """The release artifact a mode installs (precompiled wheel, sdist) must be engine.version:
     the image's version label and the relabelled dist-info are derived from it."""
-    from servebuild.recipe.requirements import normalize
     pinned = parse_pins(path).get(normalize(engine.name))
     if pinned is not None and pinned != engine.version:
         return f"{rel} pins {engine.name}=={pinned}, but engine.version is {engine.version}"

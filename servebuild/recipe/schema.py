@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servebuild.engines import kind_for
@@ -211,7 +212,6 @@ class Engine(Model):
     @field_validator("version")
     @classmethod
     def _pep440(cls, v: str) -> str:
-        from packaging.version import InvalidVersion, Version
         try:
             Version(v)
         except InvalidVersion:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Optional
+from urllib.parse import quote
 
 from servebuild import __version__
-from servebuild.errors import ServebuildError
+from servebuild.errors import DockerError, ServebuildError
 from servebuild.fsutil import sha256_bytes
 from servebuild.release.registry import EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag
 from servebuild.release.signing import ENVELOPE_TYPE
@@ -44,7 +45,6 @@ print(json.dumps({"python": sys.version.split()[0], "distributions": [out[k] for
 
 
 def installed_distributions(docker, image_id: str, platform: str) -> dict:
-    from servebuild.errors import DockerError
     out = docker.run_in_image(image_id, "-c", LIST_DISTRIBUTIONS, platform=platform, entrypoint="python3")
     try:
         data = json.loads(out.strip().splitlines()[-1])
@@ -54,7 +54,6 @@ def installed_distributions(docker, image_id: str, platform: str) -> dict:
 
 
 def purl(name: str, version: str) -> str:
-    from urllib.parse import quote
     return f"pkg:pypi/{quote(name.lower().replace('_', '-'))}@{quote(version, safe='+')}"
 
 

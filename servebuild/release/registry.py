@@ -7,7 +7,10 @@ oras-py (auth handshake, blob upload, URLs), with our own bounded retries, TLS t
 from __future__ import annotations
 
 import json
+import logging
 import re
+import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -44,7 +47,6 @@ class LoginRefused(RegistryError):
 
 
 def _quiet_oras() -> None:
-    import logging
     log = logging.getLogger("oras.logger")
     log.handlers[:] = [logging.NullHandler()]
     log.propagate = False
@@ -116,7 +118,6 @@ class RegistryClient:
 
     # -- transport ---------------------------------------------------------------------------------
     def _retrying(self, call, method: str, url: str):
-        import time
         import requests
         delay = self.backoff
         for attempt in range(self.retries + 1):
@@ -254,7 +255,6 @@ class RegistryClient:
 
     def put_blob(self, repo: str, data: bytes) -> dict:
         """Upload (unless present) and return its descriptor fields (digest, size)."""
-        import tempfile
         import oras.container
         digest = "sha256:" + sha256_bytes(data)
         layer = {"digest": digest, "size": len(data), "mediaType": "application/octet-stream"}

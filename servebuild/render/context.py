@@ -54,6 +54,16 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool = False) -> str:
+    """The engine's install mode's fragment for the engine stage (or, `runtime`, the runtime stage)."""
+    mode = engine.mode
+    frag = mode.runtime_fragment(engine, platform) if runtime else mode.fragment(engine, platform)
+    if frag is None:
+        return ""
+    template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
+    return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
+
+
 def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
     """The CUDA toolkit the image's requirement set installs as wheels (nvcc under nvidia/cuNN)."""
     pins = parse_pins(root / recipe.constraints[platform])
@@ -128,8 +138,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),
-        "engine_fragment": engine.mode.render(engine, platform, _environment()) if engine else "",
-        "runtime_fragment": engine.mode.render(engine, platform, _environment(), runtime=True) if engine else "",
+        "engine_fragment": mode_fragment(engine, platform, _environment()) if engine else "",
+        "runtime_fragment": mode_fragment(engine, platform, _environment(), runtime=True) if engine else "",
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": bool(recipe.launch.profiles),

@@ -3,6 +3,7 @@ stack in order, and remember the deterministic tarball under a key of everything
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -159,7 +160,6 @@ class SourceCache(GitMirrors):
 
     def _remembered(self, memo: Path) -> Optional[PreparedSource]:
         """A PreparedSource from an earlier identical preparation, if its tarball is intact."""
-        import json
         try:
             data = json.loads(memo.read_text())
             tarball = self.root / "tarballs" / data["tarball"]

@@ -9,7 +9,7 @@ import pytest
 
 from servebuild.recipe.load import load_recipe
 from servebuild.modes import MODES
-from servebuild.render.context import _environment, dockerfile_data
+from servebuild.render.context import _environment, dockerfile_data, mode_fragment
 from support import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "golden" / "fragments"
@@ -34,8 +34,8 @@ def engine_with(mode: str):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_mode_fragment(mode, platform):
     engine, env = engine_with(mode), _environment()
-    text = MODES[mode].render(engine, platform, env) + "\n"
-    runtime = MODES[mode].render(engine, platform, env, runtime=True)
+    text = mode_fragment(engine, platform, env) + "\n"
+    runtime = mode_fragment(engine, platform, env, runtime=True)
     if runtime:
         text += "# -- runtime stage\n" + runtime + "\n"
     check(f"mode-{mode}.{platform.replace('/', '-')}", text)

@@ -1,0 +1,95 @@
+"""The order of servebuild's packages, and the imports that break it (read by tests/unit/test_layers.py
+and scripts/structure.py; nothing in the build imports this module).
+
+A module may import only from its own package or from a package below it in LAYERS. Two names on one
+rank (modes and engines) are siblings: neither imports the other. Code that runs inside images
+(IN_IMAGE) imports nothing from servebuild. An import inside a function hides a dependency from the
+reader, so it is allowed only for the optional heavy libraries in LAZY.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+# rank: lowest first; the ground comes before the two extension points, then one package per station
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__init__",), ("errors",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",),  # the ground
+    ("modes", "engines"),  # extension points
+    ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
+    ("cli",),
+)
+IN_IMAGE = ("servebuild.tools", "servebuild.engines.sglang.argcheck", "servebuild.engines.vllm.argcheck")
+LAZY = ("cryptography", "oras", "requests", "nvidia")  # release's optional libraries; a probe of the image's wheels
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # the imported module (or module.name), dotted
+    line: int
+    nested: bool  # inside a function or class body
+
+
+def module_name(path: Path, package_dir: Path) -> str:
+    rel = path.relative_to(package_dir.parent).with_suffix("").as_posix().replace("/", ".")
+    return rel.removesuffix(".__init__")
+
+
+def imports(package_dir: Path) -> list[Import]:
+    """Every import statement in the package's modules, relative ones made absolute."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        name = module_name(path, package_dir)
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        tree = ast.parse(path.read_text(), str(path))
+        nested = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(fn) if n is not fn}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            found.extend(Import(name, t, node.lineno, id(node) in nested) for t in targets)
+    return found
+
+
+def layer_of(module: str) -> str:
+    """servebuild.build.run -> build; servebuild.errors -> errors; servebuild -> __init__."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def problems(package_dir: Path, layer=layer_of) -> list[str]:
+    """One line per import that breaks the order (empty when the tree keeps it)."""
+    out = []
+    for imp in imports(package_dir):
+        where = f"{imp.module} (line {imp.line}) imports {imp.target}"
+        ours = imp.target == "servebuild" or imp.target.startswith("servebuild.")
+        if imp.module.startswith(IN_IMAGE):
+            if ours:
+                out.append(f"{where}: code that runs inside an image imports nothing from servebuild")
+            continue
+        if imp.nested and not imp.target.startswith(LAZY):
+            out.append(f"{where} inside a function: import it at the top of the module")
+        if not ours or imp.target in ("servebuild.__version__", "servebuild.PACKAGE_DIR", "servebuild.PROJECT_DIR",
+                                       "servebuild.TOOLS_DIR"):
+            continue
+        src, dst = layer(imp.module), layer(imp.target)
+        if src == dst:
+            continue
+        unplaced = [n for n in (src, dst) if n not in RANK]
+        if unplaced:
+            out.append(f"{where}: {unplaced[0]} has no place in servebuild.layers.LAYERS")
+            continue
+        if RANK[dst] > RANK[src]:
+            out.append(f"{where}: {dst} is above {src} in servebuild.layers.LAYERS")
+        elif RANK[dst] == RANK[src]:
+            out.append(f"{where}: {src} and {dst} are siblings; neither imports the other")
+    return out

@@ -1,0 +1,97 @@
+"""The layering rule of servebuild.layers, on the real tree and on copies of it with one bad import."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servebuild import layers
+
+PACKAGE = Path(__file__).resolve().parents[2] / "servebuild"
+
+
+def test_the_tree_keeps_the_order():
+    assert layers.problems(PACKAGE) == []
+
+
+def test_every_top_level_entry_has_a_place():
+    """A new module or package must be placed in LAYERS (or be code that runs inside images)."""
+    names = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
+    unplaced = names - set(layers.RANK) - {"tools"}
+    assert not unplaced, f"not in servebuild.layers.LAYERS: {sorted(unplaced)}"
+
+
+def copy_with(tmp_path: Path, module: str, text: str, at_top: bool = True) -> Path:
+    tree = tmp_path / "servebuild"
+    shutil.copytree(PACKAGE, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    path = tree / module
+    body = path.read_text()
+    if at_top:  # after `from __future__ ...`, else before the first import
+        lines = body.splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+        first += lines[first].startswith("from __future__")
+        path.write_text("".join(lines[:first] + [text + "\n"] + lines[first:]))
+    else:
+        path.write_text(body + "\n\ndef _late():\n    " + text + "\n")
+    return tree
+
+
+@pytest.mark.parametrize("module, line, expect", [
+    ("recipe/schema.py", "from servebuild.release.publish import publish",
+     "servebuild.recipe.schema (line 4) imports servebuild.release.publish.publish: release is above recipe"),
+    ("lock/lockfile.py", "from servebuild.release import registry",
+     "imports servebuild.release.registry: release is above lock"),
+    ("errors.py", "import servebuild.build.docker", "imports servebuild.build.docker: build is above errors"),
+    ("modes/base.py", "from servebuild.engines import kind_for", "modes and engines are siblings"),
+    ("sources/stack.py", "from servebuild.plan.make import make_plan", "plan is above sources"),
+    ("tools/profile_check.py", "from servebuild.errors import ServebuildError",
+     "code that runs inside an image imports nothing from servebuild"),
+])
+def test_an_upward_import_is_caught(tmp_path, module, line, expect):
+    found = layers.problems(copy_with(tmp_path, module, line))
+    assert len(found) == 1 and expect in found[0], found
+
+
+def test_an_import_inside_a_function_is_caught(tmp_path):
+    found = layers.problems(copy_with(tmp_path, "build/run.py", "from servebuild.lock import compute", at_top=False))
+    assert len(found) == 1 and "servebuild.build.run" in found[0] and "inside a function" in found[0], found
+    # even a downward one, and a standard-library one: the reader of the module's head sees every dependency
+    found = layers.problems(copy_with(tmp_path / "b", "plan/make.py", "import json", at_top=False))
+    assert len(found) == 1 and "imports json inside a function" in found[0], found
+
+
+def test_an_optional_heavy_library_may_load_late(tmp_path):
+    assert layers.problems(copy_with(tmp_path, "release/verify.py", "import cryptography", at_top=False)) == []
+
+
+def test_a_module_without_a_place_is_named(tmp_path):
+    tree = copy_with(tmp_path, "plan/make.py", "from servebuild.newthing import x")
+    (tree / "newthing.py").write_text("x = 1\n")
+    found = layers.problems(tree)
+    assert found and "newthing has no place in servebuild.layers.LAYERS" in found[0], found
+
+
+def test_no_import_cycle_inside_a_package():
+    graph: dict[str, set[str]] = {}
+    found = layers.imports(PACKAGE)
+    modules = {imp.module for imp in found}
+    for imp in found:
+        if not imp.nested and imp.target.startswith("servebuild."):
+            target = imp.target if imp.target in modules else imp.target.rpartition(".")[0]
+            graph.setdefault(imp.module, set()).add(target)
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join(stack + [dep])}"
+            if dep in graph and not state.get(dep):
+                visit(dep, stack + [dep])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if not state.get(module):
+            visit(module, [module])
+    assert len(graph) > 40  # the walk saw the package, not an empty tree
