@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servebuild.check import bisect as ab# noqa: E402
-from servebuild.build.docker import DockerClient# noqa: E402
-from servebuild.build.run import build# noqa: E402
+from servebuild.check import bisect as ab  # noqa: E402
+from servebuild.build.docker import DockerClient  # noqa: E402
+from servebuild.build.run import build  # noqa: E402
 from servebuild.plan.make import BuildOptions, make_plan
 
 CA = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")

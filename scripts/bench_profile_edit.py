@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servebuild.check import bisect as ab# noqa: E402
-from servebuild.build.docker import DockerClient# noqa: E402
+from servebuild.check import bisect as ab  # noqa: E402
+from servebuild.build.docker import DockerClient  # noqa: E402
 
 
 def build(clone: Path, recipe: str, variant: str, tag: str, ca: str | None) -> float:

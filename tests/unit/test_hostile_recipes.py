@@ -175,7 +175,7 @@ def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, messa
     path = project / "recipes" / "hostile.yaml"
     path.write_text(yaml.safe_dump({**BASE, "engine": None}))
     loaded = load_recipe("hostile", project)
-    from servebuild.lock.lockfile import file_hashes# a lock records every file the recipe names (else it is stale)
+    from servebuild.lock.lockfile import file_hashes  # a lock records every file the recipe names (else it is stale)
     current = {**LOCK_BASE, "recipe_sha256": loaded.sha256, "files": file_hashes(loaded)}
     lock = yaml.safe_dump(merge(current, edit)) if isinstance(edit, dict) else edit
     (project / "recipes" / "hostile.lock.yaml").write_text(lock)
