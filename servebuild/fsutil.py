@@ -1,4 +1,4 @@
-"""File helpers used by every step: content hashes, canonical JSON, atomic writes."""
+"""File helpers used by every step: content hashes, canonical JSON, atomic writes, bounded readers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from servebuild.errors import RecipeError
+from servebuild.errors import InputError, RecipeError
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -67,3 +67,25 @@ def read_small_text(path: Path, file: str) -> str:
         raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=file) from None
     except OSError as exc:
         raise RecipeError(f"cannot read: {exc.strerror}", file=file) from None
+
+
+def read_json_object(path: Path, what: str, limit: int = 16 << 20, error: type = InputError) -> dict:
+    """A JSON file written by a build (a manifest, a verdict), checked: regular, at most `limit` bytes,
+    UTF-8, an object. One line (of kind `error`) on any problem."""
+    try:
+        st = path.lstat()
+    except OSError:
+        raise error(f"no {what}", file=str(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} is not a regular file", file=str(path))
+    if st.st_size > limit:
+        raise error(f"{what} is larger than {limit} bytes", file=str(path))
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{what} is not UTF-8", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} is not JSON ({exc.msg} at line {exc.lineno}); build again", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise error(f"{what} is not a JSON object", file=str(path))
+    return data

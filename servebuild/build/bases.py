@@ -103,3 +103,16 @@ def has_mount_targets(info: dict) -> bool:
 
 def _same_fs(a: Path, b: Path) -> bool:
     return a.stat().st_dev == b.stat().st_dev
+
+
+def missing_bootstrappable(docker: DockerClient, loaded, arch: str) -> list[tuple[str, str]]:
+    """(tag, suite) of each base of the recipe that `bootstrap-base` makes (servebuild/debian:SUITE-...)
+    and the engine does not have yet, once each."""
+    missing = []
+    for stage in ("build", "runtime"):
+        ref = getattr(loaded.recipe.bases, stage).ref.replace("{arch}", arch)
+        if ref.startswith("servebuild/debian:") and docker.image_id(ref) is None:
+            entry = (ref, ref.split(":", 1)[1].split("-", 1)[0])
+            if entry not in missing:
+                missing.append(entry)
+    return missing

@@ -35,7 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from servebuild.build import run
 from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.errors import DockerError, RecipeError, ServebuildError
-from servebuild.fsutil import MAX_BYTES
+from servebuild.fsutil import MAX_BYTES, read_json_object
 from servebuild.recipe.load import _message, _place
 from servebuild.platforms import PLATFORMS, arch_of, docker_arch, machine_of
 from servebuild.recipe.schema import Model
@@ -404,3 +404,13 @@ def per_platform_option(value: Optional[str], option: str, platforms: list) -> N
         raise RecipeError(f"{value!r} would name every platform's image; put {{arch}} in it "
                           f"(e.g. {value.rsplit(':', 1)[0] if ':' in value.rsplit('/', 1)[-1] else value}:{{arch}})",
                           field=option)
+
+
+def engine_for_build(root: Path, build_dir: Path, platform: str, farm_option: Optional[str]) -> DockerClient:
+    """The engine holding a recipe build's image: with a farm file, the node the build manifest
+    names; else the local engine."""
+    farm_file = farm_path(root, farm_option)
+    manifest_path = build_dir / "manifest.json"
+    if farm_file is None or not manifest_path.exists():
+        return DockerClient()
+    return engine_of_build(load_farm(farm_file, root), platform, read_json_object(manifest_path, "build manifest"))

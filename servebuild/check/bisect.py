@@ -340,3 +340,27 @@ class Session:
         for row in self.rows:
             row.unique_bytes = unique.get(row.variant)
         return write_report(self.rows, out_dir)
+
+
+def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, Optional[tuple[str, ...]]]]:
+    """What to build: with `search`, every prefix of the patch stack (prefix-0 is the release);
+    else the named variants (ad-hoc NAME=ID+ID stacks allowed), or all the recipe's variants."""
+    if search:
+        if loaded.recipe.engine is None:
+            raise RecipeError("a recipe without an engine has no patch stack", file=loaded.file, field="engine")
+        stack = [e.id for e in loaded.recipe.engine.source.patches]
+        return [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
+    jobs = [variant_job(loaded, spec) for spec in (variants.split(",") if variants else list(loaded.recipe.variants))]
+    if not jobs:
+        raise RecipeError("the recipe defines no variants", file=loaded.file, field="variants")
+    return jobs
+
+
+def profile_names(loaded, profiles: Optional[str]) -> list[Optional[str]]:
+    """--profiles a,b -> the recipe's launch profiles of those names ([None]: run the command once)."""
+    names = profiles.split(",") if profiles else [None]
+    unknown = [p for p in names if p is not None and p not in loaded.recipe.launch.profiles]
+    if unknown:
+        raise RecipeError(f"no profile {unknown[0]!r} (known: {', '.join(loaded.recipe.launch.profiles)})",
+                          file=loaded.file, field="launch.profiles")
+    return names

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -29,8 +28,11 @@ from servebuild.release import provenance
 from servebuild.release import signing
 from servebuild.release.credentials import DockerConfigDir
 from servebuild.build.docker import DockerClient
-from servebuild.errors import DockerError, ServebuildError, SmokeError
-from servebuild.fsutil import sha256_file, write_json
+from servebuild.build.farm import engine_for_build
+from servebuild.errors import DockerError, RecipeError, ServebuildError, SmokeError
+from servebuild.fsutil import read_json_object, sha256_file, write_json
+from servebuild.lock.lockfile import lock_path
+from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
 from servebuild.release.registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes
 
@@ -46,23 +48,7 @@ class PublishError(ServebuildError):
 
 def read_json_file(path: Path, what: str) -> dict:
     """A build's JSON file, checked: regular, bounded, UTF-8, an object. One line on any problem."""
-    try:
-        st = path.lstat()
-    except OSError:
-        raise PublishError(f"no {what}", file=str(path)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise PublishError(f"{what} is not a regular file", file=str(path))
-    if st.st_size > MAX_JSON:
-        raise PublishError(f"{what} is larger than {MAX_JSON} bytes", file=str(path))
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise PublishError(f"{what} is not UTF-8", file=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise PublishError(f"{what} is not JSON ({exc.msg} at line {exc.lineno}); build again", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise PublishError(f"{what} is not a JSON object", file=str(path))
-    return data
+    return read_json_object(path, what, MAX_JSON, PublishError)
 
 
 def build_image_id(manifest: dict, path: Path) -> str:
@@ -325,3 +311,21 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
     return {"ref": ref, "index": index_digest, "pinned": f"{client.registry}/{repo}@{index_digest}",
             "platforms": {b.platform: b.digest for b in builds},
             "artifacts": {b.platform: b.artifacts for b in builds}, "keyid": signer.keyid if signer else None}
+
+
+def gather_builds(root: Path, recipe: str, platforms: list[Optional[str]], variant: Optional[str],
+                  farm: Optional[str], verify: bool = True) -> tuple[list[PlatformBuild], str]:
+    """Each platform's build of the recipe, checked (manifest, image, passing verdict) on the engine
+    holding it, before the registry is touched; and the recipe's name."""
+    builds, name = [], recipe
+    for p in platforms:
+        plan = make_plan(root, recipe, BuildOptions(platform=p, variant=variant, fetching=False))
+        if plan.platform not in plan.loaded.recipe.platforms:
+            raise RecipeError(f"recipe {plan.loaded.recipe.name} does not build {plan.platform}", field="--platform")
+        engine = engine_for_build(root, plan.build_dir, plan.platform, farm)
+        build = check_build(engine, plan.platform, plan.build_dir, verify=verify)
+        build.engine = engine
+        build.lock = lock_record(lock_path(plan.loaded), root)
+        builds.append(build)
+        name = plan.loaded.recipe.name
+    return builds, name

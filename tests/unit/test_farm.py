@@ -343,8 +343,7 @@ def test_cli_bad_farm_file_and_unreachable_engine(tmp_path):
 def test_one_failed_platform_reports_the_others(capsys):
     """The CLI's report when one platform fails: the built one is printed, the failed one is one line,
     exit 2. The farm steps are stand-ins here (the real concurrent build is tests/integration/test_farm.py)."""
-    import tasks
-    from invoke import Exit
+    from servebuild.cli.build import farm_build
     built = SimpleNamespace(tag="me/toy:amd64", image_id="sha256:" + "a" * 64, manifest_path=Path("m.json"),
                             log_path=Path("b.log"), cache_ref=None)
     node = SimpleNamespace(name="unix:///var/run/docker.sock", client=SimpleNamespace(server_version="20.10"))
@@ -354,11 +353,11 @@ def test_one_failed_platform_reports_the_others(capsys):
         build_all=lambda plans, nodes: ({"linux/amd64": built},
                                         {"linux/arm64": DockerError("build failed (exit 1): pip: no match; full "
                                                                     "log: build/toy/linux-arm64/build.log", field="build")}))
-    with pytest.raises(Exit) as info:
-        tasks._farm_build(stand_in, {"linux/arm64": None, "linux/amd64": None}, None)
-    assert info.value.code == 2
-    assert info.value.message == ("error: linux/arm64: build: build failed (exit 1): pip: no match; full log: "
-                                  "build/toy/linux-arm64/build.log; built: me/toy:amd64")
+    with pytest.raises(DockerError) as info:
+        farm_build(Path("."), stand_in, {"linux/arm64": None, "linux/amd64": None}, None)
+    assert info.value.exit_code == 2
+    assert str(info.value) == ("linux/arm64: build: build failed (exit 1): pip: no match; full log: "
+                               "build/toy/linux-arm64/build.log; built: me/toy:amd64")
     assert "built me/toy:amd64 (sha256:" in capsys.readouterr().out
 
 

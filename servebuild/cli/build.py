@@ -1,0 +1,117 @@
+"""validate, render, build, fetch, main: from a recipe to an image."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from servebuild.build import bases, farm as farms, run
+from servebuild.build.docker import DockerClient
+from servebuild.check import smoke
+from servebuild.cli.options import build_options, default_ca_bundle
+from servebuild.cli.test import verdict
+from servebuild.errors import Refused
+from servebuild.plan.make import checked_cache_dir, make_plan
+from servebuild.platforms import host_platform
+from servebuild.recipe.load import load_recipe
+from servebuild.render.context import render_dockerfile
+
+
+def validate(root: Path, recipe: str) -> None:
+    loaded = load_recipe(recipe, root)
+    print(json.dumps(loaded.recipe.model_dump(mode="json"), indent=2, sort_keys=True))
+
+
+def render(root: Path, recipe: str, platform: Optional[str], mirror_map: Optional[str]) -> None:
+    plan = make_plan(root, recipe, build_options(platform=platform, mirror_map=mirror_map, fetching=False))
+    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, root))
+
+
+def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional[str] = None, no_cache=False,
+          dry_run=False, ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False,
+          variant=None, cache_to=None, farm=None) -> None:
+    """One plan per platform, all checked first; a dry run prints them (and fails if one would stop);
+    one platform without a farm builds on the local engine, else each on its farm engine, concurrently."""
+    platforms = farms.split_platforms(platform)
+    farms.per_platform_option(tag, "--tag", platforms)
+    farms.per_platform_option(cache_to, "--cache-to", platforms)
+    farm_file = farms.farm_path(root, farm)
+    plans = {}
+    for wanted in platforms:
+        plan = make_plan(root, recipe, build_options(wanted, tag, no_cache, dry_run, ca_bundle, netrc, mirror_map,
+                                                     offline, cache_from, locked, variant, cache_to=cache_to))
+        plans[plan.platform] = plan
+    if dry_run:
+        reports = [run.dry_run(plan) for plan in plans.values()]
+        print("\n".join(text for text, _ in reports))
+        if any(stops for _, stops in reports):  # a dry run that passes must mean it
+            raise Refused("the build would stop (see `would stop:` above)")
+        return
+    if farm_file is None and len(plans) == 1:  # one platform on the local engine: as it always was
+        print_built(run.build(next(iter(plans.values())), DockerClient()))
+        return
+    farm_build(root, farms, plans, farm_file)
+
+
+def print_built(result, where: str = "") -> None:
+    print(f"built {result.tag} ({result.image_id}){where}")
+    print(f"  manifest: {result.manifest_path}")
+    print(f"  log:      {result.log_path}")
+    if result.cache_ref:
+        print(f"  cache:    {result.cache_ref} (inline BuildKit cache)")
+
+
+def farm_build(root: Path, farm_module, plans: dict, farm_file: Optional[Path]) -> None:
+    """Preflight every platform's engine (one line and nothing built on any problem), then build
+    each platform on its engine concurrently; a failed platform is one line, exit 2, and untagged.
+    `farm_module` is servebuild.build.farm (a test hands in stand-ins for its steps)."""
+    farm = farm_module.load_farm(farm_file, root) if farm_file else farm_module.local_farm(list(plans))
+    nodes = farm_module.preflight(farm, plans)
+    for platform, node in nodes.items():
+        print(f"[{platform}] on {node.name} ({node.client.server_version})", file=sys.stderr)
+    results, errors = farm_module.build_all(plans, nodes)
+    for platform in plans:
+        if platform in results:
+            print_built(results[platform], f" for {platform} on {nodes[platform].name}")
+    if errors:
+        first = next(p for p in plans if p in errors)
+        built = ", ".join(results[p].tag for p in plans if p in results)
+        tail = f"; built: {built}" if built else ""
+        more = f" (also failed: {', '.join(p for p in plans if p in errors and p != first)})" if len(errors) > 1 else ""
+        raise type(errors[first])(f"{errors[first]}{more}{tail}", field=first)  # its line, under its platform
+
+
+def fetch(root: Path, recipe: str, offline: bool = False, locked: bool = False) -> None:
+    plan = make_plan(root, recipe, build_options(offline=offline, locked=locked))
+    start = time.monotonic()
+    source = run.fetch_sources(plan)
+    if source is None:
+        print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")
+        return
+    print(f"fetched {source.url} at {source.commit} in {time.monotonic() - start:.1f}s")
+    for p in source.patches:
+        kind = "python-only" if p.python_only else "native"
+        print(f"  {p.id}: sha256 {p.sha256} ({kind}; {len(p.files)} files)")
+    print(f"  tarball: {source.tarball} sha256 {source.tarball_sha256}")
+
+
+def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
+    """The main job: the recipe's bootstrappable bases, the build, the smoke verdict."""
+    engine = DockerClient()
+    loaded = load_recipe(recipe, root)
+    platform = platform or host_platform()
+    arch = platform.split("/")[1]
+    for ref, suite in bases.missing_bootstrappable(engine, loaded, arch):
+        print(f"==> bootstrap-base {suite} {arch}")
+        bases.bootstrap_base(engine, arch, suite, ref, checked_cache_dir())
+    ca = default_ca_bundle(host_default=True)
+    print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
+    plan = make_plan(root, recipe, build_options(platform=platform, ca_bundle=ca))
+    result = run.build(plan, engine)
+    print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
+    print(f"==> test-image {result.tag}")
+    out_dir = plan.build_dir / "smoke"
+    return verdict(smoke.test_image(engine, result.tag, loaded, out_dir), out_dir)

@@ -1,0 +1,61 @@
+"""The rules of the front door: every user error is one line on stderr and exit code 2.
+
+`one_line_errors` wraps an invoke task; `parse_errors_exit_2` makes invoke's own parse errors
+("No idea what '--bogus' is!") follow the same rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import sys
+
+from invoke import Exit, ParseError
+from invoke.program import Program
+
+from servebuild.errors import ServebuildError
+
+
+def one_line_errors(fn):
+    """A task whose ServebuildError becomes `error: LINE` and its exit code; an int it returns is its
+    exit status; an explicit empty option value is refused; a closed stdout ends it quietly."""
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        for key, value in kwargs.items():  # an explicit '' is a mistake, not "not given"
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values) and defaults.get(key) != value:
+                raise Exit(f"error: --{key.replace('_', '-')}: empty value", code=2)
+        try:
+            status = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at exit
+        except ServebuildError as exc:
+            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+        except BrokenPipeError:  # `invoke validate | head`: the reader left; say nothing more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=141) from None
+        if isinstance(status, int) and status:
+            raise Exit(code=status)
+    return wrapper
+
+
+def parse_errors_exit_2() -> None:
+    """invoke's own parse errors are user errors too: one line, exit 2 (idempotent)."""
+    if getattr(Program.parse_tasks, "_servebuild", False):
+        return
+    original = Program.parse_tasks
+
+    def parse_tasks(self):
+        try:
+            return original(self)
+        except ParseError as exc:  # "Flag <Argument: tag (t)> needed value..." names the option as typed
+            text = re.sub(r"<Argument: ([A-Za-z0-9_-]+)[^>]*>", lambda m: "--" + m.group(1).replace("_", "-"),
+                          " ".join(str(exc).split()))
+            raise Exit(f"error: {text}", code=2) from None
+        except ValueError as exc:  # a typed option's cast (int/float default) refused the value
+            raise Exit(f"error: an option's value is not valid: {' '.join(str(exc).split())}", code=2) from None
+    parse_tasks._servebuild = True
+    Program.parse_tasks = parse_tasks

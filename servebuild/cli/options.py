@@ -1,0 +1,91 @@
+"""Option grammar shared by the commands: image and registry references, paths, build options."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from servebuild.errors import InputError
+from servebuild.plan.make import BuildOptions
+from servebuild.platforms import PLATFORMS
+from servebuild.recipe.grammar import HOST, TAG
+
+DEFAULT_RECIPE = "sglang-native-fp8"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def path(value: Optional[str]) -> Optional[Path]:
+    return Path(value) if value else None
+
+
+def image_ref(value: Optional[str], option: str = "--image") -> str:
+    """An image reference or id as docker takes it; it reaches docker as an argument, never an option."""
+    ok = value is not None and (bool(re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value)) or (
+        len(value) <= 255 and not value.startswith("-")
+        and bool(TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)))))
+    if not ok:
+        raise InputError(f"{value!r} is not an image reference NAME[:TAG][@sha256:DIGEST] or an image id",
+                         field=option)
+    return value
+
+
+def registry_ref(registry: Optional[str], name: str, tag: str) -> str:
+    """--registry/--repository/--tag as one reference HOST[:PORT]/REPOSITORY:TAG."""
+    if not registry:
+        raise InputError("give the registry as HOST[:PORT]", field="--registry")
+    ref = f"{registry}/{name}:{tag}"
+    if not re.fullmatch(HOST, registry) or not TAG.match(ref) or "@" in name or name.count(":"):
+        raise InputError(f"{ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG",
+                         field="--registry/--repository/--tag")
+    return ref
+
+
+def split_registry_ref(ref: Optional[str]) -> tuple[str, str, str]:
+    """REF (verify's argument) -> (registry, repository, tag)."""
+    m = re.fullmatch(rf"({HOST})/([a-z0-9][a-z0-9._/-]*):([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})", ref or "")
+    if not m or not TAG.match(ref):
+        raise InputError(f"{ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", field="REF")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def platform_list(value: Optional[str]) -> list[Optional[str]]:
+    """publish's --platform: known platforms, each once, comma-separated ([None]: the recipe's first)."""
+    if not value:
+        return [None]
+    platforms = [p.strip() for p in value.split(",") if p.strip()]
+    if not platforms:
+        raise InputError(f"{value!r} names no platform", field="--platform")
+    for p in platforms:
+        if p not in PLATFORMS:
+            raise InputError(f"unknown platform {p!r} (one of {', '.join(PLATFORMS)})", field="--platform")
+    if len(set(platforms)) != len(platforms):
+        raise InputError("a platform is named twice", field="--platform")
+    return platforms
+
+
+def whole_seconds(value: Optional[str], default: int, option: str = "--timeout") -> int:
+    """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds."""
+    if value is None:
+        return default
+    if not re.fullmatch(r"[0-9]{1,9}", value):
+        raise InputError(f"{value!r} is not a whole number of seconds", field=option)
+    return int(value)
+
+
+def default_ca_bundle(explicit: Optional[str] = None, host_default: bool = False) -> Optional[str]:
+    """--ca-bundle, else $SERVEBUILD_CA_BUNDLE, else (for the main job) this host's bundle if it has one."""
+    found = explicit or os.environ.get("SERVEBUILD_CA_BUNDLE")
+    if found is None and host_default and HOST_CA.exists():
+        found = str(HOST_CA)
+    return found
+
+
+def build_options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
+                  mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True,
+                  stack=None, cache_to=None) -> BuildOptions:
+    return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
+                        ca_bundle=path(default_ca_bundle(ca_bundle)), netrc=path(netrc), mirror_map=path(mirror_map),
+                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant,
+                        fetching=fetching, stack=stack, cache_to=cache_to)

@@ -1,0 +1,47 @@
+"""publish, verify: a registry holds the images, their attachments and one index under a tag."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from servebuild.build.docker import DockerClient
+from servebuild.cli.options import path, platform_list, registry_ref, split_registry_ref
+from servebuild.release import credentials, signing
+from servebuild.release.publish import gather_builds, publish as publish_builds
+from servebuild.release.registry import RegistryClient
+from servebuild.release.verify import verify as verify_tag
+
+
+def publish(root: Path, recipe: str, registry=None, platform=None, variant=None, repository=None, tag=None,
+            credentials_file=None, ca=None, force=False, no_verify=False, farm=None, sign_key=None) -> None:
+    name = (repository or f"servebuild/{recipe}").strip()
+    tag = tag or variant or "latest"
+    registry_ref(registry, name, tag)
+    platforms = platform_list(platform)
+    key_file, key_field = (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"),
+                                                                     "SERVEBUILD_SIGN_KEY")
+    signer = signing.load_private_key(Path(key_file), key_field) if key_file else None  # before any push
+    docker = DockerClient()
+    builds, recipe_name = gather_builds(root, recipe, platforms, variant, farm, verify=not no_verify)
+    if repository is None:
+        name = f"servebuild/{recipe_name}"
+    client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
+    result = publish_builds(docker, builds, client, name, tag, force=force, signer=signer,
+                            progress=lambda event, detail: print(f"{event}: {detail}", flush=True))
+    print(f"published {result['ref']}\n  index: {result['pinned']}")
+    if signer:
+        print(f"  provenance signed by {signer.keyid}")
+    for p, digest in result["platforms"].items():
+        print(f"  {p}: {registry}/{name}@{digest}")
+
+
+def verify(root: Path, ref=None, credentials_file=None, ca=None, public_key=None) -> None:
+    registry, name, tag = split_registry_ref(ref)
+    key = signing.load_public_key(Path(public_key)) if public_key else None  # before the registry is asked
+    client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
+    report = verify_tag(client, name, tag, root, key)
+    print(f"verified {report['ref']} (index {report['index']})")
+    for p, r in sorted(report["platforms"].items()):
+        print(f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
+              f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}")

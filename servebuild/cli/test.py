@@ -1,0 +1,108 @@
+"""test-image, check-profiles, smoke-expect, doctor, bootstrap-base, binfmt: proving images and hosts."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from servebuild.build import bases, farm as farms
+from servebuild.build.docker import DockerClient
+from servebuild.check import host as hostcheck, profiles, smoke
+from servebuild.cli.options import build_options, image_ref
+from servebuild.errors import HostError, InputError
+from servebuild.fsutil import read_json_object, write_json
+from servebuild.plan.make import checked_cache_dir, make_plan
+from servebuild.platforms import host_arch
+from servebuild.recipe.load import load_recipe
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+
+
+def verdict(code: int, out_dir: Path) -> int:
+    """Print the smoke verdict; its exit status is the command's (1 on FAIL)."""
+    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
+    return 0 if code == 0 else 1
+
+
+def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
+               network=False, variant=None, farm=None) -> int:
+    if image is not None:
+        image_ref(image)
+    loaded = load_recipe(recipe, root) if recipe else None
+    if loaded is not None and variant:
+        loaded = loaded.with_variant(variant)
+    if hosts:
+        if loaded is None:
+            raise InputError("--hosts needs --recipe to say what to expect", field="--recipe")
+        out_dir = root / "build" / loaded.recipe.name / "smoke-hosts"
+        code = smoke.run_suite(hosts, smoke.expectations(loaded, None, image=False), out_dir,
+                               require_gpu=require_gpu, python=python)
+        return verdict(code, out_dir)
+    if image is None:
+        if loaded is None:
+            raise InputError("give --image REF or --recipe NAME", field="--image")
+        plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
+        image, out_dir = plan.tag, plan.build_dir / "smoke"
+        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
+        if farm is not None or (root / "farm.yaml").exists():  # the build's own image, wherever it is tagged
+            image = read_json_object(plan.build_dir / "manifest.json", "build manifest")["outputs"]["image_id"]
+    else:
+        out_dir = root / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
+        engine = DockerClient()
+    return verdict(smoke.test_image(engine, image, loaded, out_dir, require_gpu=require_gpu, network=network), out_dir)
+
+
+def check_profiles(root: Path, recipe: str, image: Optional[str]) -> None:
+    record = profiles.check_in_image(DockerClient(), image_ref(image), load_recipe(recipe, root))
+    for name, entry in sorted(record["profiles"].items()):
+        print(f"{record['recipe']}: profile {name}: accepted by {entry['parsed_by']} "
+              f"({record['engine']} {record['version']} in {image})")
+
+
+def doctor(serve: bool = False) -> None:
+    checks = hostcheck.run_checks(serve=serve)
+    for check in checks:
+        print(check.line())
+    failed = [ch.name for ch in checks if ch.status == "FAIL"]
+    if failed:
+        raise HostError(f"this host is not ready: {', '.join(failed)} (see above)")
+
+
+def smoke_expect(root: Path, recipe: str, output: str) -> None:
+    try:  # a directory, link, device or FIFO is never replaced (nor written through)
+        mode = os.lstat(output).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise InputError(f"cannot use {output!r}: {exc.strerror}", field="--output") from None
+    if (mode is not None and not stat.S_ISREG(mode)) or output.endswith("/"):
+        raise InputError(f"{output!r} exists and is not a regular file; give a file path", field="--output")
+    data = smoke.expectations(load_recipe(recipe, root), None, image=False)
+    try:
+        write_json(Path(output), data)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot write {output!r}: {getattr(exc, 'strerror', None) or exc}", field="--output") \
+            from None
+    print(output)
+
+
+def bootstrap_base(arch: Optional[str], suite: str, tag: Optional[str]) -> None:
+    arch = arch or host_arch()
+    tag = tag or bases.default_tag(suite, arch)
+    image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, checked_cache_dir())
+    print(f"{tag} ({image_id})")
+
+
+def binfmt() -> None:
+    cmd = ["update-binfmts", "--enable", "qemu-aarch64"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        raise HostError(f"{cmd[0]}: {exc.strerror}", hint="apt-get install qemu-user-static binfmt-support") from None
+    if proc.returncode != 0 and "already enabled" not in proc.stderr:
+        raise HostError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}",
+                      hint="apt-get install qemu-user-static binfmt-support")
+    print("qemu-aarch64: " + BINFMT.read_text().splitlines()[0])
