@@ -28,7 +28,16 @@ from servebuild.sources.stack import PreparedSource, SourceCache
 PROJECT_URL = "https://github.com/servebuild/servebuild"
 
 
-@dataclass
+@dataclass(frozen=True)
+class Rendered:
+    """A plan's rendered build context and what goes with it."""
+
+    context: Path
+    build_args: dict[str, str]
+    manifest_inputs: dict
+
+
+@dataclass(frozen=True)
 class BuildResult:
     image_id: str
     tag: str
@@ -51,9 +60,8 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
                           field="$SERVEBUILD_CACHE") from None
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with _FETCH_LOCK:
-        plan.source = prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
-                                            offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
-    return plan.source
+        return prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
+                                     offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
 
 
 def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
@@ -72,7 +80,7 @@ def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
         if info.get("Architecture") != want_arch:
             raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
                               f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
-        locked_id = ((plan.lock or {}).get("bases", {}).get(stage) or {}).get("local_id")
+        locked_id = getattr(plan.lock.bases, stage).local_id if plan.lock else None
         if locked_id and locked_id != info["Id"]:
             raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
                               f"run `invoke lock` again", file=plan.loaded.file, field=f"bases.{stage}")
@@ -105,18 +113,20 @@ def digest_for_ref(ref: str, repo_digests: list[str]) -> Optional[str]:
                  if "@" in d and repository_of(d) == want), None)
 
 
-def render_plan(plan: BuildPlan, bases: dict[str, dict], cpus: int, mem: int,
-                tarball: Optional[Path] = None) -> Path:
+def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, dict], cpus: int, mem: int,
+           tarball: Optional[Path] = None) -> Rendered:
+    """The build context for the plan: compile parallelism for the engine's host, the inputs manifest
+    and the rendered Dockerfile, written under the plan's build dir."""
     recipe = plan.loaded.recipe
     engine = recipe.engine
     # compile parallelism reaches only a step that compiles (and no layer on hosts that do not)
-    plan.build_args = derive(cpus, mem, recipe.build, recipe.cuda_arch_list) if engine and engine.mode.compiles else {}
+    build_args = derive(cpus, mem, recipe.build, recipe.cuda_arch_list) if engine and engine.mode.compiles else {}
     if engine:
-        plan.build_args["ENGINE_VERSION"] = plan.source.version(engine.version) if plan.source else engine.version
-    plan.manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, plan.source, plan.build_args)
-    plan.context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context",
-                                 plan.manifest_inputs, tarball or (plan.source.tarball if plan.source else None))
-    return plan.context
+        build_args["ENGINE_VERSION"] = source.version(engine.version) if source else engine.version
+    manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, source, build_args)
+    context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context", manifest_inputs,
+                            tarball or (source.tarball if source else None))
+    return Rendered(context=context, build_args=build_args, manifest_inputs=manifest_inputs)
 
 
 def _host_resources() -> tuple[int, int]:
@@ -143,8 +153,9 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
         placeholder = plan.build_dir / "dry-run-source.tar"
         placeholder.parent.mkdir(parents=True, exist_ok=True)
         placeholder.write_bytes(b"")
-    context = render_plan(plan, bases, *_host_resources(), tarball=placeholder if engine else None)
-    args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(plan.build_args.items()))
+    rendered = render(plan, None, bases, *_host_resources(), tarball=placeholder if engine else None)
+    context = rendered.context
+    args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(rendered.build_args.items()))
     secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
     text = "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
                       f"  context: {context}", *lines,
@@ -160,18 +171,18 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
     if docker.endpoint is None and engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
         raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
                           f"binfmt; run `invoke binfmt`", field="--platform")
-    fetch_sources(plan)
-    context = render_plan(plan, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
+    source = fetch_sources(plan)
+    rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
     created = created_timestamp()
-    labels = oci_labels(plan.manifest_inputs, created, PROJECT_URL)
+    labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"
-    request = BuildRequest(context=context, platform=plan.platform, build_args=plan.build_args,
+    request = BuildRequest(context=rendered.context, platform=plan.platform, build_args=rendered.build_args,
                            labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
                            cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
                            network=docker.endpoint.network if docker.endpoint else None)
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
     packages, apt = installed_lists(docker, image_id, plan.platform)
-    manifest = dict(plan.manifest_inputs)
+    manifest = dict(rendered.manifest_inputs)
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
                            "apt_packages": sorted(p for p in apt if p.strip()),

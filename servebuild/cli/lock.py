@@ -29,7 +29,7 @@ def lock(root: Path, recipe: str, offline: bool = False) -> None:
     lockfile.write_lock(path, data)
     print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path} "
           f"in {time.monotonic() - start:.1f}s")
-    for item in data["unresolved"]:
+    for item in data.unresolved:
         print(f"  unresolved: {item}")
 
 

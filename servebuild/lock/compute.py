@@ -12,7 +12,7 @@ from typing import Optional
 from servebuild.errors import SourceError
 from servebuild.fsutil import sha256_bytes
 from servebuild.lock.basedigest import registry_digest
-from servebuild.lock.lockfile import LOCK_VERSION, file_hashes
+from servebuild.lock.lockfile import LOCK_VERSION, Lock, file_hashes
 from servebuild.patchfiles import is_native
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.recipe.schema import PatchEntry
@@ -35,7 +35,7 @@ def resolve_base(ref: str, local_id: Optional[str]) -> dict:
 
 
 def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str, Optional[str]],
-                 work: Path) -> dict:
+                 work: Path) -> Lock:
     r = loaded.recipe
     unresolved: list[str] = []
     bases = {}
@@ -47,11 +47,11 @@ def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str,
             unresolved.append(f"bases.{stage}: {entry['reason']}")
         bases[stage] = entry
     lock: dict = {"lock_version": LOCK_VERSION, "recipe": r.name, "recipe_sha256": loaded.sha256,
-                  "files": file_hashes(loaded), "bases": bases, "source": None, "unresolved": []}
+                  "files": file_hashes(loaded), "bases": bases, "source": None}
     if r.engine:
         lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
     lock["unresolved"] = unresolved
-    return lock
+    return Lock.model_validate(lock)
 
 
 def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved: list[str]):

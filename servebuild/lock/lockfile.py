@@ -1,8 +1,10 @@
-"""Lock files: RECIPE.lock.yaml next to the recipe, read, checked, applied and written here.
+"""Lock files: RECIPE.lock.yaml next to the recipe, as a typed `Lock`: read, checked, applied, written.
 
 A lock pins what the recipe leaves floating (PR commits, diff hashes, base digests, the hashes of
 the files it names; `lock.compute` makes one). `build --locked` refuses a missing, stale or
 unresolved lock, naming the entry; a plain build uses a current lock and ignores a stale one.
+The YAML on disk is the model's fields as written (`exclude_unset`), sorted: the bytes do not
+depend on this module's defaults.
 """
 
 from __future__ import annotations
@@ -12,16 +14,110 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from servebuild.errors import RecipeError, SourceError
+from servebuild.errors import IntegrityError, RecipeError, SourceError
 from servebuild.fsutil import atomic_write, sha256_file
-from servebuild.recipe.load import LoadedRecipe
-from servebuild.recipe.schema import PatchEntry
 from servebuild.recipe.files import named_files
+from servebuild.recipe.load import LoadedRecipe
+from servebuild.recipe.schema import BaseImage, PatchEntry
 from servebuild.yamlfile import load_yaml
 
 LOCK_VERSION = 1
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class LockedBase(_Entry):
+    """One base image: its registry digest, or why there is none."""
+
+    digest: Optional[str]  # sha256:<64 hex>, checked by the recipe's BaseImage when applied
+    ref: Optional[str] = None
+    resolved: Optional[bool] = None
+    note: Optional[str] = None  # how it was pinned without a registry digest (per-arch local image, pinned in recipe)
+    reason: Optional[str] = None  # why it is unresolved
+    local_id: Optional[str] = None  # the local engine's image id, where the registry could not be asked
+
+
+class LockedBases(_Entry):
+    build: LockedBase
+    runtime: LockedBase
+
+
+class LockedPatch(_Entry):
+    """One patch entry as resolved: the commit (and base) its diff came from and the diff's sha256."""
+
+    id: str
+    commit: Optional[str]
+    base: Optional[str]
+    sha256: Optional[str]
+    pr: Optional[int] = None
+    file: Optional[str] = None
+    commit_hint: Optional[str] = None
+    requires: list[str] = []
+    resolved_by: Optional[str] = None
+    files: Optional[list[str]] = None  # what the diff touches (recorded where it was resolved)
+    python_only: Optional[bool] = None
+    optional: Optional[bool] = None
+
+
+class LockedSource(_Entry):
+    url: str
+    commit: str
+    tarball_sha256: Optional[dict[str, str]] = None  # platform -> the source tarball's sha256, where it was made
+
+
+class Lock(_Entry):
+    """RECIPE.lock.yaml."""
+
+    recipe_sha256: str
+    bases: LockedBases
+    lock_version: int = LOCK_VERSION
+    recipe: Optional[str] = None
+    files: dict[str, str] = {}  # project-relative file the recipe names -> its sha256
+    source: Optional[LockedSource] = None
+    patches: list[LockedPatch] = []
+    unresolved: list[str] = []  # one line each: what could not be resolved where the lock was made, and why
+
+    @field_validator("files", "patches", "unresolved", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v, info):
+        if v is None:  # `unresolved:` with nothing after it is an empty list
+            return {} if info.field_name == "files" else []
+        return v
+
+    def patch(self, entry_id: str) -> Optional[LockedPatch]:
+        return next((p for p in self.patches if p.id == entry_id), None)
+
+    def yaml_text(self) -> str:
+        return HEADER + yaml.safe_dump(self.model_dump(mode="json", exclude_unset=True), sort_keys=True, width=120)
+
+
+HEADER = ("# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
+          "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n")
+STRING_OR_NULL = {"digest", "commit", "base", "sha256"}
+
+
+def _shape_problem(err: dict) -> tuple[str, str]:
+    """(field, what is wrong) for the first problem pydantic found in a lock's data."""
+    loc = tuple(str(x) for x in err["loc"])
+    field = ".".join(loc) or "(top level)"
+    if err["type"] == "missing":
+        return field, "must be given" + (", as a string or null" if loc and loc[-1] in STRING_OR_NULL else "")
+    if loc and loc[-1] in STRING_OR_NULL:
+        return field, "must be a string or null"
+    if err["type"] == "extra_forbidden":
+        return field, "is not a field of a lock"
+    if not loc:
+        return field, "a lock is a mapping"
+    return field, KINDS.get(err["type"]) or err["msg"].removeprefix("Value error, ")
+
+
+KINDS = {"dict_type": "must be a mapping", "model_type": "must be a mapping", "model_attributes_type": "must be a mapping",
+         "list_type": "must be a list", "string_type": "must be a string", "int_type": "must be a whole number",
+         "bool_type": "must be true or false"}
 
 
 def lock_path(loaded: LoadedRecipe) -> Path:
@@ -47,127 +143,115 @@ def file_hashes(loaded: LoadedRecipe) -> dict[str, str]:
 
 
 
-def write_lock(path: Path, lock: dict) -> None:
-    header = ("# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
-              "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n")
-    atomic_write(path, header + yaml.safe_dump(lock, sort_keys=True, width=120))
+def write_lock(path: Path, lock: Lock) -> None:
+    atomic_write(path, lock.yaml_text())
 
 
-def load_lock_file(loaded: LoadedRecipe) -> Optional[dict]:
+def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
     """The lock file next to the recipe, read and checked for shape (None if there is none). Its
     file list may name only files the recipe names: nothing else is read or hashed."""
     path, display = lock_path(loaded), lock_display(loaded)
     if not path.exists():
         return None
     try:
-        lock = load_yaml(path, display)[0]
+        data = load_yaml(path, display)[0]
     except RecipeError as exc:
-        raise SourceError(f"{exc.problem}; run `invoke lock` again", file=display, line=exc.line) from None
+        raise SourceError(exc.problem, hint="run `invoke lock` again", file=display, line=exc.line) from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lock = Lock.model_validate(data)
+    except ValidationError as exc:
+        field, what = _shape_problem(exc.errors()[0])
+        raise SourceError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display,
+                          field=field) from None
     named = set(file_names(loaded))
-    problem = None
-    if not isinstance(lock, dict):
-        problem = ("(top level)", "a lock is a mapping")
-    elif not isinstance(lock.get("recipe_sha256"), str):
-        problem = ("recipe_sha256", "must be a sha256")
-    elif not isinstance(lock.get("files") or {}, dict) or any(
-            not isinstance(k, str) or k not in named or not isinstance(v, str) for k, v in (lock.get("files") or {}).items()):
-        problem = ("files", "must map files the recipe names to their sha256")
-    elif not isinstance(lock.get("unresolved") or [], list) or not all(isinstance(u, str) for u in lock.get("unresolved") or []):
-        problem = ("unresolved", "must be a list of strings")
-    elif not isinstance(lock.get("bases"), dict) or any(not isinstance(lock["bases"].get(s), dict) for s in ("build", "runtime")):
-        problem = ("bases", "must hold build and runtime entries")
-    elif any(not _str_or_none(lock["bases"][s].get("digest")) for s in ("build", "runtime")):
-        problem = ("bases", "each digest must be a string or null")
-    elif not isinstance(lock.get("patches") or [], list) or not all(
-            isinstance(p, dict) and isinstance(p.get("id"), str) for p in lock.get("patches") or []):
-        problem = ("patches", "must be a list of entries with an id")
-    else:
-        for p in lock.get("patches") or []:  # apply_lock reads these three: each present, a string or null
-            bad = next((k for k in ("commit", "base", "sha256") if k not in p or not _str_or_none(p[k])), None)
-            if bad:
-                problem = (f"patches.{p['id']}.{bad}", "must be given, as a string or null")
-                break
-    if problem:
-        raise SourceError(f"malformed lock: {problem[1]}; run `invoke lock` again", file=display, field=problem[0])
-    lock["unresolved"] = lock.get("unresolved") or []
+    stray = next((k for k in lock.files if k not in named), None)
+    if stray is not None:
+        raise SourceError(f"malformed lock: {stray!r} is not a file the recipe names", hint="run `invoke lock` again",
+                          file=display, field="files")
     return lock
-
-
-def _str_or_none(value) -> bool:
-    return value is None or isinstance(value, str)
 
 
 def file_names(loaded: LoadedRecipe) -> list[str]:
     return sorted({f.path for f in named_files(loaded.recipe)})
 
 
-def read_lock(loaded: LoadedRecipe) -> dict:
+def read_lock(loaded: LoadedRecipe) -> Lock:
     """The lock for `loaded`, checked: present, current and fully resolved."""
     lock = current_lock(loaded)
-    if lock.get("unresolved"):
-        raise SourceError(f"lock has unresolved entries, first: {lock['unresolved'][0]}", file=lock_display(loaded),
+    if lock.unresolved:
+        raise SourceError(f"lock has unresolved entries, first: {lock.unresolved[0]}", file=lock_display(loaded),
                           field="unresolved")
     return lock
 
 
-def current_lock(loaded: LoadedRecipe) -> dict:
+def current_lock(loaded: LoadedRecipe) -> Lock:
     """The lock for `loaded`, checked: present and current (it may leave entries unresolved)."""
     display = lock_display(loaded)
     lock = load_lock_file(loaded)
     if lock is None:
         raise SourceError(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
-    if lock.get("recipe_sha256") != loaded.sha256:
-        raise SourceError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked; "
-                          f"run `invoke lock` again", file=display, field="recipe_sha256")
-    missing = [rel for rel in file_names(loaded) if rel not in (lock.get("files") or {})]
+    again = "run `invoke lock` again"
+    if lock.recipe_sha256 != loaded.sha256:
+        raise IntegrityError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked", hint=again,
+                             file=display, field="recipe_sha256")
+    missing = [rel for rel in file_names(loaded) if rel not in lock.files]
     if missing:  # a lock that omits a file would let that file change unnoticed
-        raise SourceError(f"lock is stale: it does not record {missing[0]}, a file the recipe names; "
-                          f"run `invoke lock` again", file=display, field=f"files.{missing[0]}")
-    for rel, digest in (lock.get("files") or {}).items():
+        raise IntegrityError(f"lock is stale: it does not record {missing[0]}, a file the recipe names", hint=again,
+                             file=display, field=f"files.{missing[0]}")
+    for rel, digest in lock.files.items():
         actual = sha256_file(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
         if actual != digest:
-            raise SourceError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
-                              file=display, field=f"files.{rel}")
+            raise IntegrityError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
+                                 file=display, field=f"files.{rel}")
     return lock
 
 
-def apply_lock(loaded: LoadedRecipe, lock: dict, partial: bool = False) -> LoadedRecipe:
-    """A copy of the recipe with the lock's commits, bases and diff hashes filled in."""
+def apply_lock(loaded: LoadedRecipe, lock: Lock, partial: bool = False) -> LoadedRecipe:
+    """A copy of the recipe with the lock's commits, bases and diff hashes filled in. The recipe was
+    validated when it was loaded; each value the lock fills in is validated here by the model of
+    the field it fills (BaseImage, PatchEntry), so the whole recipe is not validated a second time."""
     r = loaded.recipe
     update: dict = {}
     bases = {}
     for stage in ("build", "runtime"):
         base = getattr(r.bases, stage)
-        digest = lock["bases"][stage].get("digest")
-        bases[stage] = base.model_copy(update={"digest": digest}) if digest else base
+        digest = getattr(lock.bases, stage).digest
+        bases[stage] = _validated(BaseImage, base, {"digest": digest}, loaded, f"bases.{stage}") \
+            if digest else base
     update["bases"] = r.bases.model_copy(update=bases)
     if r.engine:
-        by_id = {p["id"]: p for p in lock.get("patches") or []}
-
         def pinned(e: PatchEntry) -> PatchEntry:
-            p = by_id.get(e.id)
+            p = lock.patch(e.id)
             if p is None and partial:
                 return e
             if p is None:
-                raise SourceError(f"lock has no entry for patch {e.id}; run `invoke lock` again",
+                raise SourceError(f"lock has no entry for patch {e.id}", hint="run `invoke lock` again",
                                   file=loaded.file, field=f"patches.{e.id}")
-            if partial and not (p.get("commit") and p.get("sha256")):
+            if partial and not (p.commit and p.sha256):
                 return e
-            return e.model_copy(update={"commit": p.get("commit"), "base": p.get("base"), "sha256": p.get("sha256")})
+            return _validated(PatchEntry, e, {"commit": p.commit, "base": p.base, "sha256": p.sha256}, loaded,
+                              f"engine.source.patches.{e.id}")
 
         source = r.engine.source.model_copy(update={
             "patches": [pinned(e) for e in r.engine.source.patches],
             "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
         update["engine"] = r.engine.model_copy(update={"source": source})
-    try:  # lock values fill recipe fields: they pass the same validation (model_copy alone skips it)
+    return loaded.replace(r.model_copy(update=update))
+
+
+def _validated(model: type, current, values: dict, loaded: LoadedRecipe, where: str):
+    """`current` with the lock's `values`, through `model`'s own validation (one line if refused)."""
+    try:
         with warnings.catch_warnings():  # a wrong-typed value is the one error line below, not a warning too
             warnings.simplefilter("ignore")
-            pinned_recipe = type(r).model_validate(r.model_copy(update=update).model_dump(mode="python"))
+            return model.model_validate({**current.model_dump(mode="python"), **values})
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}; run `invoke lock` again",
-                          file=lock_display(loaded), field=".".join(map(str, err["loc"]))) from None
-    return loaded.replace(pinned_recipe)
+        field = ".".join([where, *map(str, err["loc"])]) if err["loc"] else where
+        raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}",
+                          hint="run `invoke lock` again", file=lock_display(loaded), field=field) from None
 
 
 def lock_display(loaded: LoadedRecipe) -> str:
@@ -175,17 +259,17 @@ def lock_display(loaded: LoadedRecipe) -> str:
     return str(path.relative_to(loaded.root)) if path.is_relative_to(loaded.root) else str(path)
 
 
-def pin_for_build(loaded: LoadedRecipe) -> tuple[LoadedRecipe, Optional[dict]]:
+def pin_for_build(loaded: LoadedRecipe) -> tuple[LoadedRecipe, Optional[Lock]]:
     """A plain build: apply the committed lock when it is current (whatever it resolved), so
     locked PR commits and diff hashes are used; anything still unresolved is refused later,
     entry by entry, only if the stack being built needs it."""
     lock = load_lock_file(loaded)
-    if lock is None or lock.get("recipe_sha256") != loaded.sha256:
+    if lock is None or lock.recipe_sha256 != loaded.sha256:
         return loaded, None
     return apply_lock(loaded, lock, partial=True), lock
 
 
-def unpinned_problem(loaded: LoadedRecipe, lock: Optional[dict]) -> Optional[SourceError]:
+def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[SourceError]:
     """The first PR entry of the stack to build that has no full commit: one line that names it,
     why it is not pinned and the command that pins it on a machine that reaches the upstream."""
     engine = loaded.recipe.engine
@@ -199,8 +283,8 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[dict]) -> Optional[Sou
         why = f"there is no current lock ({where} is missing or was made for another version of the recipe)"
     else:  # the reason recorded where the lock was made is history, not this host's state: not quoted
         why = f"{where} leaves it unresolved (the host that wrote it could not resolve it)"
-    hint = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
-    return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {hint}{why}; "
-                       f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
-                       f"{engine.source.url} (this one, if it does), then build",
+    short = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
+    return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {short}{why}",
+                       hint=f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
+                            f"{engine.source.url} (this one, if it does), then build",
                        file=loaded.file, field=f"engine.source.patches.{entry.id}")

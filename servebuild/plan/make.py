@@ -10,21 +10,21 @@ import dataclasses
 import datetime as dt
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import RecipeError
-from servebuild.lock.lockfile import apply_lock, pin_for_build, read_lock, unpinned_problem
+from servebuild.lock.lockfile import Lock, apply_lock, pin_for_build, read_lock, unpinned_problem
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
 from servebuild.recipe.grammar import HOST, TAG
 from servebuild.recipe.load import LoadedRecipe, load_recipe
-from servebuild.sources.stack import PreparedSource, default_cache_dir
+from servebuild.sources.stack import default_cache_dir
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildOptions:
     platform: Optional[str] = None
     tag: Optional[str] = None
@@ -45,23 +45,21 @@ class BuildOptions:
     cache_to: Optional[str] = None  # REGISTRY/REPO:TAG: push the image with inline BuildKit cache metadata
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildPlan:
-    loaded: LoadedRecipe
+    """Everything a build needs that can be known before the engine or the network is asked. It does
+    not change once made: fetching and rendering return their results (build.run) instead of
+    setting them here."""
+
+    loaded: LoadedRecipe  # the recipe, its lock applied and its variant chosen: validated once, here
     platform: str
-    bases: dict[str, str]
+    bases: dict[str, str]  # stage -> the FROM reference (mirrored, digest-pinned)
     build_dir: Path
     tag: str
-    secrets: dict[str, Path]
+    secrets: dict[str, Path]  # BuildKit secret id -> file (never in a layer)
     options: BuildOptions
     config: Config
-    source: Optional[PreparedSource] = None
-    lock: Optional[dict] = None
-    context: Optional[Path] = None
-    build_args: dict[str, str] = field(default_factory=dict)
-    manifest_inputs: dict = field(default_factory=dict)
-
-
+    lock: Optional[Lock] = None  # the lock applied (None: no current lock)
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -112,7 +110,7 @@ def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
     return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
 
 
-def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[dict]]:
+def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[Lock]]:
     """The recipe with its lock applied (strictly with --locked) and its variant chosen; a build
     stops here, before the engine or the network is asked anything, on an unpinned PR entry."""
     loaded = load_recipe(recipe_name, root)

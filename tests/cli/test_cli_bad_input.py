@@ -178,7 +178,7 @@ def test_the_real_locks_record_every_named_file():
     from servebuild.lock.lockfile import file_names, load_lock_file
     for path in sorted((REPO_ROOT / "recipes").glob("*.lock.yaml")):
         loaded = load_recipe(path.name.removesuffix(".lock.yaml"), REPO_ROOT)
-        assert sorted(load_lock_file(loaded)["files"]) == file_names(loaded), path
+        assert sorted(load_lock_file(loaded).files) == file_names(loaded), path
 
 
 def test_recursive_yaml_aliases_are_refused(tmp_path):

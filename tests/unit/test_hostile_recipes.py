@@ -140,7 +140,7 @@ def test_committed_locks_survive_schema_growth(monkeypatch):
         assert loaded.sha256 == before[name]
         _, lock = pin_for_build(loaded)
         assert lock is not None, f"{name}: the committed lock went stale with the grown schema"
-        assert lock["recipe_sha256"] == loaded.sha256
+        assert lock.recipe_sha256 == loaded.sha256
 
 
 REAL_LOCKED = sorted(p.name.removesuffix(".lock.yaml") for p in (REPO_ROOT / "recipes").glob("*.lock.yaml"))
@@ -166,7 +166,7 @@ LOCK_BASE = {"lock_version": 1, "recipe": "hostile", "files": {}, "unresolved": 
     ({"files": {"/etc/hostname": "x"}}, "files: malformed lock"),
     ({"files": {"/dev/zero": "x"}}, "files: malformed lock"),
     ({"unresolved": 5}, "unresolved: malformed lock"),
-    ({"patches": [1]}, "patches: malformed lock"),
+    ({"patches": [1]}, r"patches\.0: malformed lock: must be a mapping"),
     ("- a list", r"\(top level\): malformed lock"),
 ])
 def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, message):
