@@ -15,7 +15,7 @@ from pathlib import Path
 
 # rank: lowest first; the ground comes before the two extension points, then one package per station
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__",), ("errors",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",),  # the ground
+    ("__init__",), ("errors",), ("procs",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",),  # the ground
     ("modes", "engines"),  # extension points
     ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
     ("cli",),

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servebuild import procs
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.platforms import host_arch
 from servebuild.errors import DockerError, RecipeError
@@ -30,7 +31,7 @@ def default_tag(suite: str, arch: str) -> str:
 def _run(cmd: list[str], log) -> None:
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = procs.run(cmd, "bootstrap-base", stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise DockerError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); see {log.name}",
                           field="bootstrap-base")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
+from servebuild import procs
 from servebuild.errors import DockerError
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
@@ -162,7 +163,7 @@ class DockerClient:
         if self.endpoint is not None:  # never wait on a prompt (ssh) or a silent host for ever
             extra = {"stdin": subprocess.DEVNULL, "timeout": timeout or self.timeout, "start_new_session": True}
         try:
-            proc = subprocess.run([self.client, *args], env=self._env(), capture_output=True, text=True, **extra)
+            proc = procs.run([self.client, *args], "engine", env=self._env(), capture_output=True, text=True, **extra)
         except subprocess.TimeoutExpired:
             raise DockerError(f"engine {self.endpoint} did not answer `docker {args[0]}` within "
                               f"{timeout or self.timeout:.0f}s", field="engine") from None
@@ -212,8 +213,8 @@ class DockerClient:
         tail: list[str] = []
         with log_path.open("w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
-            proc = subprocess.Popen(cmd, env=self._env(), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
+            proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, bufsize=1)
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -233,8 +234,8 @@ class DockerClient:
     def push(self, image_id: str, ref: str) -> None:
         """Tag `image_id` as `ref` and push it (a registry cache ref; not a published release)."""
         self.run("tag", image_id, ref)
-        proc = subprocess.run([self.client, "push", ref], env=self._env(), capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL)
+        proc = procs.run([self.client, "push", ref], "--cache-to", env=self._env(), capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"push of {ref} from {self.name} failed: {detail}", field="--cache-to")

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from servebuild import procs
 from servebuild.build.docker import DockerClient
 from servebuild.errors import DockerError, RecipeError
 from servebuild.fsutil import atomic_write, write_json
@@ -134,7 +135,7 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
     args += [tag, "-c", probe.script()]
     start = time.monotonic()
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=probe.timeout_s)
+        proc = procs.run(args, "--run", capture_output=True, text=True, timeout=probe.timeout_s)
         code, output = proc.returncode, proc.stdout + proc.stderr
         if code == 125 and proc.stderr.lstrip().startswith("docker:"):  # docker run itself failed: no measurement
             raise DockerError(f"docker run of {tag} failed: {proc.stderr.strip()}", field="--run")

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -30,6 +29,7 @@ from pathlib import Path
 
 
 
+from servebuild import procs
 from servebuild.recipe.requirements import CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins
 from servebuild.errors import RecipeError
 from servebuild.fsutil import atomic_write
@@ -323,7 +323,7 @@ def find_uv() -> str:
 
 
 def uv_version(uv: str) -> str:
-    proc = subprocess.run([uv, "--version"], capture_output=True, text=True)
+    proc = procs.run([uv, "--version"], "uv", capture_output=True, text=True)
     m = re.match(r"uv (\d+\.\d+\.\d+)", proc.stdout)
     if proc.returncode != 0 or not m:
         raise RecipeError(f"{uv} --version failed: {(proc.stderr or proc.stdout).strip()}", field="uv")
@@ -340,8 +340,8 @@ def resolve(inputs: Inputs, target: Target, uv: str, workdir: Path) -> str:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "requirements.in").write_text("\n".join(inputs.requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(inputs.constraints) + "\n")
-    proc = subprocess.run([uv, *uv_args(inputs, target)], cwd=workdir, capture_output=True, text=True,
-                          env=_uv_env())
+    proc = procs.run([uv, *uv_args(inputs, target)], "uv", cwd=workdir, capture_output=True, text=True,
+                     env=_uv_env())
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
         raise RecipeError(f"uv pip compile failed for {target.name}: {' '.join(lines)[:1500]}",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from servebuild import procs
 from servebuild.release import provenance
 
 from servebuild.release import signing
@@ -163,7 +164,7 @@ def check_collisions(client: RegistryClient, repo: str, tag: str, builds: list[P
 
 def _docker_push(docker: DockerClient, config_dir: Optional[Path], ref: str) -> subprocess.CompletedProcess:
     args = [docker.client] + (["--config", str(config_dir)] if config_dir else []) + ["push", ref]
-    return subprocess.run(args, env=docker._env(), capture_output=True, text=True)
+    return procs.run(args, "registry", env=docker._env(), capture_output=True, text=True)
 
 
 FATAL_PUSH = ("unauthorized", "no basic auth credentials", "x509", "denied", "certificate")

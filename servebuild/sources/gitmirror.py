@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
-from servebuild.errors import SourceError
+from servebuild import procs
+from servebuild.errors import HostError, SourceError
 from servebuild.fsutil import sha256_bytes
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
@@ -27,9 +28,9 @@ UNREACHABLE = re.compile(r"(Could not resolve host|unable to access|Connection r
 def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
         check: bool = True) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **GIT_ENV, **(env or {})}
-    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True)
-    if check and proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+    proc = procs.run(["git", *args], "git", cwd=cwd, env=full_env, capture_output=True)
+    if check and proc.returncode != 0:  # one line that names the git command, not a CalledProcessError
+        raise HostError(f"git {args[0]} failed (exit {proc.returncode}): {procs.last_line(proc)}", field="git")
     return proc
 
 
