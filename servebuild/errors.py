@@ -4,7 +4,7 @@ Kinds say what went wrong, so a caller can ask "is this the host?" without knowi
 raised it:
 
 - InputError: what the user gave is wrong (a recipe, a file it names, an option, an environment variable);
-- HostError: this machine or what it reaches cannot do it (engine, disk, network, a tool that failed);
+- HostError: this machine or what it reaches cannot do it (engine, disk, network; ToolError: a tool that failed);
 - IntegrityError: bytes are not what they claim (a hash, digest or signature that does not match, a stale lock);
 - Refused: a rule says no (an unpinned patch, a tag that would move, an image without a passing verdict).
 
@@ -66,6 +66,10 @@ class HostError(ServebuildError):
     kind = "host"
 
 
+class ToolError(HostError):
+    """A host tool (git, the docker client, uv, debootstrap) could not start, or failed where it must not."""
+
+
 class IntegrityError(ServebuildError):
     """Bytes are not what they claim: a hash, digest or signature that does not match, a stale lock."""
 
@@ -80,10 +84,6 @@ class Refused(ServebuildError):
 
 class RecipeError(InputError):
     """The recipe (or a file it names) is wrong."""
-
-
-class SourceError(ServebuildError):
-    """A source, patch or lock problem."""
 
 
 class DockerError(HostError):

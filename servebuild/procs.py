@@ -1,20 +1,20 @@
 """Host tools (git, docker, uv, debootstrap, credential helpers) run as subprocesses, with one rule:
-a tool that cannot be started is a HostError of one line that names it, never a traceback."""
+a tool that cannot be started is a ToolError (a HostError) of one line that names it, never a traceback."""
 
 from __future__ import annotations
 
 import subprocess
 
-from servebuild.errors import HostError
+from servebuild.errors import ToolError
 
 
-def start_problem(cmd: list[str], exc: OSError, field: str) -> HostError:
-    return HostError(f"cannot run {cmd[0]}: {exc.strerror or exc}", hint=f"is {cmd[0].rsplit('/', 1)[-1]} installed "
+def start_problem(cmd: list[str], exc: OSError, field: str) -> ToolError:
+    return ToolError(f"cannot run {cmd[0]}: {exc.strerror or exc}", hint=f"is {cmd[0].rsplit('/', 1)[-1]} installed "
                      f"and on PATH?", field=field)
 
 
 def run(cmd: list[str], field: str, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run(cmd, **kwargs); a missing or unrunnable program is one HostError line (`field` places it)."""
+    """subprocess.run(cmd, **kwargs); a missing or unrunnable program is one ToolError line (`field` places it)."""
     try:
         return subprocess.run(cmd, **kwargs)
     except OSError as exc:

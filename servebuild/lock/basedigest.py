@@ -7,7 +7,7 @@ import re
 import ssl
 import urllib.request
 
-from servebuild.errors import SourceError
+from servebuild.errors import HostError
 
 
 MANIFEST_ACCEPT = ", ".join([
@@ -42,7 +42,7 @@ def registry_digest(ref: str, timeout: float = 10.0) -> str:
             with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
                 digest = resp.headers.get("Docker-Content-Digest")
                 if not digest:
-                    raise SourceError(f"{registry} gave no digest for {ref}")
+                    raise HostError(f"{registry} gave no digest for {ref}")
                 return digest
         except urllib.error.HTTPError as exc:
             challenge = exc.headers.get("WWW-Authenticate", "")
@@ -54,4 +54,4 @@ def registry_digest(ref: str, timeout: float = 10.0) -> str:
                 headers["Authorization"] = f"Bearer {token}"
                 continue
             raise
-    raise SourceError(f"{registry} refused anonymous access to {ref}")
+    raise HostError(f"{registry} refused anonymous access to {ref}")

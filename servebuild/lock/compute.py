@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import SourceError
+from servebuild.errors import ServebuildError, ToolError
 from servebuild.fsutil import sha256_bytes
 from servebuild.lock.basedigest import registry_digest
 from servebuild.lock.lockfile import LOCK_VERSION, Lock, file_hashes
@@ -61,7 +61,9 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
     everything = src.patches + src.optional_patches
     try:
         repo = cache.mirror(src.url, [src.commit], prs=tuple(e.pr for e in everything if e.pr is not None))
-    except SourceError as exc:
+    except ToolError:  # git itself failed on this host: not an unreachable upstream
+        raise
+    except ServebuildError as exc:  # unreachable, offline, not in the cache: recorded as unresolved, with why
         unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in everything
                        if e.pr is not None and not e.resolved]
         patches = [_entry_dict(e, e.commit, e.base, e.sha256,

@@ -16,7 +16,7 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from servebuild.errors import IntegrityError, RecipeError, SourceError
+from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, sha256_file
 from servebuild.recipe.files import named_files
 from servebuild.recipe.load import LoadedRecipe
@@ -156,19 +156,19 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
     try:
         data = load_yaml(path, display)[0]
     except RecipeError as exc:
-        raise SourceError(exc.problem, hint="run `invoke lock` again", file=display, line=exc.line) from None
+        raise InputError(exc.problem, hint="run `invoke lock` again", file=display, line=exc.line) from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             lock = Lock.model_validate(data)
     except ValidationError as exc:
         field, what = _shape_problem(exc.errors()[0])
-        raise SourceError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display,
+        raise InputError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display,
                           field=field) from None
     named = set(file_names(loaded))
     stray = next((k for k in lock.files if k not in named), None)
     if stray is not None:
-        raise SourceError(f"malformed lock: {stray!r} is not a file the recipe names", hint="run `invoke lock` again",
+        raise InputError(f"malformed lock: {stray!r} is not a file the recipe names", hint="run `invoke lock` again",
                           file=display, field="files")
     return lock
 
@@ -181,7 +181,7 @@ def read_lock(loaded: LoadedRecipe) -> Lock:
     """The lock for `loaded`, checked: present, current and fully resolved."""
     lock = current_lock(loaded)
     if lock.unresolved:
-        raise SourceError(f"lock has unresolved entries, first: {lock.unresolved[0]}", file=lock_display(loaded),
+        raise Refused(f"lock has unresolved entries, first: {lock.unresolved[0]}", file=lock_display(loaded),
                           field="unresolved")
     return lock
 
@@ -191,7 +191,7 @@ def current_lock(loaded: LoadedRecipe) -> Lock:
     display = lock_display(loaded)
     lock = load_lock_file(loaded)
     if lock is None:
-        raise SourceError(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
+        raise Refused(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
     again = "run `invoke lock` again"
     if lock.recipe_sha256 != loaded.sha256:
         raise IntegrityError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked", hint=again,
@@ -227,7 +227,7 @@ def apply_lock(loaded: LoadedRecipe, lock: Lock, partial: bool = False) -> Loade
             if p is None and partial:
                 return e
             if p is None:
-                raise SourceError(f"lock has no entry for patch {e.id}", hint="run `invoke lock` again",
+                raise IntegrityError(f"lock has no entry for patch {e.id}", hint="run `invoke lock` again",
                                   file=loaded.file, field=f"patches.{e.id}")
             if partial and not (p.commit and p.sha256):
                 return e
@@ -250,7 +250,7 @@ def _validated(model: type, current, values: dict, loaded: LoadedRecipe, where: 
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join([where, *map(str, err["loc"])]) if err["loc"] else where
-        raise SourceError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}",
+        raise InputError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}",
                           hint="run `invoke lock` again", file=lock_display(loaded), field=field) from None
 
 
@@ -269,7 +269,7 @@ def pin_for_build(loaded: LoadedRecipe) -> tuple[LoadedRecipe, Optional[Lock]]:
     return apply_lock(loaded, lock, partial=True), lock
 
 
-def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[SourceError]:
+def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[Refused]:
     """The first PR entry of the stack to build that has no full commit: one line that names it,
     why it is not pinned and the command that pins it on a machine that reaches the upstream."""
     engine = loaded.recipe.engine
@@ -284,7 +284,7 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[Sou
     else:  # the reason recorded where the lock was made is history, not this host's state: not quoted
         why = f"{where} leaves it unresolved (the host that wrote it could not resolve it)"
     short = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
-    return SourceError(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {short}{why}",
+    return Refused(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {short}{why}",
                        hint=f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
                             f"{engine.source.url} (this one, if it does), then build",
                        file=loaded.file, field=f"engine.source.patches.{entry.id}")

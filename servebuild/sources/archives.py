@@ -9,7 +9,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from servebuild.errors import SourceError
+from servebuild.errors import IntegrityError
 from servebuild.fsutil import atomic_write, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import git
 
@@ -75,7 +75,7 @@ def unpack_release(path: Path, kind: str, prefix: str, tree: Path) -> set[str]:
 
     def place(rel: str, data: bytes, mode: int) -> None:
         if rel.startswith("/") or ".." in rel.split("/"):
-            raise SourceError(f"{path.name} holds an unsafe path {rel!r}", field="engine")
+            raise IntegrityError(f"{path.name} holds an unsafe path {rel!r}", field="engine")
         target = tree / prefix / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

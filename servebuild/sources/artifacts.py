@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.recipe.requirements import parse_hashes
-from servebuild.errors import SourceError
+from servebuild.errors import HostError, InputError, IntegrityError, Refused
 from servebuild.fsutil import sha256_file
 from servebuild.platforms import machine_of
 
@@ -36,7 +36,7 @@ def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
         context = ssl.create_default_context()
         context.load_verify_locations(cafile=str(ca))
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot use {ca} as a CA bundle for the release download: "
+        raise InputError(f"cannot use {ca} as a CA bundle for the release download: "
                           f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc} "
                           f"(a PEM file of certificates)", file=display, field="--ca-bundle") from None
     return context
@@ -84,7 +84,7 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
     """(path, sha256) of the release file the requirement pins, for this platform and Python."""
     pins = parse_hashes(requirement)
     if len(pins) != 1:
-        raise SourceError(f"a release requirement pins exactly one distribution, {display} pins {len(pins)}",
+        raise InputError(f"a release requirement pins exactly one distribution, {display} pins {len(pins)}",
                           file=display)
     (name, (version, hashes)), = pins.items()
     cache = cache_root / "artifacts"
@@ -93,34 +93,34 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
         if hit is not None and _fits(hit.name, artifact, platform, python):
             return hit, digest
     if offline:
-        raise SourceError(f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given",
+        raise Refused(f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given",
                           file=display)
     context = _context(ca_bundle, display)
     page = f"{INDEX}/simple/{name}/"
     try:  # the simple API as JSON (PEP 691) names every file with its sha256
         meta = json.loads(_get(page, accept="application/vnd.pypi.simple.v1+json", context=context))
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot read {name}=={version} from {INDEX} ({exc})", file=display) from None
+        raise HostError(f"cannot read {name}=={version} from {INDEX} ({exc})", file=display) from None
     files = meta.get("files") if isinstance(meta, dict) else None
     chosen = _pick(files if isinstance(files, list) else [], set(hashes), artifact, platform, python, name)
     if chosen is None:
-        raise SourceError(f"no {artifact} of {name}=={version} for {platform}/cp{python} among the hashes "
+        raise InputError(f"no {artifact} of {name}=={version} for {platform}/cp{python} among the hashes "
                           f"in {display}", file=display)
     digest = chosen["hashes"]["sha256"]
     target = cache / digest / chosen["filename"]
     target.parent.mkdir(parents=True, exist_ok=True)
     url = urllib.parse.urljoin(page, chosen["url"])  # PEP 691 allows URLs relative to the page
     if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
-        raise SourceError(f"{INDEX} gives {url!r} for {chosen['filename']}; only http(s) URLs are fetched",
+        raise IntegrityError(f"{INDEX} gives {url!r} for {chosen['filename']}; only http(s) URLs are fetched",
                           file=display)
     tmp = target.with_name(f".{target.name}.part{os.getpid()}")
     try:
         tmp.write_bytes(_get(url, timeout=600.0, context=context))
         if sha256_file(tmp) != digest:
-            raise SourceError(f"{chosen['filename']} does not hash to {digest}", file=display)
+            raise IntegrityError(f"{chosen['filename']} does not hash to {digest}", file=display)
         tmp.replace(target)
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot download {chosen['filename']} of {name}=={version} from {url} ({exc})",
+        raise HostError(f"cannot download {chosen['filename']} of {name}=={version} from {url} ({exc})",
                           file=display) from None
     finally:
         tmp.unlink(missing_ok=True)

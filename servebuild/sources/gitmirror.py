@@ -16,7 +16,7 @@ from typing import Optional
 from urllib.parse import urlparse
 
 from servebuild import procs
-from servebuild.errors import HostError, SourceError
+from servebuild.errors import HostError, InputError, IntegrityError, Refused, ToolError
 from servebuild.fsutil import sha256_bytes
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
@@ -30,7 +30,7 @@ def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
     full_env = {**os.environ, **GIT_ENV, **(env or {})}
     proc = procs.run(["git", *args], "git", cwd=cwd, env=full_env, capture_output=True)
     if check and proc.returncode != 0:  # one line that names the git command, not a CalledProcessError
-        raise HostError(f"git {args[0]} failed (exit {proc.returncode}): {procs.last_line(proc)}", field="git")
+        raise ToolError(f"git {args[0]} failed (exit {proc.returncode}): {procs.last_line(proc)}", field="git")
     return proc
 
 
@@ -63,11 +63,11 @@ class GitMirrors:
             detail = err[-1] if err else f"git exit {proc.returncode}"
             host = urlparse(remote).hostname or remote
             if UNREACHABLE.search(proc.stderr.decode(errors="replace")):
-                raise SourceError(
+                raise HostError(
                     f"upstream {host} is unreachable ({detail}); build with --offline from a filled "
                     f"cache, or map {url} to a mirror in the servebuild config (git_mirrors)",
                     file=self.recipe, field="engine.source.url")
-            raise SourceError(f"fetching {remote} failed: {detail}", file=self.recipe,
+            raise HostError(f"fetching {remote} failed: {detail}", file=self.recipe,
                               field="engine.source.url")
 
     def _set_head(self, repo: Path, url: str) -> None:
@@ -83,13 +83,13 @@ class GitMirrors:
         repo = self.repo_dir(url)
         if repo.exists() and not self._healthy(repo):
             if self.offline:
-                raise SourceError(f"source cache entry {repo} for {url} is corrupted; "
+                raise IntegrityError(f"source cache entry {repo} for {url} is corrupted; "
                                   f"run fetch without --offline to refetch it", file=self.recipe,
                                   field="engine.source.url")
             shutil.rmtree(repo)
         if not repo.exists():
             if self.offline:
-                raise SourceError(f"{url} is not in the source cache and --offline was given; "
+                raise Refused(f"{url} is not in the source cache and --offline was given; "
                                   f"run `invoke fetch` first", file=self.recipe, field="engine.source.url")
             tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
             try:
@@ -106,7 +106,7 @@ class GitMirrors:
             missing = [c for c in commits if not self.has_commit(repo, c)]
         if missing:
             where = "the source cache (--offline)" if self.offline else url
-            raise SourceError(f"commit {missing[0]} not found in {where}", file=self.recipe,
+            raise InputError(f"commit {missing[0]} not found in {where}", file=self.recipe,
                               field="engine.source")
         return repo
 

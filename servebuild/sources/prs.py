@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import SourceError
+from servebuild.errors import InputError
 from servebuild.recipe.schema import PatchEntry
 from servebuild.sources.gitmirror import git
 from servebuild.sources.stack import SourceCache
@@ -18,7 +18,7 @@ def find_pr_commit(cache: SourceCache, repo: Path, entry: PatchEntry) -> tuple[O
     if entry.commit_hint:
         full = cache.resolve(repo, entry.commit_hint)
         if full is None:
-            raise SourceError(f"commit_hint {entry.commit_hint} of {entry.id} (PR #{entry.pr}) is not in the "
+            raise InputError(f"commit_hint {entry.commit_hint} of {entry.id} (PR #{entry.pr}) is not in the "
                               f"upstream", field=f"engine.source.patches.{entry.id}.commit_hint")
         return full, entry.base, f"commit_hint {entry.commit_hint}"
     log = git("log", "--all", "--format=%H %s", "-E", f"--grep=\\(#{entry.pr}\\)$", cwd=repo, check=False)
@@ -35,5 +35,5 @@ def find_pr_commit(cache: SourceCache, repo: Path, entry: PatchEntry) -> tuple[O
     if head:
         base = git("merge-base", "HEAD", head, cwd=repo).stdout.decode().strip()
         return head, base, f"refs/pull/{entry.pr}/head against its merge-base"
-    raise SourceError(f"PR #{entry.pr} ({entry.id}) found neither as a squash-merge commit nor as "
+    raise InputError(f"PR #{entry.pr} ({entry.id}) found neither as a squash-merge commit nor as "
                       f"refs/pull/{entry.pr}/head upstream", field=f"engine.source.patches.{entry.id}")

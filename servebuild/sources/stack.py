@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from servebuild.sources.archives import unpack_release, write_tarball
-from servebuild.errors import SourceError
+from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import GitMirrors, git
 from servebuild.patchfiles import is_native, is_test_or_doc
@@ -130,7 +130,7 @@ class SourceCache(GitMirrors):
         if unresolved:
             e = unresolved[0]
             pinned = f"only the short commit_hint {e.commit_hint}" if e.commit_hint else "no pinned commit"
-            raise SourceError(f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
+            raise Refused(f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
                               f"where the upstream is reachable",
                               file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
         commits = [e.commit for e in source.patches if e.commit] + [e.base for e in source.patches if e.base]
@@ -176,7 +176,7 @@ class SourceCache(GitMirrors):
         digest = sha256_bytes(diff)
         if entry.sha256 is not None and digest != entry.sha256:
             what = entry.file or f"PR #{entry.pr} at {entry.commit}"
-            raise SourceError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
+            raise IntegrityError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
                               f"{entry.sha256}, got {digest}", file=self.recipe,
                               field=f"engine.source.patches.{entry.id}.sha256")
         return diff
@@ -210,7 +210,7 @@ class SourceCache(GitMirrors):
         for f in files:
             problem = rule(f, release_files) if rule else None
             if problem and f not in dropped:
-                raise SourceError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
+                raise InputError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
                                   f"(use install: pip-source)", file=self.recipe, field="engine.install")
         self._apply(tree, entry, diff, env, exclude=dropped)
         return AppliedPatch(id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
@@ -227,12 +227,12 @@ class SourceCache(GitMirrors):
             numstat = git("apply", "--numstat", "-z", str(patch), cwd=Path(tmp), check=False,
                           env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
         if numstat.returncode != 0:
-            raise SourceError(f"patch {entry.id} is not a valid diff: "
+            raise InputError(f"patch {entry.id} is not a valid diff: "
                               f"{numstat.stderr.decode(errors='replace').strip()}",
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
         files = sorted(numstat_paths(numstat.stdout))
         if not files and diff.strip():
-            raise SourceError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
+            raise InputError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
                               field=f"engine.source.patches.{entry.id}")
         return files
 
@@ -242,7 +242,7 @@ class SourceCache(GitMirrors):
         proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={_literal(f)}" for f in exclude],
                    str(patch), cwd=tree, env=env, check=False)
         if proc.returncode != 0:
-            raise SourceError(self._conflict(entry, proc.stderr.decode(errors="replace")),
+            raise InputError(self._conflict(entry, proc.stderr.decode(errors="replace")),
                               file=self.recipe, field=f"engine.source.patches.{entry.id}")
 
     @staticmethod

@@ -290,9 +290,9 @@ def index(tmp_path, monkeypatch):
 
 
 def test_a_release_file_that_is_404_is_one_line(index):
-    from servebuild.errors import SourceError
+    from servebuild.errors import HostError
     files = [{"filename": "demo-1.0.tar.gz", "url": "/files/missing.tar.gz", "hashes": {"sha256": index.digest}}]
-    with pytest.raises(SourceError, match="cannot download demo-1.0.tar.gz of demo==1.0.*404") as info:
+    with pytest.raises(HostError, match="cannot download demo-1.0.tar.gz of demo==1.0.*404") as info:
         index(files)
     assert "\n" not in str(info.value)
     assert not list((index.tmp / "cache").rglob("*.part*"))
@@ -304,22 +304,22 @@ def test_a_release_file_that_is_404_is_one_line(index):
 @pytest.mark.parametrize("filename", ["../../../demo-1.0.tar.gz", "/tmp/demo-1.0.tar.gz", "sub/demo-1.0.tar.gz",
                                       "other-1.0.tar.gz", "demo-extra-1.0.tar.gz", "..demo-1.0.tar.gz"])
 def test_a_release_filename_must_be_a_plain_name_of_the_project(index, filename):
-    from servebuild.errors import SourceError
+    from servebuild.errors import InputError
     files = [{"filename": filename, "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
-    with pytest.raises(SourceError, match="no sdist of demo==1.0"):
+    with pytest.raises(InputError, match="no sdist of demo==1.0"):
         index(files)
     assert sorted(str(p.relative_to(index.tmp)) for p in index.tmp.rglob("*")) == ["req.txt"]
 
 
 def test_a_ca_bundle_that_is_not_pem_is_one_line(index, monkeypatch):
-    from servebuild.errors import SourceError
+    from servebuild.errors import InputError
     bad = index.tmp / "ca.pem"
     bad.write_text("not a certificate\n")
     files = [{"filename": "demo-1.0.tar.gz", "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
-    with pytest.raises(SourceError, match="--ca-bundle: cannot use .*ca.pem as a CA bundle"):
+    with pytest.raises(InputError, match="--ca-bundle: cannot use .*ca.pem as a CA bundle"):
         index(files, ca_bundle=bad)  # build --ca-bundle
     monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(bad))
-    with pytest.raises(SourceError, match="cannot use .*ca.pem as a CA bundle"):
+    with pytest.raises(InputError, match="cannot use .*ca.pem as a CA bundle"):
         index(files)
 
 

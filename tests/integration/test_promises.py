@@ -16,7 +16,7 @@ from servebuild.lock import lockfile as locking
 from servebuild.lock import compute
 from servebuild.sources.stack import SourceCache
 from servebuild.build.docker import DockerClient
-from servebuild.errors import RecipeError, SourceError
+from servebuild.errors import RecipeError, ServebuildError
 from servebuild.recipe.load import load_recipe
 from support import fixture_recipe, make_project
 
@@ -78,7 +78,7 @@ def test_locked_refuses_a_changed_named_file(upstream, tmp_path, rel):
     path = root / rel
     data = path.read_bytes()
     path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit, same size
-    with pytest.raises((SourceError, RecipeError)) as info:
+    with pytest.raises((ServebuildError, RecipeError)) as info:
         locking.read_lock(load_recipe("toy", root))
     line = str(info.value)
     assert "\n" not in line and rel in line
@@ -105,7 +105,7 @@ def test_the_lock_file_shape_is_checked_before_use(upstream, tmp_path):
     data = yaml.safe_load(path.read_text())
     data["files"] = ["not", "a", "mapping"]
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(SourceError) as info:
+    with pytest.raises(ServebuildError) as info:
         locking.read_lock(load_recipe("toy", root))
     assert "\n" not in str(info.value) and "toy.lock.yaml" in str(info.value)
 

@@ -24,7 +24,7 @@ import yaml
 from integration.conftest import build_fixture
 from servebuild.lock import lockfile as locking
 from servebuild.lock import compute
-from servebuild.errors import SourceError
+from servebuild.errors import IntegrityError, Refused, ServebuildError
 from servebuild.recipe.schema import EngineSource
 from servebuild.recipe.load import load_recipe
 from servebuild.sources.stack import SourceCache
@@ -139,7 +139,7 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
     cache = SourceCache(tmp_path / "cache", recipe="toy")
     loaded = load_recipe("toy", root)
 
-    with pytest.raises(SourceError, match="no lock file; run `invoke lock --recipe toy`"):
+    with pytest.raises(Refused, match="no lock file; run `invoke lock --recipe toy`"):
         locking.read_lock(loaded)
     data = compute.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
     locking.write_lock(locking.lock_path(loaded), data)
@@ -166,7 +166,7 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
     data_recipe = yaml.safe_load((root / "recipes/toy.yaml").read_text())
     data_recipe["description"] = "changed after lock"
     (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
-    with pytest.raises(SourceError, match="lock is stale: recipe toy changed"):
+    with pytest.raises(IntegrityError, match="lock is stale: recipe toy changed"):
         build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-stale:amd64", tmp_path / "cache",
                       locked=True, offline=True)
     assert engine.image_id("servebuild-test/toy-stale:amd64") is None
@@ -174,7 +174,7 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
 
 def test_unresolved_lock_is_refused_naming_the_entry(tmp_path):
     loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
-    with pytest.raises(SourceError) as info:
+    with pytest.raises(ServebuildError) as info:
         locking.read_lock(loaded)
     assert "recipes/sglang-native-fp8.lock.yaml" in str(info.value)
     assert "unresolved entries, first: bases.build" in str(info.value)
@@ -202,7 +202,7 @@ def no_leftovers(cache_root: Path) -> None:
 
 def expect_error(src, root, tmp_path, *fragments, offline=False, mirrors=None):
     cache = SourceCache(tmp_path / "cache", mirrors=mirrors, offline=offline, recipe="recipes/toy.yaml")
-    with pytest.raises(SourceError) as info:
+    with pytest.raises(ServebuildError) as info:
         cache.prepare(src, root, tmp_path / "work")
     line = str(info.value)
     assert "\n" not in line and line.startswith("recipes/toy.yaml")
@@ -279,7 +279,7 @@ def test_corrupted_cache_entry_is_detected(upstream, project, tmp_path):
     repo = cache.repo_dir(upstream.url)
     shutil.rmtree(repo / "objects")
     offline = SourceCache(tmp_path / "cache", offline=True, recipe="recipes/toy.yaml")
-    with pytest.raises(SourceError, match="is corrupted; run fetch without --offline"):
+    with pytest.raises(IntegrityError, match="is corrupted; run fetch without --offline"):
         offline.prepare(source(upstream), project, tmp_path / "w")
     again = cache.prepare(source(upstream), project, tmp_path / "w")  # refetched
     assert again.tarball_sha256 == first.tarball_sha256
@@ -331,7 +331,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     patches[1] = {"id": "pr-2", "pr": 2, "requires": ["pr-1"]}
     root = make_project(tmp_path, up, recipe)
     options = BuildOptions(platform="linux/amd64", build_root=tmp_path / "build", echo=False)
-    with pytest.raises(SourceError) as info:
+    with pytest.raises(ServebuildError) as info:
         make_plan(root, "toy", options)
     line = str(info.value)
     assert "\n" not in line and "None" not in line, line
@@ -352,5 +352,5 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     data_recipe = yaml.safe_load((root / "recipes/toy.yaml").read_text())
     data_recipe["description"] = "changed after lock"
     (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
-    with pytest.raises(SourceError, match=r"patch entry pr-1 .* there is no current lock"):
+    with pytest.raises(Refused, match=r"patch entry pr-1 .* there is no current lock"):
         make_plan(root, "toy", options)
