@@ -181,8 +181,10 @@ def read_lock(loaded: LoadedRecipe) -> Lock:
     """The lock for `loaded`, checked: present, current and fully resolved."""
     lock = current_lock(loaded)
     if lock.unresolved:
-        raise Refused(f"lock has unresolved entries, first: {lock.unresolved[0]}", file=lock_display(loaded),
-                          field="unresolved")
+        raise Refused(f"lock has {len(lock.unresolved)} unresolved {'entry' if len(lock.unresolved) == 1 else 'entries'}, "
+                      f"first: {lock.unresolved[0]}",
+                      hint=f"run `invoke lock --recipe {loaded.recipe.name}` on a host that reaches GitHub and the "
+                           f"registries, or build without --locked", file=lock_display(loaded), field="unresolved")
     return lock
 
 

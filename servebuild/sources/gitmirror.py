@@ -63,12 +63,10 @@ class GitMirrors:
             detail = err[-1] if err else f"git exit {proc.returncode}"
             host = urlparse(remote).hostname or remote
             if UNREACHABLE.search(proc.stderr.decode(errors="replace")):
-                raise HostError(
-                    f"upstream {host} is unreachable ({detail}); build with --offline from a filled "
-                    f"cache, or map {url} to a mirror in the servebuild config (git_mirrors)",
-                    file=self.recipe, field="engine.source.url")
-            raise HostError(f"fetching {remote} failed: {detail}", file=self.recipe,
-                              field="engine.source.url")
+                raise HostError(f"upstream {host} is unreachable ({detail})",
+                                hint=f"build with --offline from a filled cache, or map {url} to a mirror in the "
+                                     f"servebuild config (git_mirrors)", file=self.recipe, field="engine.source.url")
+            raise HostError(f"fetching {remote} failed: {detail}", file=self.recipe, field="engine.source.url")
 
     def _set_head(self, repo: Path, url: str) -> None:
         """Point HEAD at the upstream's default branch, as a clone would."""
@@ -83,14 +81,14 @@ class GitMirrors:
         repo = self.repo_dir(url)
         if repo.exists() and not self._healthy(repo):
             if self.offline:
-                raise IntegrityError(f"source cache entry {repo} for {url} is corrupted; "
-                                  f"run fetch without --offline to refetch it", file=self.recipe,
-                                  field="engine.source.url")
+                raise IntegrityError(f"source cache entry {repo} for {url} is corrupted",
+                                     hint="run fetch without --offline to refetch it", file=self.recipe,
+                                     field="engine.source.url")
             shutil.rmtree(repo)
         if not repo.exists():
             if self.offline:
-                raise Refused(f"{url} is not in the source cache and --offline was given; "
-                                  f"run `invoke fetch` first", file=self.recipe, field="engine.source.url")
+                raise Refused(f"{url} is not in the source cache and --offline was given",
+                              hint="run `invoke fetch` first", file=self.recipe, field="engine.source.url")
             tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
             try:
                 git("init", "--quiet", "--bare", str(tmp))
@@ -106,8 +104,7 @@ class GitMirrors:
             missing = [c for c in commits if not self.has_commit(repo, c)]
         if missing:
             where = "the source cache (--offline)" if self.offline else url
-            raise InputError(f"commit {missing[0]} not found in {where}", file=self.recipe,
-                              field="engine.source")
+            raise InputError(f"commit {missing[0]} not found in {where}", file=self.recipe, field="engine.source")
         return repo
 
     @staticmethod

@@ -42,3 +42,22 @@ def test_a_lock_of_the_wrong_shape_is_refused(edit, words):
     with pytest.raises(ValidationError) as info:
         Lock.model_validate(data)
     assert words in info.value.errors()[0]["type"]
+
+
+@pytest.mark.parametrize("path", LOCKS, ids=lambda p: p.name)
+def test_a_stored_reason_is_a_fact_not_advice(path):
+    """What the lock's host could not resolve is history; what to do about it is the reader's hint, given
+    when the lock is used (a stored 'build with --offline' contradicted `build --locked`'s own advice)."""
+    lock = Lock.model_validate(yaml.safe_load(path.read_text()))
+    for reason in lock.unresolved:
+        assert "run `invoke" not in reason and "build with" not in reason and "git_mirrors" not in reason, reason
+
+
+def test_the_locked_refusal_gives_one_piece_of_advice():
+    import subprocess
+    import sys
+    proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "build", "--locked", "--dry-run", "--recipe",
+                           "vllm-dspark-bookworm"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    line = proc.stderr.strip()
+    assert proc.returncode == 2 and "\n" not in line, proc.stderr
+    assert line.count("run `invoke") == 1 and "--offline" not in line, line
