@@ -17,7 +17,7 @@ from pathlib import Path
 from servebuild.build.docker import DockerClient
 from servebuild.errors import RecipeError, SmokeError
 from servebuild.recipe.load import LoadedRecipe
-from servebuild.render.context import argcheck_argv, argcheck_files, write_launchers
+from servebuild.render.launchers import argcheck_argv, argcheck_files, write_launchers
 
 MOUNT = "/opt/servebuild/argcheck-run"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 from pathlib import Path
@@ -15,32 +14,22 @@ from typing import Optional
 
 import jinja2
 
-from servebuild import TOOLS_DIR
 from servebuild.sources.archives import TAR_MTIME
-from servebuild.recipe.requirements import parse_pins
 from servebuild.engines.base import CACHE_ROOT
-from servebuild.errors import RecipeError
 from servebuild.fsutil import sha256_file, write_json
-from servebuild.engines.profiles import launcher_script
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.modes import TEMPLATES
 from servebuild.platforms import arch_of
 from servebuild.recipe.schema import Recipe
+from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
+from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
 
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]
-TOOLCHAIN_APT = ["build-essential", "python3-dev"]  # JIT at serve time: C/C++ compiler and Python.h
 # what a GPU host expects of a server image: an init as PID 1 (signals, zombies) and numactl/libnuma
 # (vLLM's NUMA binding runs numactl; both engines' upstream images install it)
 SERVER_APT = ["numactl", "tini"]
 INIT = "/usr/bin/tini"
-TOOLS = TOOLS_DIR
-# the HEALTHCHECK's probe: the image's own Python, no curl needed; $SERVEBUILD_HEALTH_URL moves it
-HEALTH_PROBE = ("import os, sys, urllib.request; "
-                "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)")
-VENV = "/opt/venv"
-# the NVIDIA container toolkit mounts the driver's compute libraries only when these are set
-NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
 def _environment() -> jinja2.Environment:
@@ -64,43 +53,10 @@ def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool 
     return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
 
 
-def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
-    """The CUDA toolkit the image's requirement set installs as wheels (nvcc under nvidia/cuNN)."""
-    pins = parse_pins(root / recipe.constraints[platform])
-    nvcc = pins.get("nvidia-cuda-nvcc")
-    if nvcc is None:
-        return None
-    major = re.match(r"\d+", nvcc)
-    if major is None:
-        raise RecipeError(f"nvidia-cuda-nvcc=={nvcc} has no numeric major version",
-                          file=recipe.constraints[platform], field="nvidia-cuda-nvcc")
-    return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{major.group(0)}"
 
 
-def _cuda_links(home: Optional[str]) -> Optional[str]:
-    """The pip toolkit ships lib/libcudart.so.13 only; JIT builders link -L$CUDA_HOME/lib64 -lcudart."""
-    if home is None:
-        return None
-    return f"ln -sfn lib {home}/lib64 && ln -sf libcudart.so.13 {home}/lib/libcudart.so"
 
 
-def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
-    env = {"VIRTUAL_ENV": VENV, "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
-           "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list, **NVIDIA_ENV}
-    path = f"/opt/engine/site/bin:{VENV}/bin"
-    if recipe.engine:
-        kind = recipe.engine.kind
-        env.update(kind.runtime_env())
-        home = cuda_home(recipe, root, platform) if kind.serve_time_jit else None
-        if home:
-            env["CUDA_HOME"] = home
-            path = f"{path}:{home}/bin"
-            # Triton (and tokenspeed-triton) default to the ptxas in their wheels (12.8/12.9/13.3):
-            # every Triton compile goes through the set's 13.0 ptxas instead
-            env["TRITON_PTXAS_PATH"] = env["TRITON_PTXAS_BLACKWELL_PATH"] = f"{home}/bin/ptxas"
-            env["LIBRARY_PATH"] = f"{home}/lib64/stubs"  # link-time libcuda (see stages/_libcuda_stub.j2)
-    env["PATH"] = f"{path}:$PATH"
-    return env
 
 
 # An apt layer's bytes depend only on what apt installed, not on when: whichever build (or cache
@@ -130,7 +86,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
         "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else [])
                                   + (SERVER_APT if kind else []))),
-        "cuda_links": _cuda_links(cuda_home(recipe, root, platform)),
+        "cuda_links": cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
         "layer_start": LAYER_START,
         "settled_mtime": TAR_MTIME,
@@ -149,19 +105,13 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "profile_check": (argcheck_argv(recipe, "/opt/servebuild/argcheck", "/usr/local/bin",
                                         "/opt/servebuild/profiles-checked.json")
                           if kind and kind.argcheck and recipe.launch.profiles else []),
-        "healthcheck": _healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
+        "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
         "cmd": f"/usr/local/bin/{default}" if default else f"{VENV}/bin/python",
     }
 
 
-def _healthcheck(kind, profile) -> Optional[dict]:
-    if kind is None or kind.health_path is None or profile is None:
-        return None
-    port = kind.profile_port(profile)
-    return {"url": f"http://127.0.0.1:{port}{kind.health_path}", "start_period": kind.health_start_period,
-            "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE])}
 
 
 def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
@@ -206,29 +156,10 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     return context
 
 
-def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[str]:
-    """The profile check's command (tools/profile_check.py, its files under `root` in the image)."""
-    name = recipe.engine.name
-    return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
-            "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
-            "--out", out, *sorted(recipe.launch.profiles)]
 
 
-def argcheck_files(kind) -> dict[str, Path]:
-    """The profile check's files (tools/profile_check.py), by their place under its folder."""
-    return {"profile_check.py": TOOLS / "profile_check.py", "site/sitecustomize.py": TOOLS / "argcheck_site.py",
-            "hook.py": kind.argcheck}
 
 
-def write_launchers(recipe: Recipe, directory: Path) -> None:
-    """One executable per launch profile: what the image installs in /usr/local/bin."""
-    kind = recipe.engine.kind if recipe.engine else None
-    for name, profile in sorted(recipe.launch.profiles.items()):
-        script = directory / name
-        script.parent.mkdir(parents=True, exist_ok=True)
-        listen = tuple(kind.listen_args(profile)) if kind else ()
-        script.write_text(launcher_script(name, profile, listen))
-        script.chmod(0o755)
 
 
 def content_mtime(path: Path) -> int:

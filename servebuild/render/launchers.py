@@ -1,0 +1,52 @@
+"""What an image carries to start and check its servers: launcher scripts, the profile-check argv and files,
+and the HEALTHCHECK of the default profile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from servebuild import TOOLS_DIR as TOOLS
+from servebuild.engines.profiles import launcher_script
+from servebuild.recipe.schema import Recipe
+from servebuild.render.toolchain import VENV
+
+
+# the HEALTHCHECK's probe: the image's own Python, no curl needed; $SERVEBUILD_HEALTH_URL moves it
+HEALTH_PROBE = ("import os, sys, urllib.request; "
+                "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)")
+
+
+def healthcheck(kind, profile) -> Optional[dict]:
+    if kind is None or kind.health_path is None or profile is None:
+        return None
+    port = kind.profile_port(profile)
+    return {"url": f"http://127.0.0.1:{port}{kind.health_path}", "start_period": kind.health_start_period,
+            "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE])}
+
+
+def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[str]:
+    """The profile check's command (tools/profile_check.py, its files under `root` in the image)."""
+    name = recipe.engine.name
+    return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
+            "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
+            "--out", out, *sorted(recipe.launch.profiles)]
+
+
+def argcheck_files(kind) -> dict[str, Path]:
+    """The profile check's files (tools/profile_check.py), by their place under its folder."""
+    return {"profile_check.py": TOOLS / "profile_check.py", "site/sitecustomize.py": TOOLS / "argcheck_site.py",
+            "hook.py": kind.argcheck}
+
+
+def write_launchers(recipe: Recipe, directory: Path) -> None:
+    """One executable per launch profile: what the image installs in /usr/local/bin."""
+    kind = recipe.engine.kind if recipe.engine else None
+    for name, profile in sorted(recipe.launch.profiles.items()):
+        script = directory / name
+        script.parent.mkdir(parents=True, exist_ok=True)
+        listen = tuple(kind.listen_args(profile)) if kind else ()
+        script.write_text(launcher_script(name, profile, listen))
+        script.chmod(0o755)
