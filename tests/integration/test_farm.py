@@ -256,7 +256,7 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         manifest = json.loads((build_dir / "manifest.json").read_text())
         assert manifest["platform"] == platform
         assert manifest["outputs"]["image_id"] == engine_run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
-        assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if run is node1 else node2.tcp)
+        assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if engine_run is node1 else node2.tcp)
         inside = json.loads(run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
                                 ref, "/opt/servebuild/manifest.json").stdout)
         assert inside == {k: v for k, v in manifest.items() if k != "outputs"}

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from support import REPO_ROOT
 
@@ -61,7 +62,10 @@ def test_doctor_on_a_dead_engine_is_one_line_per_check_and_exit_2(tmp_path):
 def test_install_sh_installs_servebuild_alone(tmp_path):
     """A clone of this checkout (its tracked files), installed as the README's operator path does."""
     clone = tmp_path / "clone"
-    shutil.copytree(REPO_ROOT, clone, ignore=shutil.ignore_patterns(".venv", "build", ".git", "__pycache__"))
+    def ignore(directory, names):  # the project's own build/ only (servebuild/build/ is a package)
+        top = {".venv", "build", ".git"} if Path(directory) == REPO_ROOT else set()
+        return [n for n in names if n in top or n == "__pycache__"]
+    shutil.copytree(REPO_ROOT, clone, ignore=ignore)
     proc = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "install: servebuild is in .venv" in proc.stdout and "ok   BuildKit:" in proc.stdout
