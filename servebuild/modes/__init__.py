@@ -10,9 +10,9 @@ write a module and add it to the table below.
 from __future__ import annotations
 
 from servebuild.modes import pip_source, vllm_precompiled, wheel_overlay
-from servebuild.modes.base import TEMPLATES, Fragment, InstallMode, TreeOrigin
+from servebuild.modes.base import Fragment, InstallMode, TreeOrigin
 
-__all__ = ["MODES", "TEMPLATES", "Fragment", "InstallMode", "TreeOrigin", "get_mode", "register_mode"]
+__all__ = ["MODES", "Fragment", "InstallMode", "TreeOrigin", "get_mode", "register_mode"]
 
 MODES: dict[str, InstallMode] = {}
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from servebuild import PROJECT_DIR, TOOLS_DIR
+from servebuild import TOOLS_DIR
 from servebuild.patchfiles import is_native
 
-TEMPLATES = PROJECT_DIR / "images"
 # relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)
 RELABEL_TOOL = {"tools/overlay_package.py": str(TOOLS_DIR / "overlay_package.py")}
 

@@ -15,15 +15,17 @@ from typing import Optional
 import jinja2
 
 from servebuild.sources.archives import TAR_MTIME
+from servebuild import PACKAGE_DIR
 from servebuild.engines.base import CACHE_ROOT
 from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
-from servebuild.modes import TEMPLATES
 from servebuild.platforms import arch_of
 from servebuild.recipe.schema import Recipe
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
 
+# Dockerfile.j2, stages/, macros/ here; a mode's fragment `modes/NAME.j2` beside its module (servebuild/modes/)
+TEMPLATES = PACKAGE_DIR / "render" / "templates"
 BUILD_APT = ["python3", "python3-venv"]
 RUNTIME_APT = ["python3"]
 # what a GPU host expects of a server image: an init as PID 1 (signals, zombies) and numactl/libnuma
@@ -35,7 +37,7 @@ INIT = "/usr/bin/tini"
 def _environment() -> jinja2.Environment:
     """Values are validated before they get here (the first wall); the templates still quote
     what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(TEMPLATES), str(PACKAGE_DIR)]),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
     env.filters["sh"] = lambda value: shlex.quote(str(value))
