@@ -11,8 +11,7 @@ from typing import Optional
 from servebuild.build import bases, farm as farms, run
 from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
-from servebuild.cli.options import build_options, default_ca_bundle
-from servebuild.cli.test import verdict
+from servebuild.cli.options import build_options, default_ca_bundle, verdict
 from servebuild.errors import Refused
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import host_platform

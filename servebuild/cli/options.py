@@ -1,4 +1,4 @@
-"""Option grammar shared by the commands: image and registry references, paths, build options."""
+"""Option grammar shared by the commands (image and registry references, paths, build options), and the smoke verdict line."""
 
 from __future__ import annotations
 
@@ -89,3 +89,9 @@ def build_options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bun
                         ca_bundle=path(default_ca_bundle(ca_bundle)), netrc=path(netrc), mirror_map=path(mirror_map),
                         offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant,
                         fetching=fetching, stack=stack, cache_to=cache_to)
+
+
+def verdict(code: int, out_dir: Path) -> int:
+    """Print the smoke verdict; its exit status is the command's (1 on FAIL)."""
+    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
+    return 0 if code == 0 else 1

@@ -11,7 +11,7 @@ from typing import Optional
 from servebuild.build import bases, farm as farms
 from servebuild.build.docker import DockerClient
 from servebuild.check import host as hostcheck, profiles, smoke
-from servebuild.cli.options import build_options, image_ref
+from servebuild.cli.options import build_options, image_ref, verdict
 from servebuild.errors import HostError, InputError
 from servebuild.fsutil import read_json_object, write_json
 from servebuild.plan.make import checked_cache_dir, make_plan
@@ -19,12 +19,6 @@ from servebuild.platforms import host_arch
 from servebuild.recipe.load import load_recipe
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
-
-
-def verdict(code: int, out_dir: Path) -> int:
-    """Print the smoke verdict; its exit status is the command's (1 on FAIL)."""
-    print(f"smoke verdict: {'PASS' if code == 0 else 'FAIL'} (JUnit XML: {out_dir / 'smoke-junit.xml'})")
-    return 0 if code == 0 else 1
 
 
 def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
