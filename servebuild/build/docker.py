@@ -1,4 +1,13 @@
-"""The Docker engine: find a BuildKit-capable client, build, inspect, tag."""
+"""The Docker engine: find a BuildKit-capable client, build, inspect, tag.
+
+Two ways to the same engine, each where it fits:
+- the docker CLI for what only it does: BuildKit builds (secrets, cache mounts, --platform; the
+  SDK's build uses the classic builder), pushes with the client's credential store, and every
+  command on an ssh:// endpoint (the CLI's ssh transport with our BatchMode shim);
+- the Docker SDK for Python (docker-py) for the API calls it makes without parsing CLI output:
+  info, image inspect, tag, remove, and throwaway containers (create, start, wait, logs, remove),
+  on the local socket and on tcp:// endpoints with mutual TLS.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +24,10 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
+
+import docker as docker_sdk
+import docker.errors as sdk_errors
+import requests.exceptions
 
 from servebuild import procs
 from servebuild.errors import DockerError
@@ -84,6 +97,26 @@ class DockerClient:
         self._endpoint_env = self._endpoint_variables(endpoint) if endpoint else {}
         self.client = client or self._find_client()
         self._ping()
+        self._api = None if endpoint is not None and endpoint.host.startswith("ssh://") else self._connect_api()
+
+    def _connect_api(self):
+        """An SDK client for the engine the CLI just answered for (DOCKER_HOST and TLS as the CLI sees them)."""
+        env = {k: v for k, v in self._env().items() if k in _ENDPOINT_VARS}
+        try:
+            return docker_sdk.APIClient(**docker_sdk.utils.kwargs_from_env(environment=env),
+                                        timeout=int(self.timeout or 120), version="auto")
+        except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise DockerError(f"engine {self.name} not reachable through its API: {_flat(exc)}",
+                              field="engine") from None
+
+    def _sdk(self, what: str, call, *args, **kwargs):
+        """One SDK call; an engine error or a broken connection is one DockerError line."""
+        try:
+            return call(*args, **kwargs)
+        except sdk_errors.APIError as exc:
+            raise DockerError(f"docker {what} failed: {_flat(exc.explanation or exc)}", field="engine") from None
+        except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise DockerError(f"engine {self.name} did not answer `{what}`: {_flat(exc)}", field="engine") from None
 
     def _env(self) -> dict[str, str]:
         env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
@@ -175,13 +208,24 @@ class DockerClient:
     # -- facts about the engine
 
     def info(self) -> dict:
+        if self._api is not None:
+            return self._sdk("info", self._api.info)
         return json.loads(self.run("info", "--format", "{{json .}}").stdout)
 
     def image_id(self, ref: str) -> Optional[str]:
+        if self._api is not None:
+            try:
+                return self._api.inspect_image(ref)["Id"]
+            except sdk_errors.NotFound:
+                return None
+            except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError):
+                return self._sdk("image inspect", self._api.inspect_image, ref)["Id"]  # its one line
         proc = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     def image_inspect(self, ref: str) -> dict:
+        if self._api is not None:
+            return self._sdk("image inspect", self._api.inspect_image, ref)
         return json.loads(self.run("image", "inspect", ref).stdout)[0]
 
     # -- building
@@ -229,28 +273,69 @@ class DockerClient:
         return iidfile.read_text().strip()
 
     def tag(self, image_id: str, tag: str) -> None:
-        self.run("tag", image_id, tag)
+        if self._api is None:
+            self.run("tag", image_id, tag)
+            return
+        repository, _, name = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
+        self._sdk("tag", self._api.tag, image_id, repository, name)
 
     def push(self, image_id: str, ref: str) -> None:
         """Tag `image_id` as `ref` and push it (a registry cache ref; not a published release)."""
-        self.run("tag", image_id, ref)
+        self.tag(image_id, ref)
         proc = procs.run([self.client, "push", ref], "--cache-to", env=self._env(), capture_output=True, text=True,
                          stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"push of {ref} from {self.name} failed: {detail}", field="--cache-to")
 
-    def remove_image(self, ref: str) -> None:
-        self.run("image", "rm", "-f", ref, check=False)
+    def remove_image(self, ref: str, force: bool = True) -> None:
+        """Remove an image (or, force=False, only this name of it); absent already is fine."""
+        if self._api is None:
+            self.run("image", "rm", *(["-f"] if force else []), ref, check=False)
+            return
+        try:
+            self._api.remove_image(ref, force=force)
+        except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError):
+            pass  # absent, or in use by a container: what `rm -f` without check did
+
+    def remove_container(self, name: str) -> None:
+        if self._api is None:
+            self.run("rm", "-f", "-v", name, check=False)
+            return
+        try:
+            self._api.remove_container(name, v=True, force=True)
+        except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError):
+            pass
 
     def run_in_image(self, image: str, *command: str, platform: Optional[str] = None,
                      network: str = "none", entrypoint: Optional[str] = None) -> str:
+        """The stdout of COMMAND in a throwaway container of `image`; a failure is one line with its stderr."""
+        if self._api is not None:
+            return self._run_in_image_api(image, list(command), platform, network, entrypoint)
         args = ["run", "--rm", "--network", network]
         if platform:
             args += ["--platform", platform]
         if entrypoint is not None:
             args += ["--entrypoint", entrypoint]
         return self.run(*args, image, *command).stdout
+
+    def _run_in_image_api(self, image: str, command: list[str], platform: Optional[str], network: str,
+                          entrypoint: Optional[str]) -> str:
+        host_config = self._api.create_host_config(network_mode=network)
+        created = self._sdk("create", self._api.create_container, image, command=command, entrypoint=entrypoint,
+                            host_config=host_config, platform=platform)
+        container = created["Id"]
+        try:
+            self._sdk("start", self._api.start, container)
+            status = self._sdk("wait", self._api.wait, container, timeout=int(self.timeout or 3600))
+            out = self._sdk("logs", self._api.logs, container, stdout=True, stderr=False).decode(errors="replace")
+            if status.get("StatusCode", 1) != 0:
+                err = self._sdk("logs", self._api.logs, container, stdout=False, stderr=True).decode(errors="replace")
+                detail = (err.strip().splitlines() or [f"exit {status.get('StatusCode')}"])[-1]
+                raise DockerError(f"docker run failed: {detail}", field="engine")
+            return out
+        finally:
+            self.remove_container(container)
 
 
 # what a failed step printed that says why: pip, apt, compilers, the CA, our own checks
@@ -261,6 +346,10 @@ STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
 OURS = re.compile(r"^(?:#\d+ )?(?:\d+\.\d+ )?servebuild: (.+)")  # what servebuild's in-build checks print (tools/profile_check.py)
 # a step's header echoes its command (which may quote our own messages): never a cause
 STEP_HEADER = re.compile(r"^#\d+ \[[\w.-]+(?: \d+/\d+)?\] ")
+
+
+def _flat(exc) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def failure_cause(tail: list[str]) -> str:

@@ -143,7 +143,7 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
         code = None
         output = ((exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""))
     finally:
-        subprocess.run([docker.client, "rm", "-f", "-v", name], capture_output=True)
+        docker.remove_container(name)
     return code, time.monotonic() - start, output
 
 

@@ -129,7 +129,7 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
         code = run_suite(f"docker://{name}", expect, out_dir, require_gpu=require_gpu, extra=extra,
                          engine_env=docker._env() if docker.endpoint else None)
     finally:
-        docker.run("rm", "-f", name, check=False)
+        docker.remove_container(name)
     write_json(out_dir / "verdict.json", {"image": image, "image_id": info["Id"], "passed": code == 0,
                                           "require_gpu": require_gpu})
     return code

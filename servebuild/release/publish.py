@@ -192,7 +192,7 @@ def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: 
         if not m:
             raise PublishError(f"push of {remote} reported no digest", field="publish")
     finally:
-        docker.run("image", "rm", remote, check=False)  # the local alias only; the image stays
+        docker.remove_image(remote, force=False)  # the local alias only; the image stays
     digest = m.group(1)
     found = client.get_manifest(repo, digest)
     if found is None:

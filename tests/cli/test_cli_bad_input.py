@@ -119,8 +119,11 @@ def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
                     "echo 'docker: Error response from daemon: invalid mount config.' >&2\nexit 125\n")
     fake.chmod(0o755)
 
-    class Client:
+    class Client:  # the engine client's two calls run_in_image makes: the CLI (the run) and the cleanup
         client = str(fake)
+
+        def remove_container(self, name):
+            pass
     with pytest.raises(DockerError, match="docker run of img failed: docker: Error response"):
         run_in_image(Client(), "img", Probe("true"), None, False)
 

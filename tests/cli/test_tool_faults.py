@@ -60,9 +60,9 @@ def test_a_missing_git_is_one_line(tmp_path, cache):
 
 
 def test_a_failing_engine_client_is_one_line(tmp_path, cache):
-    docker = tool(tmp_path / "bin", "docker", FAKE_DOCKER)
+    docker = tool(tmp_path / "bin", "docker", FAKE_DOCKER.replace('  "version --format") echo "20.10.24"; exit 0 ;;\n', ""))
     proc = cli("build", "--recipe", "torch-cu130-bookworm", env={**cache, "SERVEBUILD_DOCKER": str(docker)})
-    assert_one_line(proc, "engine", "simulated engine fault")
+    assert_one_line(proc, "engine", "not reachable", "simulated engine fault")
 
 
 def test_an_engine_client_that_cannot_be_executed_is_one_line(tmp_path, cache):
