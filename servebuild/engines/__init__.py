@@ -1,9 +1,10 @@
-"""Engine kinds: what servebuild knows about one inference server, in one folder each.
+"""Extension point: engine kinds — what servebuild knows about one inference server, in one folder each.
 
 A kind (on the protocol in base.py) holds its launch-profile rules (e.g. DSpark settings and how
 that engine spells them), its defaults (port, listen flags, environment, whether it compiles
 kernels while serving) and its extra smoke checks. Generic code asks `kind_for(name)` and never
 names an engine itself; an engine without a folder gets the generic kind (no extra rules).
+Launch profiles (profiles.py) are the one argv parser and the launcher script. Reads: the ground only.
 """
 
 from __future__ import annotations

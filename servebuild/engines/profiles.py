@@ -35,11 +35,11 @@ def printable(text: str, what: str) -> str:
 class LaunchProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    description: str = ""
+    description: str = ""  # one line of free text
     module: str                        # run as `python -m MODULE`
-    args: list[str] = []
+    args: list[str] = []  # the server's arguments, one word each
     extra_args: list[str] = []         # appended after args; lets a child recipe add flags only
-    env: dict[str, str] = {}
+    env: dict[str, str] = {}  # environment of the launcher (the caller's environment overrides it)
     dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
     port: Optional[int] = Field(default=None, ge=1, le=65535)  # default: the engine kind's port
 

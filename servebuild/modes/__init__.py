@@ -1,10 +1,11 @@
-"""Install modes: how an engine's patched source becomes the installed engine in an image.
+"""Extension point: install modes — how an engine's patched source becomes the installed engine in an image.
 
 A mode is one object (one module per mode, on the protocol in base.py) registered in MODES. It
 validates the engine fields it needs, names the files it adds to the build context, says where
-the source tree comes from and which patches it can carry, and renders its own Dockerfile
-fragment for the engine stage. Nothing else in servebuild compares mode names: to add a mode,
-write a module and add it to the table below.
+the source tree comes from and which patches it can carry, and names its Dockerfile fragment for
+the engine stage (a template beside its module, e.g. pip-source.j2; render/ renders it). Nothing
+else in servebuild compares mode names: to add a mode, write a module and add it to the table below.
+Reads: the ground only (no Jinja, no recipe).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def full_sha(value: str) -> str:
 
 
 class BaseImage(Model):
-    ref: str
+    ref: str  # docker reference name[:tag]; `{arch}` names per-arch local images
     digest: Optional[str] = None  # filled by `lock`; a local image id for bootstrapped bases
 
     @field_validator("ref")
@@ -59,22 +59,22 @@ class BaseImage(Model):
 
 
 class Bases(Model):
-    build: BaseImage
-    runtime: BaseImage
+    build: BaseImage  # FROM of the build stages (a -devel image where the build compiles)
+    runtime: BaseImage  # FROM of the runtime stage
 
 
 class PatchEntry(Model):
     """One entry of a patch stack: an upstream PR (by pinned commit) or a local patch file."""
 
-    id: str
-    pr: Optional[int] = Field(default=None, gt=0)
+    id: str  # name of the entry (variants and `requires` use it)
+    pr: Optional[int] = Field(default=None, gt=0)  # upstream PR number (fetched by pinned commit, never vendored)
     commit: Optional[str] = None        # full SHA of the commit carrying the PR
     commit_hint: Optional[str] = None   # short SHA from release notes; `lock` resolves it
     base: Optional[str] = None          # for a PR head: the commit the diff is taken against
     file: Optional[str] = None          # local patch, relative to the repository root
     sha256: Optional[str] = None        # of the exact diff applied
-    requires: list[str] = []
-    note: str = ""
+    requires: list[str] = []  # ids of entries that must come earlier in the stack
+    note: str = ""  # free text, shown nowhere else
 
     _note = printable_field("note")
 
@@ -130,11 +130,11 @@ class PatchEntry(Model):
 
 
 class EngineSource(Model):
-    url: str
-    commit: str
-    tag: Optional[str] = None
+    url: str  # upstream git URL (a config may map it to a mirror)
+    commit: str  # the tree's full 40-hex commit SHA, always
+    tag: Optional[str] = None  # the release tag of that commit (documentation; checked against the release)
     subdir: str = "."  # the directory of the tree that pip installs
-    patches: list[PatchEntry] = []
+    patches: list[PatchEntry] = []  # applied in order, 3-way where possible
     optional_patches: list[PatchEntry] = []  # not applied by default; variants may pick them
 
     _tag = pattern_field("tag", GIT_TAG, "a git tag name such as v0.5.16")
@@ -194,7 +194,7 @@ class Engine(Model):
     name: str
     version: str
     install: str = "pip-source"  # a registered install mode (servebuild/modes): pip-source, vllm-precompiled, ...
-    source: EngineSource
+    source: EngineSource  # the pinned tree and its patch stack
     precompiled: dict[str, str] = {}  # platform -> hashed requirement file of the release wheel
     sdist: Optional[str] = None  # hashed requirement file of the release sdist (a source tree without GitHub)
     overlay_from: Optional[str] = None  # wheel-overlay: the package directory in the tree, e.g. python/sglang
@@ -238,8 +238,8 @@ class Engine(Model):
 
 
 class BuildResources(Model):
-    max_jobs: Optional[int] = Field(default=None, ge=1, le=512)
-    nvcc_threads: Optional[int] = Field(default=None, ge=1, le=64)
+    max_jobs: Optional[int] = Field(default=None, ge=1, le=512)  # MAX_JOBS (default: from cores and memory)
+    nvcc_threads: Optional[int] = Field(default=None, ge=1, le=64)  # NVCC_THREADS (default: derived like max_jobs)
 
 
 class AptPackages(Model):
@@ -256,10 +256,10 @@ class AptPackages(Model):
 
 class Launch(Model):
     user: str = "0"  # numeric, so the host can resolve it; GPU servers run as root by default
-    workdir: str = "/workspace"
+    workdir: str = "/workspace"  # WORKDIR of the image
     cache_dirs: list[str] = []  # created in the image (no VOLUME: mount what should persist)
     default: Optional[str] = None  # the profile the image runs by default (else the first declared)
-    profiles: dict[str, LaunchProfile] = {}
+    profiles: dict[str, LaunchProfile] = {}  # NAME -> /usr/local/bin/NAME, parsed at build time
 
     _user = pattern_field("user", USER, "a user name or numeric uid[:gid]")
     _workdir = pattern_field("workdir", ABS_DIR, "an absolute directory (letters, digits, '._-')")
@@ -306,13 +306,13 @@ class Variant(Model):
     """An A/B image: an ordered subset of the engine's patches and optional patches."""
 
     description: str = ""
-    patches: list[str]
+    patches: list[str]  # entry ids (stack or optional) in the order they apply
 
     _description = printable_field("description")
 
 
 class Expect(Model):
-    imports: list[str] = []
+    imports: list[str] = []  # modules the smoke suite imports
     gpu_imports: list[str] = []       # modules that load the CUDA driver on import (checked with a GPU)
     versions: dict[str, str] = {}     # distribution name -> exact version
     cuda: Optional[str] = None        # torch.version.cuda and the toolkit's major.minor
@@ -340,21 +340,21 @@ class Expect(Model):
 
 class Recipe(Model):
     name: str
-    description: str
-    extends: Optional[str] = None
+    description: str  # one line of free text
+    extends: Optional[str] = None  # inherit from this recipe: mappings merge, lists and scalars are replaced
     _description = printable_field("description")
-    platforms: list[str] = ["linux/arm64"]
-    python: str
-    cuda_arch_list: str = "9.0a"
-    bases: Bases
-    constraints: dict[str, str]
+    platforms: list[str] = ["linux/arm64"]  # linux/arm64 and/or linux/amd64
+    python: str  # checked against the base image's python3 during the build
+    cuda_arch_list: str = "9.0a"  # TORCH_CUDA_ARCH_LIST for every native compile
+    bases: Bases  # the two FROM images; `digest` once locked
+    constraints: dict[str, str]  # platform -> hashed requirement set (every pin `==` with a sha256)
     wheels: list[str] = []  # local wheel files (air-gapped sites, local builds); still hash-checked
-    apt: AptPackages = AptPackages()
-    engine: Optional[Engine] = None
-    build: BuildResources = BuildResources()
-    launch: Launch = Launch()
-    expect: Expect = Expect()
-    variants: dict[str, Variant] = {}
+    apt: AptPackages = AptPackages()  # Debian packages beyond python3 + venv (build stages, runtime)
+    engine: Optional[Engine] = None  # the inference server (none: a torch-only image)
+    build: BuildResources = BuildResources()  # compile parallelism
+    launch: Launch = Launch()  # how the image runs: user, workdir, launch profiles
+    expect: Expect = Expect()  # what the smoke suite proves in the built image
+    variants: dict[str, Variant] = {}  # NAME -> a patch stack for A/B images (`invoke bisect`, `build --variant`)
 
     @field_validator("name")
     @classmethod
