@@ -3,13 +3,15 @@ and scripts/structure.py; nothing in the build imports this module).
 
 A module may import only from its own package or from a package below it in LAYERS. Two names on one
 rank (modes and engines) are siblings: neither imports the other. Code that runs inside images
-(IN_IMAGE) imports nothing from servebuild. An import inside a function hides a dependency from the
+(tools/ and each engines/<kind>/argcheck.py) imports nothing from servebuild (tools/: only the
+standard library). An import inside a function hides a dependency from the
 reader, so it is allowed only for the optional heavy libraries in LAZY.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +22,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
     ("cli",),
 )
-IN_IMAGE = ("servebuild.tools", "servebuild.engines.sglang.argcheck", "servebuild.engines.vllm.argcheck")
+# code that runs inside images: tools/ (standard library only) and each engine kind's profile-check hook,
+# engines/<kind>/argcheck.py (the standard library and that engine's own package)
+IN_IMAGE_HOOK = "argcheck"
 LAZY = ("cryptography", "oras", "requests", "nvidia")  # release's optional libraries; a probe of the image's wheels
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -66,15 +70,33 @@ def layer_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+def in_image(module: str) -> bool:
+    parts = module.split(".")
+    return module.startswith("servebuild.tools") or (len(parts) == 4 and parts[1] == "engines"
+                                                     and parts[3] == IN_IMAGE_HOOK)
+
+
+def in_image_allows(module: str, target: str) -> bool:
+    """What code that runs inside an image may import: tools/ the standard library only; an engine's
+    hook also its engine's packages, which the image holds (sglang, vllm, ...)."""
+    top = target.split(".")[0]
+    return top in sys.stdlib_module_names or top == "__future__" or module.split(".")[1] == "engines"
+
+
 def problems(package_dir: Path, layer=layer_of) -> list[str]:
     """One line per import that breaks the order (empty when the tree keeps it)."""
     out = []
     for imp in imports(package_dir):
         where = f"{imp.module} (line {imp.line}) imports {imp.target}"
         ours = imp.target == "servebuild" or imp.target.startswith("servebuild.")
-        if imp.module.startswith(IN_IMAGE):
+        if in_image(imp.module):
             if ours:
                 out.append(f"{where}: code that runs inside an image imports nothing from servebuild")
+            elif not in_image_allows(imp.module, imp.target):
+                out.append(f"{where}: tools/ runs inside images and imports only the standard library")
+            continue
+        if imp.target == "servebuild" and not imp.nested:
+            out.append(f"{where}: import the module it uses (`import servebuild` reaches every package)")
             continue
         if imp.nested and not imp.target.startswith(LAZY):
             out.append(f"{where} inside a function: import it at the top of the module")

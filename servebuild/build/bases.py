@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from servebuild import procs
 from servebuild.build.docker import BuildRequest, DockerClient
@@ -117,3 +118,13 @@ def missing_bootstrappable(docker: DockerClient, loaded, arch: str) -> list[tupl
             if entry not in missing:
                 missing.append(entry)
     return missing
+
+
+def local_ids(loaded) -> dict[str, Optional[str]]:
+    """ref -> the local engine's image id of each base of the recipe (None where it has none): they pin
+    bases no registry answers for (bootstrapped ones). No engine: none at all."""
+    try:
+        engine = DockerClient()
+    except DockerError:
+        return {}
+    return {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}

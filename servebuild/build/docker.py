@@ -216,10 +216,14 @@ class DockerClient:
         if self._api is not None:
             try:
                 return self._api.inspect_image(ref)["Id"]
-            except sdk_errors.NotFound:
-                return None
-            except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError):
-                return self._sdk("image inspect", self._api.inspect_image, ref)["Id"]  # its one line
+            except sdk_errors.APIError as exc:
+                if exc.is_client_error():  # no such image, or not a reference the engine takes: no id
+                    return None
+                raise DockerError(f"docker image inspect failed: {_flat(exc.explanation or exc)}",
+                                  field="engine") from None
+            except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+                raise DockerError(f"engine {self.name} did not answer `image inspect`: {_flat(exc)}",
+                                  field="engine") from None
         proc = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 

@@ -406,6 +406,14 @@ def per_platform_option(value: Optional[str], option: str, platforms: list) -> N
                           field=option)
 
 
+def image_of_build(root: Path, build_dir: Path, farm_option: Optional[str]) -> Optional[str]:
+    """With a farm, the image id the build manifest records (the build's own image, wherever its tag
+    points on that node); without one, None (the recipe's tag on the local engine is it)."""
+    if farm_path(root, farm_option) is None:
+        return None
+    return read_json_object(build_dir / "manifest.json", "build manifest")["outputs"]["image_id"]
+
+
 def engine_for_build(root: Path, build_dir: Path, platform: str, farm_option: Optional[str]) -> DockerClient:
     """The engine holding a recipe build's image: with a farm file, the node the build manifest
     names; else the local engine."""

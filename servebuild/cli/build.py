@@ -14,7 +14,7 @@ from servebuild.check import smoke
 from servebuild.cli.options import build_options, default_ca_bundle, verdict
 from servebuild.errors import Refused
 from servebuild.plan.make import checked_cache_dir, make_plan
-from servebuild.platforms import host_platform
+from servebuild.platforms import arch_of, host_platform
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
 
@@ -102,7 +102,7 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     engine = DockerClient()
     loaded = load_recipe(recipe, root)
     platform = platform or host_platform()
-    arch = platform.split("/")[1]
+    arch = arch_of(platform)
     for ref, suite in bases.missing_bootstrappable(engine, loaded, arch):
         print(f"==> bootstrap-base {suite} {arch}")
         bases.bootstrap_base(engine, arch, suite, ref, checked_cache_dir())

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from servebuild.build.docker import DockerClient
-from servebuild.errors import DockerError, InputError, IntegrityError
+from servebuild.build import bases
+from servebuild.errors import InputError, IntegrityError
 from servebuild.lock import compute, depsets, lockfile
 from servebuild.plan.config import load_config
 from servebuild.plan.make import checked_cache_dir
@@ -17,11 +17,7 @@ from servebuild.sources.stack import SourceCache
 
 def lock(root: Path, recipe: str, offline: bool = False) -> None:
     loaded = load_recipe(recipe, root)
-    try:  # the local engine's image ids pin bases no registry answers for; no engine: none
-        engine = DockerClient()
-        ids = {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
-    except DockerError:
-        ids = {}
+    ids = bases.local_ids(loaded)
     cache = SourceCache(checked_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
     start = time.monotonic()
     data = compute.compute_lock(loaded, cache, ids, root / "build" / loaded.recipe.name / "lock-work")

@@ -15,17 +15,16 @@ from servebuild.release.verify import verify as verify_tag
 
 def publish(root: Path, recipe: str, registry=None, platform=None, variant=None, repository=None, tag=None,
             credentials_file=None, ca=None, force=False, no_verify=False, farm=None, sign_key=None) -> None:
-    name = (repository or f"servebuild/{recipe}").strip()
     tag = tag or variant or "latest"
-    registry_ref(registry, name, tag)
+    registry_ref(registry, (repository or "servebuild/recipe").strip(), tag)  # the options, before any file is read
     platforms = platform_list(platform)
     key_file, key_field = (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"),
                                                                      "SERVEBUILD_SIGN_KEY")
     signer = signing.load_private_key(Path(key_file), key_field) if key_file else None  # before any push
     docker = DockerClient()
     builds, recipe_name = gather_builds(root, recipe, platforms, variant, farm, verify=not no_verify)
-    if repository is None:
-        name = f"servebuild/{recipe_name}"
+    name = (repository or f"servebuild/{recipe_name}").strip()  # the recipe's name, never a path given as --recipe
+    registry_ref(registry, name, tag)
     client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
     result = publish_builds(docker, builds, client, name, tag, force=force, signer=signer,
                             progress=lambda event, detail: print(f"{event}: {detail}", flush=True))

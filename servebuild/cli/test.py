@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from pathlib import Path
 from typing import Optional
 
+from servebuild import procs
 from servebuild.build import bases, farm as farms
 from servebuild.build.docker import DockerClient
 from servebuild.check import host as hostcheck, profiles, smoke
 from servebuild.cli.options import build_options, image_ref, verdict
 from servebuild.errors import HostError, InputError
-from servebuild.fsutil import read_json_object, write_json
+from servebuild.fsutil import write_json
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import host_arch
 from servebuild.recipe.load import load_recipe
@@ -41,8 +41,7 @@ def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, r
         plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
         image, out_dir = plan.tag, plan.build_dir / "smoke"
         engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
-        if farm is not None or (root / "farm.yaml").exists():  # the build's own image, wherever it is tagged
-            image = read_json_object(plan.build_dir / "manifest.json", "build manifest")["outputs"]["image_id"]
+        image = farms.image_of_build(root, plan.build_dir, farm) or image
     else:
         out_dir = root / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
         engine = DockerClient()
@@ -92,10 +91,7 @@ def bootstrap_base(arch: Optional[str], suite: str, tag: Optional[str]) -> None:
 
 def binfmt() -> None:
     cmd = ["update-binfmts", "--enable", "qemu-aarch64"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise HostError(f"{cmd[0]}: {exc.strerror}", hint="apt-get install qemu-user-static binfmt-support") from None
+    proc = procs.run(cmd, "binfmt", capture_output=True, text=True)
     if proc.returncode != 0 and "already enabled" not in proc.stderr:
         raise HostError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}",
                       hint="apt-get install qemu-user-static binfmt-support")

@@ -22,6 +22,8 @@ def test_the_sdk_and_the_cli_see_the_same_engine(engine, base_images):
     ref = base_images["amd64"]
     assert engine.image_id(ref) == engine.run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
     assert engine.image_id("servebuild-test/never-built:none") is None
+    # a per-arch base as a recipe writes it is no reference the engine takes: no id (as the CLI said), no error
+    assert engine.image_id("servebuild/debian:bookworm-{arch}") is None
 
 
 def test_tag_untag_and_a_throwaway_container_through_the_sdk(engine, base_images):

@@ -41,3 +41,27 @@ def test_the_reference_names_every_recipe_field():
 def test_the_readme_links_the_generated_docs():
     readme = (REPO_ROOT / "README.md").read_text()
     assert "docs/architecture.md" in readme and "docs/recipe-reference.md" in readme
+
+
+EXAMPLES = ("NAME", "trtllm", "wheel-rebuild", "wheel_rebuild", "<kind>")  # what a guide asks the reader to create
+
+
+@pytest.mark.parametrize("doc", ["docs/architecture.md", "docs/extending.md", "docs/recipe-reference.md",
+                                 "docs/input-validation.md"])
+def test_every_path_a_doc_names_exists(doc):
+    """A path in backquotes (`servebuild/render/context.py`, `render/templates/stages/runtime.j2`,
+    `build/docker.DockerClient`) names a file or folder of the checkout, from the root, servebuild/ or
+    one of its packages; the examples a guide asks the reader to create are left out."""
+    import re
+    text = (REPO_ROOT / doc).read_text()
+    bases = [REPO_ROOT, REPO_ROOT / "servebuild", REPO_ROOT / "servebuild" / "render",
+             REPO_ROOT / "servebuild" / "render" / "templates"]
+    bases += [p for p in (REPO_ROOT / "servebuild").iterdir() if p.is_dir()]
+    missing = []
+    for token in sorted(set(re.findall(r"`([A-Za-z0-9_.<>-]+/[A-Za-z0-9_./<>-]*)`", text))):
+        if any(e in token for e in EXAMPLES) or token.startswith(("linux/", "python/", "src/")):
+            continue
+        candidates = {token, re.sub(r"\.[A-Za-z_]+$", ".py", token)}  # module.Name -> module.py
+        if not any((base / c).exists() for base in bases for c in candidates):
+            missing.append(token)
+    assert not missing, f"{doc} names paths that do not exist: {missing}"

@@ -30,8 +30,8 @@ def copy_with(tmp_path: Path, module: str, text: str, at_top: bool = True) -> Pa
     body = path.read_text()
     if at_top:  # after `from __future__ ...`, else before the first import
         lines = body.splitlines(keepends=True)
-        first = next(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
-        first += lines[first].startswith("from __future__")
+        first = next((i for i, line in enumerate(lines) if line.startswith(("import ", "from "))), len(lines))
+        first += first < len(lines) and lines[first].startswith("from __future__")
         path.write_text("".join(lines[:first] + [text + "\n"] + lines[first:]))
     else:
         path.write_text(body + "\n\ndef _late():\n    " + text + "\n")
@@ -48,10 +48,28 @@ def copy_with(tmp_path: Path, module: str, text: str, at_top: bool = True) -> Pa
     ("sources/stack.py", "from servebuild.plan.make import make_plan", "plan is above sources"),
     ("tools/profile_check.py", "from servebuild.errors import ServebuildError",
      "code that runs inside an image imports nothing from servebuild"),
+    ("tools/profile_check.py", "import yaml", "tools/ runs inside images and imports only the standard library"),
+    ("engines/vllm/argcheck.py", "from servebuild.engines import kind_for", "inside an image imports nothing from servebuild"),
+    ("plan/make.py", "import servebuild", "`import servebuild` reaches every package"),
 ])
 def test_an_upward_import_is_caught(tmp_path, module, line, expect):
     found = layers.problems(copy_with(tmp_path, module, line))
     assert len(found) == 1 and expect in found[0], found
+
+
+def test_a_relative_upward_import_is_caught(tmp_path):
+    found = layers.problems(copy_with(tmp_path, "sources/stack.py", "from ..check import smoke"))
+    assert len(found) == 1 and "imports servebuild.check.smoke: check is above sources" in found[0], found
+
+
+def test_a_new_engine_kinds_hook_runs_inside_images(tmp_path):
+    """Not a hand-kept list: any engines/<kind>/argcheck.py is in-image code."""
+    tree = copy_with(tmp_path, "errors.py", "import json")
+    (tree / "engines" / "trtllm").mkdir()
+    (tree / "engines" / "trtllm" / "__init__.py").write_text("")
+    (tree / "engines" / "trtllm" / "argcheck.py").write_text("import tensorrt_llm\nfrom servebuild.errors import X\n")
+    found = layers.problems(tree)
+    assert len(found) == 1 and "servebuild.engines.trtllm.argcheck" in found[0] and "inside an image" in found[0], found
 
 
 def test_an_import_inside_a_function_is_caught(tmp_path):
