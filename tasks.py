@@ -13,7 +13,7 @@ from invoke import task
 from servebuild.cli import bisect as cli_bisect, build as cli_build, lock as cli_lock, release as cli_release
 from servebuild.cli import test as cli_test
 from servebuild.cli.front import one_line_errors, parse_errors_exit_2
-from servebuild.cli.options import DEFAULT_RECIPE
+from servebuild.cli.options import DEFAULT_RECIPE, DEFAULT_SUITE, EXPECT_FILE, HOST_RECIPE, MAIN_RECIPE
 
 ROOT = Path(__file__).resolve().parent
 
@@ -70,7 +70,7 @@ def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "suite": "Debian suite",
             "tag": "image tag (default servebuild/debian:SUITE-ARCH)"})
 @one_line_errors
-def bootstrap_base(c, arch=None, suite="bookworm", tag=None):
+def bootstrap_base(c, arch=None, suite=DEFAULT_SUITE, tag=None):
     """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
     cli_test.bootstrap_base(arch, suite, tag)
 
@@ -116,7 +116,7 @@ def doctor(c, serve=False):
 
 @task(help={"recipe": "recipe name", "output": "where to write the expectations JSON"})
 @one_line_errors
-def smoke_expect(c, recipe="torch-cu130", output="smoke-expect.json"):
+def smoke_expect(c, recipe=HOST_RECIPE, output=EXPECT_FILE):
     """Write the smoke suite's expectations for a host run (for machines without this project)."""
     cli_test.smoke_expect(ROOT, recipe, output)
 
@@ -131,7 +131,7 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
 @task(help={"recipe": "recipe to build and prove (default torch-cu130-bookworm: needs no registry)",
             "platform": "platform (default: this host's)"})
 @one_line_errors
-def main(c, recipe="torch-cu130-bookworm", platform=None):
+def main(c, recipe=MAIN_RECIPE, platform=None):
     """The main job: base image, build, smoke verdict, on a machine with PyPI but no registry."""
     return cli_build.main(ROOT, recipe, platform)
 

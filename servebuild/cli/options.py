@@ -12,7 +12,11 @@ from servebuild.plan.make import BuildOptions
 from servebuild.platforms import PLATFORMS
 from servebuild.recipe.grammar import HOST, TAG
 
-DEFAULT_RECIPE = "sglang-native-fp8"
+DEFAULT_RECIPE = "sglang-native-fp8"  # what most commands act on without --recipe
+MAIN_RECIPE = "torch-cu130-bookworm"  # the main job: needs no registry
+HOST_RECIPE = "torch-cu130"  # smoke-expect: a host run checks a torch install
+EXPECT_FILE = "smoke-expect.json"
+DEFAULT_SUITE = "bookworm"  # bootstrap-base
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
