@@ -100,14 +100,24 @@ class DockerClient:
         self._api = None if endpoint is not None and endpoint.host.startswith("ssh://") else self._connect_api()
 
     def _connect_api(self):
-        """An SDK client for the engine the CLI just answered for (DOCKER_HOST and TLS as the CLI sees them)."""
+        """An SDK client for the engine the CLI just answered for (DOCKER_HOST and TLS as the CLI sees them);
+        None (the CLI serves every call) where the SDK cannot read the user's Docker config, which it
+        parses for credentials it is never asked to use here; the credential checks of `publish` name
+        what is wrong with that file."""
         env = {k: v for k, v in self._env().items() if k in _ENDPOINT_VARS}
         try:
-            return docker_sdk.APIClient(**docker_sdk.utils.kwargs_from_env(environment=env),
-                                        timeout=int(self.timeout or 120), version="auto")
+            api = docker_sdk.APIClient(**docker_sdk.utils.kwargs_from_env(environment=env),
+                                       timeout=int(self.timeout or 120),
+                                       version=docker_sdk.constants.MINIMUM_DOCKER_API_VERSION)  # asked below
+        except (sdk_errors.DockerException, ValueError):  # a malformed ~/.docker/config.json (auths, proxies)
+            return None
+        api.trust_env = False  # the engine's own CA and no proxy: never REQUESTS_CA_BUNDLE or HTTPS_PROXY
+        try:  # the engine's API version, asked once the session trusts only the engine's CA
+            api._version = api._retrieve_server_version()
         except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise DockerError(f"engine {self.name} not reachable through its API: {_flat(exc)}",
                               field="engine") from None
+        return api
 
     def _sdk(self, what: str, call, *args, **kwargs):
         """One SDK call; an engine error or a broken connection is one DockerError line."""

@@ -176,6 +176,9 @@ def _ca(monkeypatch, farm_project):
     monkeypatch.setattr(tasks, "ROOT", farm_project)
     if HOST_CA.exists():
         monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(HOST_CA))
+        # a host-wide bundle without the farm's private CA, as many sites set it: the engine client's
+        # TLS to node 2 must trust the farm file's CA, not this (requests would read it by default)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(HOST_CA))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -257,7 +260,7 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         assert manifest["platform"] == platform
         assert manifest["outputs"]["image_id"] == engine_run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
         assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if engine_run is node1 else node2.tcp)
-        inside = json.loads(run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
+        inside = json.loads(engine_run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
                                 ref, "/opt/servebuild/manifest.json").stdout)
         assert inside == {k: v for k, v in manifest.items() if k != "outputs"}
         log = (build_dir / "build.log").read_text()

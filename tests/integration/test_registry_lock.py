@@ -35,8 +35,8 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
     root = make_project(tmp_path, up, recipe)
     loaded = load_recipe("toy", root)
     data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "w")
-    assert data["unresolved"] == []
-    assert data["bases"]["build"]["digest"] == pushed
+    assert data.unresolved == []
+    assert data.bases.build.digest == pushed
     locking.write_lock(locking.lock_path(loaded), data)
 
     result, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-digest:amd64", tmp_path / "cache",

@@ -143,12 +143,12 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
         locking.read_lock(loaded)
     data = compute.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
     locking.write_lock(locking.lock_path(loaded), data)
-    assert data["unresolved"] == []
-    by_id = {p["id"]: p for p in data["patches"]}
-    assert by_id["pr-1"]["commit"] == up.pr1_merge
-    assert by_id["pr-2"]["commit"] == up.pr2_head and by_id["pr-2"]["base"] == up.pr1_merge
-    assert by_id["pr-2"]["sha256"] == diff_sha(up, up.pr1_merge, up.pr2_head)
-    assert by_id["pr-1"]["python_only"] is True
+    assert data.unresolved == []
+    by_id = {p.id: p for p in data.patches}
+    assert by_id["pr-1"].commit == up.pr1_merge
+    assert by_id["pr-2"].commit == up.pr2_head and by_id["pr-2"].base == up.pr1_merge
+    assert by_id["pr-2"].sha256 == diff_sha(up, up.pr1_merge, up.pr2_head)
+    assert by_id["pr-1"].python_only is True
 
     tag = "servebuild-test/toy-locked:amd64"
     first, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache", locked=True)
