@@ -287,7 +287,7 @@ def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Option
         else:
             first = problems[0]
             more = f" (and {len(problems) - 1} more engines for {platform} failed)" if len(problems) > 1 else ""
-            raise type(first)(first.problem + more, file=first.file, field=first.field, line=first.line)
+            raise first.moved(first.problem + more)  # its kind, place and hint
     return nodes
 
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import ServebuildError
+from servebuild.errors import InputError
 
 MAX_BYTES = 64 << 10
 USERNAME = re.compile(r"[A-Za-z0-9._@+-][A-Za-z0-9._@+ -]{0,254}\Z")
 
 
-class CredentialsError(ServebuildError):
+class CredentialsError(InputError):
     """Credentials missing, unreadable or malformed (the secret itself is never shown)."""
 
 

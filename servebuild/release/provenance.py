@@ -13,7 +13,7 @@ from typing import Optional
 from urllib.parse import quote
 
 from servebuild import __version__
-from servebuild.errors import DockerError, ServebuildError
+from servebuild.errors import DockerError, IntegrityError
 from servebuild.fsutil import sha256_bytes
 from servebuild.release.registry import EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag
 from servebuild.release.signing import ENVELOPE_TYPE
@@ -138,7 +138,7 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
     }
 
 
-class ArtifactError(ServebuildError):
+class ArtifactError(IntegrityError):
     """An attached artifact is missing, is about another image, or is not one layer of the expected type."""
 
 

@@ -30,7 +30,7 @@ from servebuild.release import signing
 from servebuild.release.credentials import DockerConfigDir
 from servebuild.build.docker import DockerClient
 from servebuild.build.farm import engine_for_build
-from servebuild.errors import DockerError, RecipeError, ServebuildError, SmokeError
+from servebuild.errors import DockerError, RecipeError, Refused, SmokeError
 from servebuild.fsutil import read_json_object, sha256_file, write_json
 from servebuild.lock.lockfile import lock_path
 from servebuild.plan.make import BuildOptions, make_plan
@@ -43,7 +43,7 @@ MAX_JSON = 16 << 20
 PUSH_TRIES = 4
 
 
-class PublishError(ServebuildError):
+class PublishError(Refused):
     """publish refused: what was wrong, and that nothing was pushed."""
 
 

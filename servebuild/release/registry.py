@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import ServebuildError
+from servebuild.errors import HostError
 from servebuild.fsutil import canonical_json, sha256_bytes
 from servebuild.lock.basedigest import MANIFEST_ACCEPT
 
@@ -38,7 +38,7 @@ EMPTY_JSON = b"{}"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
-class RegistryError(ServebuildError):
+class RegistryError(HostError):
     """The registry refused, could not be reached or could not be trusted."""
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-from servebuild.errors import ServebuildError
+from servebuild.errors import InputError, IntegrityError
 from servebuild.fsutil import sha256_bytes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -32,11 +32,11 @@ CERT_MARKER = b"-----BEGIN CERTIFICATE-----"
 KINDS = "Ed25519 or ECDSA P-256"
 
 
-class SigningError(ServebuildError):
+class SigningError(InputError):
     """A signing key or an envelope is unusable, or a signature does not verify (no key bytes shown)."""
 
 
-class BadSignature(SigningError):
+class BadSignature(IntegrityError, SigningError):
     """A well-formed envelope none of whose signatures verifies under the key."""
 
 

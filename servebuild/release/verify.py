@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.release import signing
-from servebuild.errors import ServebuildError
+from servebuild.errors import IntegrityError, ServebuildError
 from servebuild.fsutil import sha256_bytes, sha256_file
 from servebuild.build.manifest import LABEL_PREFIX, manifest_sha256
 from servebuild.release.provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE, ArtifactError, read_artifact
@@ -29,7 +29,7 @@ from servebuild.release.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX,
 KEYID_SHOWN = re.compile(r"[\x21-\x7e]{1,100}")  # keyids come from the registry: printable, bounded, or quoted
 
 
-class VerifyError(ServebuildError):
+class VerifyError(IntegrityError):
     """A published tag does not check out."""
 
 
