@@ -14,7 +14,7 @@ from typing import Optional
 from servebuild import procs
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.platforms import host_arch
-from servebuild.errors import DockerError, RecipeError
+from servebuild.errors import DockerError, InputError
 
 ARCHES = ("amd64", "arm64")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -41,9 +41,9 @@ def _run(cmd: list[str], log) -> None:
 def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT_MIRROR) -> Path:
     """debootstrap once per (suite, arch); later calls reuse the cached tarball."""
     if arch not in ARCHES:
-        raise RecipeError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
+        raise InputError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
     if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
-        raise RecipeError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
+        raise InputError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
     if shutil.which("debootstrap") is None:
         raise DockerError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
     # v2: the rootfs carries /etc/hosts and /etc/resolv.conf (see MOUNT_TARGETS)

@@ -34,7 +34,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from servebuild.build import run
 from servebuild.build.docker import DockerClient, Endpoint
-from servebuild.errors import DockerError, RecipeError, ServebuildError
+from servebuild.errors import DockerError, InputError, RecipeError, ServebuildError
 from servebuild.fsutil import MAX_BYTES, read_json_object
 from servebuild.recipe.load import _message, _place
 from servebuild.platforms import PLATFORMS, arch_of, docker_arch, machine_of
@@ -142,7 +142,7 @@ def farm_path(root: Path, option: Optional[str]) -> Optional[Path]:
     if option:
         path = Path(option)
         if not path.exists():
-            raise RecipeError(f"farm file {option!r} does not exist", field="--farm")
+            raise InputError(f"farm file {option!r} does not exist", field="--farm")
         return path
     default = root / FARM_FILE
     return default if default.exists() else None
@@ -392,9 +392,9 @@ def split_platforms(value: Optional[str]) -> list[Optional[str]]:
     items = [p.strip() for p in value.split(",")]
     for p in items:
         if not p:
-            raise RecipeError(f"{value!r} has an empty entry", field="--platform")
+            raise InputError(f"{value!r} has an empty entry", field="--platform")
         if items.count(p) > 1:
-            raise RecipeError(f"{p} is given twice", field="--platform")
+            raise InputError(f"{p} is given twice", field="--platform")
     return items
 
 

@@ -14,7 +14,7 @@ from typing import Optional, TextIO
 
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import inputs_manifest, oci_labels
-from servebuild.errors import DockerError, RecipeError
+from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import write_json
 from servebuild.lock.lockfile import unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
@@ -56,7 +56,7 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     try:
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
     except OSError as exc:
-        raise RecipeError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
+        raise InputError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
                           field="$SERVEBUILD_CACHE") from None
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with _FETCH_LOCK:

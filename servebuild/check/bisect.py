@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from servebuild import procs
 from servebuild.build.docker import DockerClient
-from servebuild.errors import DockerError, RecipeError
+from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import atomic_write, write_json
 from servebuild.build.run import build
 from servebuild.plan.make import make_plan
@@ -52,9 +52,9 @@ class Probe:
 
     def check(self) -> None:
         if self.timeout_s <= 0:
-            raise RecipeError(f"{self.timeout_s} is not a positive number of seconds", field="--timeout")
+            raise InputError(f"{self.timeout_s} is not a positive number of seconds", field="--timeout")
         if not self.command.strip():
-            raise RecipeError("the command to run is empty", field="--run")
+            raise InputError("the command to run is empty", field="--run")
         for volume in self.volumes:
             check_volume(volume)
 
@@ -69,17 +69,17 @@ def check_volume(volume: str) -> None:
     path or a volume name (a relative path would be taken as neither), DST absolute."""
     parts = volume.split(":")
     if volume.startswith("-") or len(parts) not in (2, 3):
-        raise RecipeError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
+        raise InputError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
     src, dst = parts[0], parts[1]
     if src.startswith("/"):
         if not Path(src).exists():
-            raise RecipeError(f"{volume!r}: {src} does not exist", field="--volume")
+            raise InputError(f"{volume!r}: {src} does not exist", field="--volume")
     elif not VOLUME_NAME.fullmatch(src):
-        raise RecipeError(f"{volume!r}: SRC must be an absolute path or a volume name", field="--volume")
+        raise InputError(f"{volume!r}: SRC must be an absolute path or a volume name", field="--volume")
     if not dst.startswith("/") or dst == "/":
-        raise RecipeError(f"{volume!r}: DST must be an absolute path in the container (not /)", field="--volume")
+        raise InputError(f"{volume!r}: DST must be an absolute path in the container (not /)", field="--volume")
     if len(parts) == 3 and not set(parts[2].split(",")) <= VOLUME_OPTIONS:
-        raise RecipeError(f"{volume!r}: unknown volume option in {parts[2]!r} "
+        raise InputError(f"{volume!r}: unknown volume option in {parts[2]!r} "
                           f"(one of {', '.join(sorted(VOLUME_OPTIONS))})", field="--volume")
 
 
@@ -191,7 +191,7 @@ def variant_job(loaded, spec: str) -> tuple[str, Optional[tuple[str, ...]]]:
     when the plan is made, before anything builds."""
     name, eq, stack = spec.partition("=")
     if not NAME_RE.fullmatch(name):
-        raise RecipeError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: letters, digits, '-', '_')",
+        raise InputError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: letters, digits, '-', '_')",
                           file=loaded.file, field="--variants")
     if not eq:
         if name not in loaded.recipe.variants:
@@ -203,7 +203,7 @@ def variant_job(loaded, spec: str) -> tuple[str, Optional[tuple[str, ...]]]:
     known = [e.id for e in engine.source.patches + engine.source.optional_patches] if engine else []
     missing = [i for i in ids if i not in known]
     if missing:
-        raise RecipeError(f"variant {name}: no patch {missing[0]!r} (known: {', '.join(known) or 'none'})",
+        raise InputError(f"variant {name}: no patch {missing[0]!r} (known: {', '.join(known) or 'none'})",
                           file=loaded.file, field="--variants")
     return name, ids
 
@@ -259,7 +259,7 @@ def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -
 def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional[float]:
     """--metric and --threshold come together; the threshold is a finite number."""
     if (metric is None) != (threshold is None) or metric == "":
-        raise RecipeError("give --metric NAME and --threshold NUMBER together (or neither: the exit status decides)",
+        raise InputError("give --metric NAME and --threshold NUMBER together (or neither: the exit status decides)",
                           field="--metric")
     if threshold is None:
         return None
@@ -268,7 +268,7 @@ def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise RecipeError(f"{threshold!r} is not a finite number", field="--threshold")
+        raise InputError(f"{threshold!r} is not a finite number", field="--threshold")
     return value
 
 
@@ -312,7 +312,7 @@ class Session:
         ran = [r for r in rows if r.exit is not None]
         if metric and ran and all(metric not in r.metrics for r in ran):
             printed = sorted({k for r in ran for k in r.metrics})
-            raise RecipeError(f"the command printed no metric {metric!r} in {name} (it printed: "
+            raise InputError(f"the command printed no metric {metric!r} in {name} (it printed: "
                               f"{', '.join(printed) or 'no JSON metrics'}); the search cannot decide",
                               field="--metric")
         return ",".join(outcome(r, metric, threshold) for r in rows)

@@ -30,8 +30,10 @@ from pathlib import Path
 
 
 from servebuild import procs
-from servebuild.recipe.requirements import CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins
-from servebuild.errors import RecipeError
+from servebuild.recipe.requirements import (
+    CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins,
+)
+from servebuild.errors import InputError, RecipeError
 from servebuild.fsutil import atomic_write
 from servebuild.platforms import PLATFORMS, machine_of
 from servebuild.yamlfile import load_yaml
@@ -113,7 +115,7 @@ def load_stack(root: Path, stack: str) -> Inputs:
     path = inputs_path(root, stack)
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", stack or "") or not path.is_file():
         known = ", ".join(stacks(root)) or "none"
-        raise RecipeError(f"unknown stack {stack!r} (stacks with an {INPUTS_NAME}: {known})", field="--stack")
+        raise InputError(f"unknown stack {stack!r} (stacks with an {INPUTS_NAME}: {known})", field="--stack")
     return load_inputs(path, root)
 
 
@@ -245,7 +247,7 @@ def select_targets(inputs: Inputs, names: list[str] | None) -> tuple[Target, ...
     by_name = {t.name: t for t in inputs.targets}
     for name in names:
         if name not in by_name:
-            raise RecipeError(f"{name!r} is not a target of {inputs.stack} ({', '.join(by_name)})", field="--target")
+            raise InputError(f"{name!r} is not a target of {inputs.stack} ({', '.join(by_name)})", field="--target")
     return tuple(by_name[n] for n in by_name if n in names)
 
 

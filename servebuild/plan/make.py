@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import RecipeError
+from servebuild.errors import InputError, RecipeError
 from servebuild.lock.lockfile import Lock, apply_lock, pin_for_build, read_lock, unpinned_problem
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
@@ -79,7 +79,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     tag = options.tag or f"servebuild/{recipe.name}:{variant}{slug(platform).removeprefix('linux-')}"
     tag = tag.replace("{arch}", arch_of(platform))  # one option for several platforms
     if len(tag) > 255 or not TAG.match(tag):
-        raise RecipeError(f"{tag!r} is not a valid image tag", field="--tag")
+        raise InputError(f"{tag!r} is not a valid image tag", field="--tag")
     options = _cache_refs(options, platform)
     secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
                                            ("netrc", _check_file(options.netrc, "--netrc"))) if path}
@@ -101,11 +101,11 @@ def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
     cache_from = tuple(ref.replace("{arch}", arch) for ref in options.cache_from)
     for ref in cache_from:
         if len(ref) > 255 or not TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", ref)):
-            raise RecipeError(f"{ref!r} is not an image reference", field="--cache-from")
+            raise InputError(f"{ref!r} is not an image reference", field="--cache-from")
     cache_to = options.cache_to.replace("{arch}", arch) if options.cache_to else None
     if cache_to is not None and (len(cache_to) > 255 or not TAG.match(cache_to)
                                  or not re.match(rf"{HOST}/", cache_to)):
-        raise RecipeError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]",
+        raise InputError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]",
                           field="--cache-to")
     return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
 
@@ -133,7 +133,7 @@ def _platform(loaded: LoadedRecipe, wanted: Optional[str]) -> str:
     recipe, host = loaded.recipe, host_platform()
     platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])
     if platform not in PLATFORMS:
-        raise RecipeError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
+        raise InputError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
                           field="--platform")
     if platform not in recipe.platforms:
         raise RecipeError(f"platform {platform} is not among the recipe's platforms "
@@ -180,7 +180,7 @@ def created_timestamp() -> str:
     elif re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH:
         when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
     else:
-        raise RecipeError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
+        raise InputError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
                           field="$SOURCE_DATE_EPOCH")
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -191,7 +191,7 @@ def checked_cache_dir(path: Optional[Path] = None) -> Path:
     for where in (path, *path.parents):
         if where.exists():
             if not where.is_dir():
-                raise RecipeError(f"{path} cannot be the source cache: {where} is not a directory",
+                raise InputError(f"{path} cannot be the source cache: {where} is not a directory",
                                   field="$SERVEBUILD_CACHE")
             break
     return path

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, normalize, parse_pins
-from servebuild.errors import PlacedValueError, RecipeError
+from servebuild.errors import InputError, PlacedValueError, RecipeError
 from servebuild.fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
 from servebuild.recipe.grammar import NAME
 from servebuild.recipe.schema import Recipe
@@ -62,7 +62,7 @@ class LoadedRecipe:
     def with_variant(self, name: str) -> "LoadedRecipe":
         try:
             return self.replace(self.recipe.with_variant(name), variant=name)
-        except RecipeError as exc:
+        except InputError as exc:  # the schema placed it at --variant; the recipe file says which exist
             raise RecipeError(exc.problem, file=self.file, field="variants") from None
 
     @property

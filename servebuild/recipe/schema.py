@@ -9,7 +9,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servebuild.engines import kind_for
-from servebuild.errors import PlacedValueError, RecipeError
+from servebuild.errors import InputError, PlacedValueError
 from servebuild.engines.profiles import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
 from servebuild.modes import get_mode
 from servebuild.platforms import PLATFORMS
@@ -435,7 +435,7 @@ class Recipe(Model):
         """This recipe with the variant's stack as its patch stack."""
         if name not in self.variants:
             known = ", ".join(sorted(self.variants)) or "none"
-            raise RecipeError(f"unknown variant {name!r}; this recipe has: {known}", field="--variant")
+            raise InputError(f"unknown variant {name!r}; this recipe has: {known}", field="--variant")
         return self.with_stack(self.variants[name].patches)
 
     def with_stack(self, ids: list[str]) -> "Recipe":
@@ -443,11 +443,11 @@ class Recipe(Model):
         pool = self.engine.source.entries()
         unknown = [i for i in ids if i not in pool]
         if unknown:
-            raise RecipeError(f"unknown patch {unknown[0]!r} (known: {', '.join(pool)})", field="--patches")
+            raise InputError(f"unknown patch {unknown[0]!r} (known: {', '.join(pool)})", field="--patches")
         try:
             check_stack([pool[i] for i in ids])
         except ValueError as exc:
-            raise RecipeError(str(exc), field="--patches") from None
+            raise InputError(str(exc), field="--patches") from None
         source = self.engine.source.model_copy(update={"patches": [pool[i] for i in ids]})
         return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
 

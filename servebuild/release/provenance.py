@@ -15,7 +15,9 @@ from urllib.parse import quote
 from servebuild import __version__
 from servebuild.errors import DockerError, IntegrityError
 from servebuild.fsutil import sha256_bytes
-from servebuild.release.registry import EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag
+from servebuild.release.registry import (
+    EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag,
+)
 from servebuild.release.signing import ENVELOPE_TYPE
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"

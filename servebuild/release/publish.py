@@ -30,12 +30,14 @@ from servebuild.release import signing
 from servebuild.release.credentials import DockerConfigDir
 from servebuild.build.docker import DockerClient
 from servebuild.build.farm import engine_for_build
-from servebuild.errors import DockerError, RecipeError, Refused, SmokeError
+from servebuild.errors import DockerError, InputError, Refused, SmokeError
 from servebuild.fsutil import read_json_object, sha256_file, write_json
 from servebuild.lock.lockfile import lock_path
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
-from servebuild.release.registry import DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes
+from servebuild.release.registry import (
+    DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes,
+)
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -322,7 +324,7 @@ def gather_builds(root: Path, recipe: str, platforms: list[Optional[str]], varia
     for p in platforms:
         plan = make_plan(root, recipe, BuildOptions(platform=p, variant=variant, fetching=False))
         if plan.platform not in plan.loaded.recipe.platforms:
-            raise RecipeError(f"recipe {plan.loaded.recipe.name} does not build {plan.platform}", field="--platform")
+            raise InputError(f"recipe {plan.loaded.recipe.name} does not build {plan.platform}", field="--platform")
         engine = engine_for_build(root, plan.build_dir, plan.platform, farm)
         build = check_build(engine, plan.platform, plan.build_dir, verify=verify)
         build.engine = engine

@@ -35,7 +35,7 @@ def test_bad_bisect_input_is_one_line(args, words):
 
 def test_a_metric_the_command_never_printed_stops_the_search():
     from servebuild.check import bisect as ab
-    from servebuild.errors import RecipeError
+    from servebuild.errors import InputError
 
     class Measured(ab.Session):
         def __init__(self):
@@ -44,7 +44,7 @@ def test_a_metric_the_command_never_printed_stops_the_search():
 
         def measure(self, name):
             return self.measured[name]
-    with pytest.raises(RecipeError) as info:
+    with pytest.raises(InputError) as info:
         Measured().outcome("prefix-1", "ttft", 1.0)
     assert "printed no metric 'ttft'" in str(info.value) and "tok_s" in str(info.value)
     assert Measured().outcome("prefix-1", "tok_s", 2.0) == "pass"

@@ -91,8 +91,8 @@ def test_bisection_costs_a_logarithmic_number_of_results():
 
 
 def test_metric_and_threshold_come_together():
-    from servebuild.errors import RecipeError
-    with pytest.raises(RecipeError, match="--metric NAME and --threshold NUMBER together"):
+    from servebuild.errors import InputError
+    with pytest.raises(InputError, match="--metric NAME and --threshold NUMBER together"):
         ab.parse_threshold("ttft", None)
 
 

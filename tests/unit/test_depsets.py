@@ -14,7 +14,7 @@ import yaml
 
 from servebuild.lock import depsets
 from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, parse_pins
-from servebuild.errors import RecipeError
+from servebuild.errors import InputError, RecipeError
 from support import REPO_ROOT
 
 CONSTRAINTS = REPO_ROOT / "constraints"
@@ -233,9 +233,9 @@ def test_invalid_yaml_names_the_line(tmp_path):
 
 
 def test_unknown_stack_and_target(tmp_path):
-    with pytest.raises(RecipeError, match=r"^--stack: unknown stack 'nope' \(stacks with an inputs.yaml: sglang"):
+    with pytest.raises(InputError, match=r"^--stack: unknown stack 'nope' \(stacks with an inputs.yaml: sglang"):
         depsets.load_stack(REPO_ROOT, "nope")
-    with pytest.raises(RecipeError, match=r"^--target: 'py3.9-linux-amd64' is not a target of sglang"):
+    with pytest.raises(InputError, match=r"^--target: 'py3.9-linux-amd64' is not a target of sglang"):
         depsets.select_targets(depsets.load_stack(REPO_ROOT, "sglang"), ["py3.9-linux-amd64"])
 
 

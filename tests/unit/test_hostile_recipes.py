@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from servebuild.errors import RecipeError
+from servebuild.errors import InputError, RecipeError
 from servebuild.recipe.load import load_recipe
 from support import REPO_ROOT, copy_real
 
@@ -217,7 +217,7 @@ def test_fifo_and_huge_recipes_are_refused_without_reading(project):
 @pytest.mark.parametrize("tag", ["x:1:2", "a:", "a//b", "a..b", "a:--x", "a/b:c/d", "A/b", "a:" + "x" * 200, "-x"])
 def test_tags_follow_the_docker_reference_grammar(tag):
     from servebuild.plan.make import BuildOptions, make_plan
-    with pytest.raises(RecipeError, match="not a valid image tag"):
+    with pytest.raises(InputError, match="not a valid image tag"):
         make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True))
 
 
@@ -231,11 +231,11 @@ def test_bisect_options_are_checked_before_anything_builds():
     from servebuild.check import bisect as ab
     for metric, threshold, message in (("m", "abc", "not a finite number"), ("m", "nan", "not a finite number"),
                                        ("", "1", "together"), ("m", None, "together")):
-        with pytest.raises(RecipeError, match=message):
+        with pytest.raises(InputError, match=message):
             ab.parse_threshold(metric, threshold)
     for probe, message in ((ab.Probe("true", timeout_s=0), "positive"), (ab.Probe(" "), "empty"),
                            (ab.Probe("true", volumes=("--privileged",)), "SRC:DST")):
-        with pytest.raises(RecipeError, match=message):
+        with pytest.raises(InputError, match=message):
             probe.check()
     script = ab.Probe("true", metrics_file="x'; touch /pwned; '").script()
     import shlex

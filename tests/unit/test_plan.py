@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from servebuild.plan.config import load_mirror_map
-from servebuild.errors import RecipeError
+from servebuild.errors import InputError, RecipeError
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.recipe.schema import BuildResources
 from servebuild.plan.resources import derive
@@ -89,7 +89,7 @@ def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
 
 def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
     from servebuild.build.bases import rootfs_tarball
-    with pytest.raises(RecipeError, match=r"--suite: '../../x' is not a Debian suite name"):
+    with pytest.raises(InputError, match=r"--suite: '../../x' is not a Debian suite name"):
         rootfs_tarball("amd64", "../../x", tmp_path)
     assert not (tmp_path / "rootfs").exists()
 
