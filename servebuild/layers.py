@@ -22,10 +22,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
     ("cli",),
 )
-# code that runs inside images: tools/ (standard library only) and each engine kind's profile-check hook,
-# engines/<kind>/argcheck.py (the standard library and that engine's own package)
+# code that runs inside images: tools/ (the standard library, and the image's own JIT packages for the tools
+# that drive them: aot_build, jit_record) and each engine kind's profile-check hook, engines/<kind>/argcheck.py
+# (the standard library and that engine's own package)
 IN_IMAGE_HOOK = "argcheck"
 LAZY = ("cryptography", "oras", "requests", "nvidia")  # release's optional libraries; a probe of the image's wheels
+IMAGE_PACKAGES = ("torch", "sglang", "tvm_ffi", "triton", "tokenspeed_triton", "tilelang", "flashinfer")
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 
@@ -80,7 +82,9 @@ def in_image_allows(module: str, target: str) -> bool:
     """What code that runs inside an image may import: tools/ the standard library only; an engine's
     hook also its engine's packages, which the image holds (sglang, vllm, ...)."""
     top = target.split(".")[0]
-    return top in sys.stdlib_module_names or top == "__future__" or module.split(".")[1] == "engines"
+    if top in sys.stdlib_module_names or top == "__future__" or module.split(".")[1] == "engines":
+        return True
+    return module.split(".")[-1] in ("aot_build", "jit_record") and top in IMAGE_PACKAGES
 
 
 def problems(package_dir: Path, layer=layer_of) -> list[str]:

@@ -48,7 +48,8 @@ def expectations(loaded: Optional[LoadedRecipe], manifest: Optional[dict], image
         expect = {**expect, "jit": list(kind.jit_probes), "entrypoints": list(kind.entrypoints),
                   "help_needs_gpu": kind.help_needs_gpu,
                   "profile_check": kind.argcheck is not None,  # its builds parse every profile (argcheck)
-                  "cache_env": cache_env if image else {}}
+                  "cache_env": cache_env if image else {},
+                  "cache_paths": kind.resolved_cache_paths() if image else {}}
         launch["cache_dirs"] = sorted(set(launch["cache_dirs"]) | (set(cache_env.values()) if image else set()))
     installed = ((manifest or {}).get("engine") or {}).get("installed_version")
     return {**expect, **launch, "recipe": name, "profiles": profiles if image else [],

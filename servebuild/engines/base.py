@@ -9,7 +9,8 @@ from servebuild.engines.profiles import PORT, LaunchProfile, flag_values
 
 # Where every JIT cache lives in a serving image: one root, one `-v NAME:/cache` keeps them all.
 CACHE_ROOT = "/cache"
-# variable -> directory under CACHE_ROOT; each name is checked against the installed packages by the smoke suite
+# variable -> directory under CACHE_ROOT, for every kind that compiles while serving; the smoke suite
+# proves where each lands by the installed packages' own resolution (tests/image/cache_paths.py)
 JIT_CACHE_ENV = {
     "TRITON_CACHE_DIR": "triton",
     "TILELANG_CACHE_DIR": "tilelang",
@@ -17,8 +18,13 @@ JIT_CACHE_ENV = {
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "HUMMING_CACHE_DIR": "humming",
+    "HUMMING_TMP_DIR": "humming/tmp",     # humming's compiled modules (default ~/.humming/tmp)
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "HF_HOME": "huggingface",             # hub downloads, tokenizers, xet chunks (default ~/.cache/huggingface)
 }
+# the resolvers of tests/image/cache_paths.py that every such kind's image must pass: name -> dir under CACHE_ROOT
+JIT_CACHE_PATHS = {"triton": "triton", "tvm-ffi": "tvm-ffi", "tilelang": "tilelang", "flashinfer": "flashinfer",
+                   "inductor": "inductor", "humming": "humming", "huggingface": "huggingface"}
 
 
 class EngineKind:
@@ -29,6 +35,11 @@ class EngineKind:
     entrypoints: tuple[str, ...] = ()   # modules whose `--help` must answer with the network off
     help_needs_gpu = False              # the server cannot even parse --help without a CUDA device
     env: dict[str, str] = {}            # runtime environment defaults (profiles may override)
+    cache_env: dict[str, str] = {}      # the kind's own cache variables -> directory under CACHE_ROOT
+    cache_paths: dict[str, str] = {}    # the kind's own resolvers (tests/image/cache_paths.py) -> dir under CACHE_ROOT
+    # JIT kinds a recipe's `aot.kernels` may compile at build time (tools/aot_build.py) -> the module
+    # prefix their builders live under
+    aot_jits: dict[str, str] = {}
     # a hook that stops the server right after its own argument parser (engines/<kind>/argcheck.py):
     # every launch profile is parsed by the pinned engine while the image builds
     argcheck: Optional[Path] = None
@@ -53,8 +64,14 @@ class EngineKind:
     def runtime_env(self) -> dict[str, str]:
         env = dict(self.env)
         if self.serve_time_jit:
-            env.update({k: f"{CACHE_ROOT}/{v}" for k, v in JIT_CACHE_ENV.items()})
+            env.update({k: f"{CACHE_ROOT}/{v}" for k, v in {**JIT_CACHE_ENV, **self.cache_env}.items()})
         return env
+
+    def resolved_cache_paths(self) -> dict[str, str]:
+        """Where each cache must land, by the resolver that asks the installed package: name -> path."""
+        if not self.serve_time_jit:
+            return {}
+        return {k: f"{CACHE_ROOT}/{v}" for k, v in sorted({**JIT_CACHE_PATHS, **self.cache_paths}.items())}
 
     def profile_port(self, profile: LaunchProfile) -> Optional[int]:
         flags = flag_values(profile.args + profile.extra_args)

@@ -175,10 +175,10 @@ def validate_profile(name: str, profile: LaunchProfile) -> None:
 
 
 def launcher_script(name: str, profile: LaunchProfile, listen: tuple[str, ...] = (),
-                    python: str = "/opt/venv/bin/python") -> str:
-    """A POSIX shell script that sets the profile's environment and execs the server."""
+                    python: str = "/opt/venv/bin/python", prelude: tuple[str, ...] = ()) -> str:
+    """A POSIX shell script that sets the profile's environment, runs `prelude` and execs the server."""
     lines = ["#!/bin/sh", f"# servebuild launch profile {name}: {profile.description}".rstrip(": "),
-             "# Extra arguments are appended; the environment can be overridden by the caller."]
+             "# Extra arguments are appended; the environment can be overridden by the caller.", *prelude]
     for key, value in sorted(profile.env.items()):
         lines.append(f'[ -n "${{{key}+set}}" ] || {key}={shlex.quote(value)}; export {key}')
     argv = [python, *profile.argv()[1:], *listen]

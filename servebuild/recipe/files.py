@@ -13,7 +13,7 @@ from servebuild.recipe.schema import Recipe
 class NamedFile:
     loc: tuple                     # field path in the recipe, for error places
     path: str                      # relative to the project root
-    kind: str                      # "requirements", "wheel" or "patch"
+    kind: str                      # "requirements", "wheel", "patch" or "recording"
     platform: Optional[str] = None  # None: used for every platform
     sha256: Optional[str] = None   # the hash the recipe records (patches)
     entry: Optional[str] = None    # the patch entry's id
@@ -31,6 +31,7 @@ def named_files(recipe: Recipe) -> list[NamedFile]:
         for key in ("patches", "optional_patches"):
             out += [NamedFile(("engine", "source", key, i, "file"), e.file, "patch", sha256=e.sha256, entry=e.id)
                     for i, e in enumerate(getattr(engine.source, key)) if e.file]
+    out += [NamedFile(("aot", "recordings", i), rel, "recording") for i, rel in enumerate(recipe.aot.recordings)]
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -338,6 +338,45 @@ class Expect(Model):
         return v
 
 
+BUILDER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
+AOT_ARG = re.compile(r"\A[A-Za-z0-9_.+-]{1,64}\Z")
+
+
+class AotKernel(Model):
+    """One kernel compiled while the image builds, by the engine's own builder (tools/aot_build.py)."""
+
+    jit: str      # the JIT kind: tvm-ffi (SGLang's jit_kernel), flashinfer (JitSpec generators)
+    builder: str  # "module:function" the engine calls to build it, e.g. sglang.jit_kernel.add_constant:_jit_add_constant_module
+    args: list[Union[bool, int, float, str]] = []  # its arguments; a string "torch.NAME" is that dtype
+
+    _builder = pattern_field("builder", BUILDER, "a builder module:function")
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list) -> list:
+        for arg in v:
+            if isinstance(arg, str):
+                matches(AOT_ARG, arg, "an argument of letters, digits and . _ + - (at most 64)")
+        return v
+
+
+class Aot(Model):
+    """Kernels the image carries compiled (a read-only seed the launcher copies into /cache)."""
+
+    kernels: list[AotKernel] = []
+    recordings: list[str] = []  # JIT recordings (SERVEBUILD_JIT_RECORD) whose GPU-free part the build replays
+    max_bytes: int = Field(default=4 << 30, ge=1 << 20, le=64 << 30)  # the seed layer's size limit
+
+    @field_validator("recordings")
+    @classmethod
+    def _recordings(cls, v: list[str]) -> list[str]:
+        for path in v:
+            matches(REL_DIR, path, "a file path relative to the project")
+        if len(set(v)) != len(v):
+            raise ValueError("a recording is listed twice")
+        return v
+
+
 class Recipe(Model):
     name: str
     description: str  # one line of free text
@@ -354,6 +393,7 @@ class Recipe(Model):
     build: BuildResources = BuildResources()  # compile parallelism
     launch: Launch = Launch()  # how the image runs: user, workdir, launch profiles
     expect: Expect = Expect()  # what the smoke suite proves in the built image
+    aot: Aot = Aot()  # kernels compiled while the image builds (no GPU needed)
     variants: dict[str, Variant] = {}  # NAME -> a patch stack for A/B images (`invoke bisect`, `build --variant`)
 
     @field_validator("name")
@@ -409,6 +449,17 @@ class Recipe(Model):
         if self.engine:
             self.engine.mode.validate(self.engine, self.platforms)
         kind = self.engine.kind if self.engine else None
+        for i, kernel in enumerate(self.aot.kernels):
+            jits = kind.aot_jits if kind is not None else {}
+            if kernel.jit not in jits:
+                raise PlacedValueError(("aot", "kernels", i, "jit"), (
+                    f"{kernel.jit!r} is not a JIT kind this engine compiles ahead of time "
+                    f"(known: {', '.join(sorted(jits)) or 'none: the engine compiles nothing while serving'})"))
+            if not kernel.builder.startswith(jits[kernel.jit]):
+                raise PlacedValueError(("aot", "kernels", i, "builder"),
+                                       f"a {kernel.jit} builder lives under {jits[kernel.jit]}, not {kernel.builder}")
+        if self.aot.recordings and not (kind and kind.aot_jits):
+            raise PlacedValueError(("aot", "recordings"), "the engine compiles nothing ahead of time")
         for name, profile in self.launch.profiles.items():
             if kind is not None:
                 try:

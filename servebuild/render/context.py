@@ -21,6 +21,8 @@ from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
 from servebuild.recipe.schema import Recipe
+from servebuild.render.aot import (RECORD_PTH, RECORD_PTH_NAME, RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
+                                   aot_spec, site_packages)
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
 
@@ -107,6 +109,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "profile_check": (argcheck_argv(recipe, "/opt/servebuild/argcheck", "/usr/local/bin",
                                         "/opt/servebuild/profiles-checked.json")
                           if kind and kind.argcheck and recipe.launch.profiles else []),
+        "aot": aot_argv() if aot_kernels(recipe, root) else [],
+        "runtime_tools": site_packages(recipe) if jit else None,  # where the recorder's .pth goes
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
@@ -147,10 +151,19 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     kind = recipe.engine.kind if recipe.engine else None
     if kind is not None and kind.argcheck is not None and recipe.launch.profiles:
         files.update({f"argcheck/{k}": v for k, v in argcheck_files(kind).items()})
+    if kind is not None and kind.serve_time_jit:
+        files.update({f"launchers/.tools/{k}": v for k, v in RUNTIME_TOOLS.items()})
+    kernels = aot_kernels(recipe, loaded.root)
+    if kernels:
+        files["aot/aot_build.py"] = TOOLS / "aot_build.py"
     for name, src in sorted(files.items()):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)
     write_launchers(recipe, context / "launchers")
+    if kind is not None and kind.serve_time_jit:
+        (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)
+    if kernels:
+        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels))
     write_json(context / "manifest.json", manifest_inputs)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9

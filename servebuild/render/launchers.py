@@ -41,12 +41,20 @@ def argcheck_files(kind) -> dict[str, Path]:
             "hook.py": kind.argcheck}
 
 
+# a kind that compiles while serving: copy the image's compiled kernels into /cache where it lacks them
+# (a mounted volume included) before the server starts; SERVEBUILD_NO_SEED=1 skips it
+SEED_STEP = ('if [ -z "${SERVEBUILD_NO_SEED:-}" ] && [ -d /opt/servebuild/seed/cache ]; then '
+             f'{VENV}/bin/python /opt/servebuild/tools/servebuild_cache.py seed '
+             '|| echo "servebuild: /cache not seeded; the server compiles what it lacks" >&2; fi')
+
+
 def write_launchers(recipe: Recipe, directory: Path) -> None:
     """One executable per launch profile: what the image installs in /usr/local/bin."""
     kind = recipe.engine.kind if recipe.engine else None
+    prelude = (SEED_STEP,) if kind is not None and kind.serve_time_jit else ()
     for name, profile in sorted(recipe.launch.profiles.items()):
         script = directory / name
         script.parent.mkdir(parents=True, exist_ok=True)
         listen = tuple(kind.listen_args(profile)) if kind else ()
-        script.write_text(launcher_script(name, profile, listen))
+        script.write_text(launcher_script(name, profile, listen, prelude=prelude))
         script.chmod(0o755)

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: a0be06f70518a185f65de36deb73a6b8ec87c680ec8f163d16e0567ecfbaa8cb
+# recipe sha256: 85f97403247e6cd82ee2958a998642220f32a703e59303658ac188784295d18c
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -60,7 +60,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && apt-get install -y --no-install-recommends build-essential ca-certificates numactl python3 python3-dev tini \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
- && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/humming /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm \
+ && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d @946684800 {} + && rm /tmp/.servebuild-layer-start && touch -h -d @946684800 /tmp
 
 COPY --from=deps /opt/venv /opt/venv
@@ -77,7 +77,9 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
     DO_NOT_TRACK="1" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
+    HF_HOME="/cache/huggingface" \
     HUMMING_CACHE_DIR="/cache/humming" \
+    HUMMING_TMP_DIR="/cache/humming/tmp" \
     LIBRARY_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64/stubs" \
     NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_VISIBLE_DEVICES="all" \
@@ -99,11 +101,20 @@ FROM runtime-base AS profile-check
 COPY launchers/ /usr/local/bin/
 COPY argcheck/ /opt/servebuild/argcheck/
 RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark --engine vllm --dist vllm --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json vllm-dspark-1m
+# ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
+# packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
+FROM runtime-base AS aot
+COPY aot/ /opt/servebuild/aot/
+RUN env CUDA_VISIBLE_DEVICES= /opt/venv/bin/python /opt/servebuild/aot/aot_build.py --spec /opt/servebuild/aot/spec.json --cache /cache --seed /opt/servebuild/seed
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
 COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/profiles-checked.json
+COPY --from=aot /opt/servebuild/seed /opt/servebuild/seed
 RUN --mount=type=bind,source=launchers,target=/mnt \
-    cp -p /mnt/* /usr/local/bin/ && touch -h -d @946684800 /usr/local/bin
+    cp -p /mnt/* /usr/local/bin/ && touch -h -d @946684800 /usr/local/bin \
+ && mkdir -p /opt/servebuild/tools && cp -p /mnt/.tools/*.py /opt/servebuild/tools/ \
+ && cp -p /mnt/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ \
+ && touch -h -d @946684800 /opt/servebuild/tools /opt/servebuild /opt/venv/lib/python3.12/site-packages
 COPY manifest.json /opt/servebuild/manifest.json
 EXPOSE 8000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:8000/health"

@@ -6,6 +6,7 @@ same suite runs against an image (docker backend), a GPU host (local backend) or
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -44,6 +45,30 @@ def py(host, python):
     def run(code: str):
         return host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}")
     return run
+
+
+@pytest.fixture(scope="module")
+def copy_to_host(host, python):
+    """Copy a file of this suite onto the host under test (a real file: triton.jit and TileLang read
+    their kernels' source); returns its path there. The copies go at the end of the module."""
+    made = []
+
+    def copy(source: Path) -> str:
+        payload = base64.b64encode(source.read_bytes()).decode()
+        writer = ("import base64, os, tempfile\n"
+                  f"d = tempfile.mkdtemp(prefix='smoke-{source.stem}.', dir='/var/tmp' if os.path.isdir('/var/tmp') else None)\n"
+                  f"p = os.path.join(d, {source.name!r})\n"
+                  f"open(p, 'wb').write(base64.b64decode('{payload}'))\n"
+                  "print(p)")
+        result = host.run(f"{shlex.quote(python)} -c {shlex.quote(writer)}")
+        assert result.rc == 0, (f"cannot write {source.name} on the host under test: "
+                                f"{(result.stdout + result.stderr)[-300:]}")
+        path = result.stdout.strip().splitlines()[-1]
+        made.append(path.rsplit("/", 1)[0])
+        return path
+    yield copy
+    for d in made:
+        host.run(f"rm -rf {shlex.quote(d)}")
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,15 @@ Self-contained on purpose (standard library + whatever the host under test has i
 smoke suite can copy it into a container and run it there; see tests/image/test_jit.py.
 
     python3 jit_probes.py PROBE [PROBE...] [--launch] [--arch 9.0a] [--nvcc-release 13.0] [--keep]
+                          [--image-caches]
 
 Probes: cext, nvcc, triton, tvm-ffi, tilelang, flashinfer. Each prints one JSON line
 {"probe", "ok", "detail", ...}; the exit status is 1 if any probe failed. Compiles target the
 arch given by --arch (default 9.0a) and need no GPU; --launch also runs each compiled kernel on
 GPU 0 and checks its result. Every run gets fresh cache directories (a warm cache cannot fake a
-compile); the variable names below were checked against the installed packages' sources:
+compile), unless --image-caches: then the compiles write where the image's own environment sends
+them (the smoke suite's check that nothing lands outside /cache). The variable names below were
+checked against the installed packages' sources:
 
   Triton 3.6            TRITON_CACHE_DIR                (triton/knobs.py)
   apache-tvm-ffi 0.1.11 TVM_FFI_CACHE_DIR               (tvm_ffi/cpp/extension.py)
@@ -571,8 +574,17 @@ FUNCS = {"cext": probe_cext, "nvcc": probe_nvcc, "triton": probe_triton, "tvm-ff
 
 # ------------------------------------------------------------------ main
 
-def setup_env(tmp: str, arch: str) -> dict:
-    """Fresh caches for this run, and the arch for the no-GPU compiles (kept if already set)."""
+def setup_env(tmp: str, arch: str, image_caches: bool = False) -> dict:
+    """Fresh caches for this run (or the environment's own, `image_caches`), and the arch for the
+    no-GPU compiles (kept if already set)."""
+    for name in ("TVM_FFI_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST"):
+        os.environ.setdefault(name, arch)
+    if image_caches:
+        missing = [v for v in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "TILELANG_CACHE_DIR",
+                               "FLASHINFER_WORKSPACE_BASE") if not os.environ.get(v)]
+        if missing:
+            raise SystemExit(f"--image-caches: the environment does not set {', '.join(missing)}")
+        return {}
     env = {
         "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
         "TVM_FFI_CACHE_DIR": os.path.join(tmp, "tvm-ffi"),
@@ -583,8 +595,6 @@ def setup_env(tmp: str, arch: str) -> dict:
     for path in env.values():
         os.makedirs(path, exist_ok=True)
     os.environ.update(env)
-    for name in ("TVM_FFI_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST"):
-        os.environ.setdefault(name, arch)
     return env
 
 
@@ -608,11 +618,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--arch", default="9.0a", help="CUDA arch to compile for (default 9.0a)")
     p.add_argument("--nvcc-release", default="13.0", help="required nvcc release (default 13.0)")
     p.add_argument("--keep", action="store_true", help="keep the temporary cache dirs")
+    p.add_argument("--image-caches", action="store_true",
+                   help="compile into the caches the environment names, not fresh temporary ones")
     args = p.parse_args(argv)
     names = list(PROBES) if "all" in args.probes else list(dict.fromkeys(args.probes))
     tmp = tempfile.mkdtemp(prefix="jit-probes.")
     ctx = {"tmp": tmp, "arch": args.arch, "launch": args.launch, "nvcc_release": args.nvcc_release,
-           "env": setup_env(tmp, args.arch)}
+           "env": setup_env(tmp, args.arch, args.image_caches)}
     failed = 0
     try:
         for name in names:

@@ -7,7 +7,6 @@ probes compile for sm_90a only; with --require-gpu they also launch each kernel 
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shlex
@@ -41,19 +40,8 @@ def jit_arch(expect: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def jit_script(host, python):
-    """Copy jit_probes.py onto the host under test (a file: triton.jit reads its kernels' source)."""
-    payload = base64.b64encode(PROBES_PY.read_bytes()).decode()
-    writer = ("import base64, os, tempfile\n"
-              "d = tempfile.mkdtemp(prefix='jit-probes-src.')\n"
-              "p = os.path.join(d, 'jit_probes.py')\n"
-              f"open(p, 'wb').write(base64.b64decode('{payload}'))\n"
-              "print(p)")
-    result = host.run(f"{shlex.quote(python)} -c {shlex.quote(writer)}")
-    assert result.rc == 0, f"cannot write jit_probes.py on the host under test: {(result.stdout + result.stderr)[-300:]}"
-    path = result.stdout.strip().splitlines()[-1]
-    yield path
-    host.run(f"rm -rf {shlex.quote(path.rsplit('/', 1)[0])}")
+def jit_script(copy_to_host):
+    return copy_to_host(PROBES_PY)
 
 
 def test_jit_probe(host, python, expect, require_gpu, jit_script, jit_probe):

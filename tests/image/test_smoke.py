@@ -366,28 +366,9 @@ def test_no_anonymous_volumes(expect):
     assert not expect.get("volumes"), f"the image declares VOLUMEs {expect['volumes']}: mount a cache root instead"
 
 
-CACHE_VAR_READ = """
-import os, sys, sysconfig
-name = sys.argv[1]
-roots = {sysconfig.get_paths()["purelib"], "/opt/engine/site"}
-for root in sorted(r for r in roots if os.path.isdir(r)):
-    for d, _, files in os.walk(root):
-        for f in files:
-            if f.endswith(".py"):
-                try:
-                    text = open(os.path.join(d, f), errors="replace").read()
-                except OSError:
-                    continue
-                if name in text:
-                    print(os.path.join(d, f)); sys.exit(0)
-sys.exit(1)
-"""
-
-
-def test_cache_variable_is_read_by_an_installed_package(host, python, expect, cache_var):
-    """Every cache variable the image sets must be read somewhere, or it is an inert setting."""
-    result = host.run(f"{shlex.quote(python)} -c {shlex.quote(CACHE_VAR_READ)} {shlex.quote(cache_var)}")
-    assert result.rc == 0, f"{cache_var} is set in the image but no installed Python package reads it"
+def test_cache_variable_is_set(host, expect, cache_var):
+    """Each cache variable holds the directory the engine kind gives it; that the engine really writes
+    there is proven by the packages' own resolution (test_cache.py), not by finding the name in a file."""
     env = host.run(f"printenv {shlex.quote(cache_var)}").stdout.strip()
     assert env == expect["cache_env"][cache_var], f"{cache_var} is {env!r}, expected {expect['cache_env'][cache_var]}"
 

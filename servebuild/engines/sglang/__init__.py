@@ -17,6 +17,11 @@ class SGLang(EngineKind):
     entrypoints = ("sglang.launch_server",)
     argcheck = Path(__file__).with_name("argcheck.py")
     health_path = "/health"
+    # SGLang 0.5.16 keeps FlashInfer autotune results and torch.compile output under SGLANG_CACHE_DIR, and
+    # overwrites DG_JIT_CACHE_DIR with SGLANG_DG_CACHE_DIR at import (deep_gemm_wrapper/compile_utils.py)
+    cache_env = {"SGLANG_CACHE_DIR": "sglang", "SGLANG_DG_CACHE_DIR": "deep_gemm"}
+    aot_jits = {"tvm-ffi": "sglang.jit_kernel.", "flashinfer": "flashinfer.jit."}
+    cache_paths = {"sglang": "sglang", "sglang-deep_gemm": "deep_gemm", "tokenspeed_triton": "triton"}
 
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
     DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")

@@ -17,7 +17,11 @@ class VLLM(EngineKind):
     entrypoints = ("vllm.entrypoints.cli.main",)
     help_needs_gpu = True  # v0.26.0 `serve --help` fails with "Failed to infer device type" without a GPU
     # usage statistics off: a serving image phones nowhere (vLLM reads both; DO_NOT_TRACK is the common one)
-    env = {"VLLM_CACHE_ROOT": "/cache/vllm", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    # vLLM's cache root: torch.compile artifacts, the FlashInfer autotune and JIT monitor records, downloads
+    cache_env = {"VLLM_CACHE_ROOT": "vllm"}
+    cache_paths = {"vllm": "vllm"}
+    aot_jits = {"flashinfer": "flashinfer.jit."}  # the sampler's module: ~100 s of the first start on an H200
     argcheck = Path(__file__).with_name("argcheck.py")
     health_path = "/health"
 

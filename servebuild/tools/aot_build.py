@@ -1,0 +1,242 @@
+"""Compile an image's serve-time JIT kernels ahead of time, with no GPU (runs in the image's aot stage).
+
+usage: python aot_build.py --spec SPEC.json --cache /cache --seed DIR
+
+SPEC (written by servebuild's renderer) names the recipe, its CUDA arch list and the kernels: each
+a JIT kind, the builder the engine itself calls (`module:function`) and its arguments. Each builder
+runs with the image's own packages and nvcc, for each arch, where the engine's runtime would put it:
+under --cache, the image's cache root, so every path baked into a build file is the one the server
+uses. Then the whole cache tree moves to DIR/cache (the launcher copies what /cache lacks at each
+start, `servebuild-cache seed`) and DIR/aot.json records each kernel's cache keys, seconds and bytes.
+
+JIT kinds:
+  tvm-ffi     SGLang's jit_kernel module builders (`sglang.jit_kernel.M:_jit_X_module`), called under
+              sglang.jit_kernel.utils.arch.override_jit_cuda_arch: the cache key then holds the
+              same arch (9.0a) a GPU run detects (measured on an H200: identical keys)
+  flashinfer  FlashInfer's JIT spec generators (`flashinfer.jit.M:gen_X_module`): the returned
+              JitSpec is built with FLASHINFER_CUDA_ARCH_LIST set to the arch
+
+A string argument "torch.NAME" is the torch dtype NAME. A bad builder or argument is one line
+starting with `servebuild: ` (the build surfaces it) and exit 1. Standard library + the image's
+packages: it runs without servebuild installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import re
+import shutil
+import sys
+import time
+
+ANNOTATIONS = {"int": int, "bool": bool, "float": float, "str": str}
+
+
+class Refused(Exception):
+    """What is wrong with one kernel entry, in one line."""
+
+
+def cache_files(root: str) -> set[str]:
+    found = set()
+    for d, _, files in os.walk(root):
+        for name in files:
+            found.add(os.path.relpath(os.path.join(d, name), root))
+    return found
+
+
+def arch_parts(arch: str) -> tuple[int, int, str]:
+    m = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch.strip())
+    if not m:
+        raise Refused(f"cuda_arch_list entry {arch!r} is not of the form 9.0a")
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def resolve_builder(spec: str):
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - the engine's own import error is the finding
+        raise Refused(f"module {module_name} cannot be imported: {type(exc).__name__}: {str(exc)[:200]}") from None
+    func = getattr(module, func_name, None)
+    if func is None or not callable(func):
+        known = sorted(n for n in dir(module) if n.startswith(("_jit_", "gen_")) and callable(getattr(module, n)))
+        raise Refused(f"{module_name} has no builder {func_name}" + (f" (it has: {', '.join(known[:12])})" if known else ""))
+    return func
+
+
+def converted_args(func, args: list):
+    """The arguments as the builder takes them, checked against its signature and annotations."""
+    values = []
+    for value in args:
+        if isinstance(value, str) and value.startswith("torch."):
+            import torch
+            dtype = getattr(torch, value[len("torch."):], None)
+            if not isinstance(dtype, torch.dtype):
+                raise Refused(f"argument {value!r} is not a torch dtype")
+            value = dtype
+        values.append(value)
+    target = inspect.unwrap(func)
+    try:
+        bound = inspect.signature(target).bind(*values)
+    except TypeError as exc:
+        raise Refused(f"arguments {args!r} do not fit {target.__name__}{inspect.signature(target)}: {exc}") from None
+    for name, value in bound.arguments.items():
+        want = target.__annotations__.get(name)
+        want = getattr(want, "__name__", want)
+        if want in ANNOTATIONS:
+            ok = isinstance(value, ANNOTATIONS[want]) and not (want in ("int", "float") and isinstance(value, bool))
+        elif want in ("torch.dtype", "dtype"):
+            ok = type(value).__name__ == "dtype" and str(value).startswith("torch.")
+        else:
+            continue  # unannotated or a type we do not know: the builder itself decides
+        if not ok:
+            raise Refused(f"argument {name} is {value!r} ({type(value).__name__}); {target.__name__} wants {want}")
+    return values
+
+
+def build_tvm_ffi(func, values, archs):
+    from sglang.jit_kernel.utils.arch import _cuda_arch_suffix, override_jit_cuda_arch
+    target = inspect.unwrap(func)  # past cache_once: each arch really builds
+    done = []
+    for arch in archs:
+        major, minor, suffix = arch_parts(arch)
+        suffix = suffix or _cuda_arch_suffix(major, minor)  # the suffix SGLang's runtime detection adds
+        name = f"{major}.{minor}{suffix}"
+        if name in done:
+            continue
+        with override_jit_cuda_arch(major, minor, suffix):
+            target(*values)
+        done.append(name)
+    return done
+
+
+def build_flashinfer(func, values, archs):
+    spec = func(*values)
+    if not hasattr(spec, "build"):
+        raise Refused(f"{func.__name__} returned {type(spec).__name__}, not a FlashInfer JitSpec")
+    spec.build(verbose=False)
+    return list(archs)
+
+
+def triton_kernel(package: str, name: str):
+    """The JITFunction under `module:qualname` (past autotuner and heuristics wrappers)."""
+    module_name, _, qualname = name.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001
+        raise Refused(f"module {module_name} cannot be imported: {type(exc).__name__}: {str(exc)[:200]}") from None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise Refused(f"{module_name} has no kernel {qualname}")
+    jit = importlib.import_module(f"{package}.runtime.jit")
+    while not isinstance(obj, jit.JITFunction):
+        inner = getattr(obj, "fn", None)
+        if inner is None or inner is obj:
+            raise Refused(f"{name} is a {type(obj).__name__}, not a {package}.jit kernel")
+        obj = inner
+    return obj
+
+
+def build_triton(entry: dict) -> list[str]:
+    """What JITFunction.preload does, with the recorded target instead of the current device: the same
+    ASTSource, options and target give the cache key the runtime computes."""
+    package = entry.get("package", "triton")
+    triton = importlib.import_module(package)
+    language = importlib.import_module(f"{package}.language")
+    from_backend = importlib.import_module(f"{package}.backends.compiler")
+    compiler = importlib.import_module(f"{package}.compiler.compiler")
+    fn = triton_kernel(package, entry["builder"])
+    data = json.loads(entry["specialization"])
+    if data.get("name") != fn._fn_name:
+        raise Refused(f"the recording is for {data.get('name')}, the image's kernel is {fn._fn_name}")
+    constexprs = {tuple(k): (language.dtype(v) if language.dtype.is_dtype(v) else
+                             language.constexpr(v["constexpr"]) if isinstance(v, dict) and "constexpr" in v else v)
+                  for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"]))
+    signature = {k: tuple(v) if isinstance(v, list) else v for k, v in data["signature"].items()}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
+    backend_name, arch, warp = entry["target"]
+    target = from_backend.GPUTarget(backend_name, arch, warp)
+    backend = compiler.make_backend(target)
+    src = compiler.ASTSource(fn, signature, constexprs, attrs)
+    triton.compile(src, target=target, options=backend.parse_options(options).__dict__)
+    return [f"sm_{arch}"]
+
+
+BUILDERS = {"tvm-ffi": build_tvm_ffi, "flashinfer": build_flashinfer}
+
+
+def compile_one(entry: dict, archs: list[str], cache: str) -> dict:
+    if entry["jit"] == "triton":
+        func = values = None
+    else:
+        func = resolve_builder(entry["builder"])
+        values = converted_args(func, entry.get("args", []))
+    before = cache_files(cache)
+    start = time.monotonic()
+    try:
+        built = build_triton(entry) if func is None else BUILDERS[entry["jit"]](func, values, archs)
+    except Refused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a compile error is the finding
+        text = " ".join(str(exc).split())
+        raise Refused(f"the build failed: {type(exc).__name__}: {text[-400:]}") from None
+    seconds = time.monotonic() - start
+    new = sorted(cache_files(cache) - before)
+    if not new:
+        raise Refused(f"the builder returned but wrote nothing under {cache} (already built by an earlier entry?)")
+    keys = sorted({"/".join(p.split("/")[:2]) for p in new})
+    size = sum(os.path.getsize(os.path.join(cache, p)) for p in new)
+    return {"jit": entry["jit"], "builder": entry["builder"], "args": entry.get("args", []), "from": entry["where"],
+            "archs": built, "keys": keys, "files": len(new), "bytes": size, "seconds": round(seconds, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--seed", required=True)
+    args = parser.parse_args()
+    with open(args.spec, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    archs = [a for a in re.split(r"[;, ]+", spec["arch_list"]) if a]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no GPU is consulted, even on a build host that has one
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", " ".join(archs))
+    record = {"recipe": spec["recipe"], "arch_list": spec["arch_list"], "kernels": []}
+    for entry in spec["kernels"]:
+        try:
+            done = compile_one(entry, archs, args.cache)
+        except Refused as exc:
+            print(f"servebuild: recipe {spec['recipe']}, {entry['where']} ({entry['jit']} {entry['builder']}): {exc}",
+                  flush=True)
+            return 1
+        record["kernels"].append(done)
+        print(f"aot: {done['builder']}{tuple(done['args'])} for {', '.join(done['archs'])}: {done['files']} files, "
+              f"{done['bytes']} bytes in {done['seconds']} s -> {', '.join(done['keys'])}", flush=True)
+    total = sum(k["bytes"] for k in record["kernels"])
+    if total > spec["max_bytes"]:
+        print(f"servebuild: recipe {spec['recipe']}: the ahead-of-time kernels take {total} bytes, above "
+              f"aot.max_bytes {spec['max_bytes']}", flush=True)
+        return 1
+    record["bytes"] = total
+    target = os.path.join(args.seed, "cache")
+    os.makedirs(target, exist_ok=True)
+    for name in sorted(os.listdir(args.cache)):
+        src = os.path.join(args.cache, name)
+        if os.path.isdir(src) and not os.listdir(src):
+            continue  # an empty cache dir of the image: nothing to seed
+        shutil.move(src, os.path.join(target, name))
+        os.makedirs(src, mode=0o1777, exist_ok=True)
+    with open(os.path.join(args.seed, "aot.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
