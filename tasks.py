@@ -11,7 +11,7 @@ from pathlib import Path
 from invoke import task
 
 from servebuild.cli import bisect as cli_bisect, build as cli_build, lock as cli_lock, release as cli_release
-from servebuild.cli import test as cli_test
+from servebuild.cli import test as cli_test, warm as cli_warm
 from servebuild.cli.front import one_line_errors, parse_errors_exit_2
 from servebuild.cli.options import DEFAULT_RECIPE, DEFAULT_SUITE, EXPECT_FILE, HOST_RECIPE, MAIN_RECIPE
 
@@ -134,6 +134,24 @@ def lock(c, recipe=DEFAULT_RECIPE, offline=False):
 def main(c, recipe=MAIN_RECIPE, platform=None):
     """The main job: base image, build, smoke verdict, on a machine with PyPI but no registry."""
     return cli_build.main(ROOT, recipe, platform)
+
+
+@task(help={"recipe": "recipe whose built image to warm", "variant": "the A/B variant of the recipe's image",
+            "platform": "platform of the recipe's image", "image": "warm this image instead (built by servebuild)",
+            "profile": "launch profile the caches are for ($SERVEBUILD_LAUNCHER in the command; default the recipe's)",
+            "run": "shell command run in the image: the engine's warmups, a benchmark, anything that compiles",
+            "volume": "docker -v SRC:DST[:ro] (repeatable: the model, a cache volume on /cache)",
+            "gpus": "all (default), none (only the JIT paths that need no GPU), or devices such as 0,1",
+            "network": "the container's network (default none)", "timeout": "seconds for the command (default 3600)",
+            "max_bytes": "refuse a cache layer larger than this (default 16 GiB)", "tag": "tag of the warm image "
+            "(default IMAGE-warm)", "check": "only count what the command compiles: exit 1 unless nothing",
+            "farm": "farm file: warm on the engine that built the image"}, iterable=["volume"])
+@one_line_errors
+def warm(c, recipe=None, variant=None, platform=None, image=None, profile=None, run=None, volume=None, gpus=None,
+         network=None, timeout=None, max_bytes=None, tag=None, check=False, farm=None):
+    """Run a command in the image, keep the kernels it compiled: IMAGE-warm = the image plus one cache layer."""
+    return cli_warm.warm(ROOT, recipe, variant, platform, image, profile, run, volume, gpus, network, timeout,
+                         max_bytes, tag, check, farm)
 
 
 @task(help={"recipe": "recipe with `variants` (or a patch stack, with --search)",

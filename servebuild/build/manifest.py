@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from servebuild import PACKAGE_DIR, __version__
+from servebuild.render.aot import aot_kernels
 from servebuild.fsutil import canonical_json, sha256_bytes, sha256_file
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.recipe.files import files_for
@@ -45,6 +46,10 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
         "launch": {"profiles": sorted(r.launch.profiles), "default": r.launch.default_profile(),
                    "cache_dirs": r.launch.cache_dirs, "user": r.launch.user, "workdir": r.launch.workdir},
         "expect": r.expect.model_dump(mode="json"),
+        # what the aot stage compiles (the recipe's kernels, then its recordings' replayable lines);
+        # outputs.aot says what it built, with each kernel's cache keys
+        "aot": {"kernels": aot_kernels(r, loaded.root), "recordings": list(r.aot.recordings),
+                "max_bytes": r.aot.max_bytes},
     }
 
 

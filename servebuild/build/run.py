@@ -5,6 +5,7 @@ The image is tagged only after its manifest is written, so a failure never leave
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ from servebuild.lock.lockfile import unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
+from servebuild.render.aot import SEED
 from servebuild.render.context import write_context
 from servebuild.sources.prepare import prepare_engine_source
 from servebuild.sources.stack import PreparedSource, SourceCache
@@ -181,11 +183,12 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
                            cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
                            network=docker.endpoint.network if docker.endpoint else None)
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
-    packages, apt = installed_lists(docker, image_id, plan.platform)
+    packages, apt, aot = installed_lists(docker, image_id, plan.platform)
     manifest = dict(rendered.manifest_inputs)
     manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
                            "apt_packages": sorted(p for p in apt if p.strip()),
+                           "aot": aot,
                            "engine": {"server_version": docker.server_version, "client": docker.client,
                                       **({"host": docker.endpoint.host} if docker.endpoint else {})}}
     manifest_path = plan.build_dir / "manifest.json"
@@ -197,13 +200,20 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
                        cache_ref=plan.options.cache_to)
 
 
-def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:
-    """The image's pip and apt package lists, read in one throwaway container (no network)."""
+def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str], Optional[dict]]:
+    """The image's pip and apt package lists and its aot record (what the aot stage compiled, with
+    cache keys), read in one throwaway container (no network)."""
     # absolute paths: a launch profile named like a command (/usr/local/bin/cat) must not answer
     out = docker.run_in_image(image_id, "-c", "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
-                              "/bin/cat /opt/servebuild/apt-runtime.txt", platform=platform, entrypoint="/bin/sh")
-    packages, _, apt = out.partition("#apt\n")
-    return packages.splitlines(), apt.splitlines()
+                              "/bin/cat /opt/servebuild/apt-runtime.txt; echo '#aot'; "
+                              f"/bin/cat {SEED}/aot.json 2>/dev/null || true", platform=platform, entrypoint="/bin/sh")
+    packages, _, rest = out.partition("#apt\n")
+    apt, _, aot = rest.partition("#aot\n")
+    try:
+        record = json.loads(aot) if aot.strip() else None
+    except ValueError:
+        raise DockerError(f"the image's {SEED}/aot.json is not JSON", field="build") from None
+    return packages.splitlines(), apt.splitlines(), record
 
 
 def engine_arch(info: dict) -> str:

@@ -28,13 +28,14 @@ def expectations(loaded: Optional[LoadedRecipe], manifest: Optional[dict], image
     if loaded is not None:
         r = loaded.recipe
         expect = r.expect.model_dump(mode="json")
+        expect["aot"] = [k.model_dump(mode="json") for k in r.aot.kernels]
         name, profiles = r.name, sorted(r.launch.profiles)
         launch = {"user": r.launch.user, "workdir": r.launch.workdir, "cache_dirs": r.launch.cache_dirs}
         source = {"source_commit": r.engine.source.commit if r.engine else None,
                   "patches": [p.id for p in r.engine.source.patches] if r.engine else []}
         engine_name = r.engine.name if r.engine else None
     elif manifest is not None:
-        expect = manifest["expect"]
+        expect = {**manifest["expect"], "aot": (manifest.get("aot") or {}).get("kernels", [])}
         name, profiles = manifest["recipe"]["name"], manifest["launch"]["profiles"]
         launch = {k: manifest["launch"][k] for k in ("user", "workdir", "cache_dirs")}
         src = (manifest.get("engine") or {}).get("source") or {}

@@ -24,6 +24,7 @@ packages: it runs without servebuild installed.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import inspect
 import json
@@ -31,6 +32,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 
 ANNOTATIONS = {"int": int, "bool": bool, "float": float, "str": str}
@@ -159,13 +161,42 @@ def build_triton(entry: dict) -> list[str]:
                   for k, v in zip(data["constant_keys"], data["constant_vals"])}
     attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"]))
     signature = {k: tuple(v) if isinstance(v, list) else v for k, v in data["signature"].items()}
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
+    root = os.path.dirname(triton.__file__)
+    libs = []
+    for name, path in data["options"].get("extern_libs") or []:
+        path = root + path[len("{triton}"):] if path.startswith("{triton}/") else path
+        if not os.path.isfile(path):
+            raise Refused(f"the recording names {path} ({name}), which this image lacks: record in the image itself")
+        libs.append((name, path))
+    if libs:
+        data["options"]["extern_libs"] = libs
+    options = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+               for k, v in data["options"].items()}
     backend_name, arch, warp = entry["target"]
     target = from_backend.GPUTarget(backend_name, arch, warp)
     backend = compiler.make_backend(target)
     src = compiler.ASTSource(fn, signature, constexprs, attrs)
-    triton.compile(src, target=target, options=backend.parse_options(options).__dict__)
-    return [f"sm_{arch}"]
+    kernel = triton.compile(src, target=target, options=backend.parse_options(options).__dict__)
+    launcher_stubs(package, src, kernel)
+    return [f"{backend_name}:{arch}"]
+
+
+def launcher_stubs(package: str, src, kernel) -> None:
+    """The C helpers a GPU host builds at a kernel's first launch: the driver's cuda_utils and this
+    kernel's __triton_launcher (cached by their source and platform, not by libcuda's path), linked
+    here against the image's libcuda stub (SONAME libcuda.so.1) since no driver is mounted."""
+    driver = importlib.import_module(f"{package}.backends.nvidia.driver")
+    stub = next((os.path.join(d, "libcuda.so") for d in os.environ.get("LIBRARY_PATH", "").split(":")
+                 if d and os.path.isfile(os.path.join(d, "libcuda.so"))), None)
+    if stub is None:
+        raise Refused("no libcuda stub on LIBRARY_PATH to link Triton's launcher against")
+    links = tempfile.mkdtemp(prefix="libcuda-stub.")
+    os.symlink(stub, os.path.join(links, "libcuda.so.1"))
+    os.symlink(stub, os.path.join(links, "libcuda.so"))
+    os.environ["TRITON_LIBCUDA_PATH"] = links
+    ctypes.CDLL(os.path.join(links, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)  # the modules' DT_NEEDED
+    driver.CudaUtils()
+    driver.CudaLauncher(src, kernel.metadata)
 
 
 BUILDERS = {"tvm-ffi": build_tvm_ffi, "flashinfer": build_flashinfer}
@@ -190,7 +221,9 @@ def compile_one(entry: dict, archs: list[str], cache: str) -> dict:
     new = sorted(cache_files(cache) - before)
     if not new:
         raise Refused(f"the builder returned but wrote nothing under {cache} (already built by an earlier entry?)")
-    keys = sorted({"/".join(p.split("/")[:2]) for p in new})
+    # the cache key: the directory of each loadable output (.so, .cubin), as the runtime looks it up
+    keys = sorted({os.path.dirname(p) for p in new if p.endswith((".so", ".cubin"))}
+                  or {"/".join(p.split("/")[:2]) for p in new})
     size = sum(os.path.getsize(os.path.join(cache, p)) for p in new)
     return {"jit": entry["jit"], "builder": entry["builder"], "args": entry.get("args", []), "from": entry["where"],
             "archs": built, "keys": keys, "files": len(new), "bytes": size, "seconds": round(seconds, 1)}

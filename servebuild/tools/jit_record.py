@@ -120,17 +120,31 @@ def _wrap_tvm_ffi(cpp, name: str) -> None:
 
 def _triton_hook(package: str):
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled, **_):
-        jit_fn = getattr(fn, "jit_function", None)
         target = None
-        try:
-            target = list(jit_fn.device_caches[compile["device"]][2])  # GPUTarget(backend, arch, warp_size)
+        try:  # the GPUTarget this device compiles for: (backend, arch, warp_size)
+            t = fn.jit_function.device_caches[compile["device"]][2]
+            target = [t.backend, t.arch, t.warp_size]
         except Exception:  # noqa: BLE001
             pass
         write({"jit": "triton", "package": package, "kernel": f"{fn.module}:{fn.name}", "repr": repr,
-               "specialization": compile.get("specialization_data"), "target": target,
+               "specialization": _portable(package, compile.get("specialization_data")), "target": target,
                "warmup": bool(is_manual_warmup), "replayable": target is not None and "<locals>" not in fn.name})
         return False
     return hook
+
+
+def _portable(package: str, data):
+    """Paths inside the Triton package (libdevice in extern_libs) as {triton}/...: the replay puts back
+    the image's own, which is what the image's runtime has in the same options."""
+    try:
+        root = os.path.dirname(__import__(package).__file__)
+        spec = json.loads(data)
+        libs = spec.get("options", {}).get("extern_libs") or []
+        spec["options"]["extern_libs"] = [[n, "{triton}" + p[len(root):] if p.startswith(root + "/") else p]
+                                          for n, p in libs]
+        return json.dumps(spec)
+    except Exception:  # noqa: BLE001 - keep what Triton gave
+        return data
 
 
 def _install_triton(package: str) -> None:

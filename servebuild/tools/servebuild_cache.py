@@ -1,7 +1,7 @@
 """The serving image's cache root: seed it, count what is in it, pack what a run added (runs in the image).
 
 usage: python servebuild_cache.py seed   [--cache /cache] [--seed /opt/servebuild/seed]
-       python servebuild_cache.py census [--cache /cache] [--out FILE]
+       python servebuild_cache.py census [--cache /cache] [--out FILE] [--listing FILE] [--since FILE]
        python servebuild_cache.py pack   [--cache /cache] [--seed ...] --out FILE.tar [--max-bytes N]
 
 seed    copies every file of SEED/cache that CACHE lacks (never overwrites: what a volume holds wins),
@@ -9,8 +9,10 @@ seed    copies every file of SEED/cache that CACHE lacks (never overwrites: what
         renamed; then writes CACHE/.servebuild/origin.json naming the image's manifest (sha256) the
         cache was first seeded from, unless one is there. Every launcher runs it before the server.
 census  one JSON object: {kind: number of files} for each directory under CACHE (kind = the JIT
-        cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list. Two
-        censuses around a run give the compiles it did, per kind (`invoke warm`, the smoke suite).
+        cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list;
+        --listing FILE also writes every file's size and mtime; --since FILE (an earlier listing)
+        adds "changed": {kind: files new or rewritten since} - what a run compiled, per kind, even
+        where a JIT rebuilt a module in place (`invoke warm`, the smoke suite, the H200 benchmark).
 pack    a tar (sorted, mtimes kept, owner 0) of the files under CACHE that SEED/cache does not hold:
         what a run compiled, for `invoke warm`'s cache layer. Refuses (exit 3) above --max-bytes.
 
@@ -82,15 +84,38 @@ def seed(cache: str, seed_dir: str) -> int:
     return 0
 
 
-def census(cache: str) -> dict:
+def kind_of(rel: str) -> str:
+    return rel.split(os.sep, 1)[0] if os.sep in rel else "."
+
+
+def stamps(cache: str) -> dict[str, list[int]]:
+    out = {}
+    for rel in files_under(cache) if os.path.isdir(cache) else []:
+        st = os.lstat(os.path.join(cache, rel))
+        out[rel] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def census(cache: str, listing: str | None = None, since: str | None = None) -> dict:
+    now = stamps(cache)
     kinds: dict[str, int] = {}
-    files = files_under(cache) if os.path.isdir(cache) else []
-    for rel in files:
-        kind = rel.split(os.sep, 1)[0] if os.sep in rel else "."
-        kinds[kind] = kinds.get(kind, 0) + 1
-    listing = hashlib.sha256("\n".join(files).encode()).hexdigest()
-    return {"cache": cache, "files": len(files), "kinds": kinds, "listing_sha256": listing,
-            "origin": read_origin(cache), "manifest_sha256": manifest_sha256()}
+    for rel in now:
+        kinds[kind_of(rel)] = kinds.get(kind_of(rel), 0) + 1
+    digest = hashlib.sha256("\n".join(now).encode()).hexdigest()
+    out = {"cache": cache, "files": len(now), "kinds": kinds, "listing_sha256": digest,
+           "origin": read_origin(cache), "manifest_sha256": manifest_sha256()}
+    if since:
+        with open(since, encoding="utf-8") as handle:
+            before = json.load(handle)
+        changed: dict[str, int] = {}
+        for rel, stamp in now.items():
+            if before.get(rel) != stamp:
+                changed[kind_of(rel)] = changed.get(kind_of(rel), 0) + 1
+        out["changed"] = changed
+    if listing:
+        with open(listing, "w", encoding="utf-8") as handle:
+            json.dump(now, handle)
+    return out
 
 
 def pack(cache: str, seed_dir: str, out: str, max_bytes: int) -> int:
@@ -120,6 +145,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", default="/opt/servebuild/seed")
     parser.add_argument("--out")
     parser.add_argument("--max-bytes", type=int, default=1 << 36)
+    parser.add_argument("--listing", help="census: also write every file's size and mtime here")
+    parser.add_argument("--since", help="census: count files new or rewritten since this listing")
     args = parser.parse_args(argv)
     try:
         if args.command == "seed":
@@ -128,7 +155,7 @@ def main(argv: list[str]) -> int:
             if not args.out:
                 parser.error("pack needs --out")
             return pack(args.cache, args.seed, args.out, args.max_bytes)
-        text = json.dumps(census(args.cache), sort_keys=True)
+        text = json.dumps(census(args.cache, args.listing, args.since), sort_keys=True)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
                 handle.write(text + "\n")

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: fa80e30b8b28b9cb82e490ea08dae47328636789cf3e3a5f946ab9a1168239e3
+# recipe sha256: bea9247f6727a9439a2f0c27cbe70d6bec307d700c622bc0b8f45ab247014773
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

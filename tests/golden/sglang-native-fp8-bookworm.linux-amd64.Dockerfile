@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: a7855adcfb8cf3f616e33bbcdbe21a12ee8c6e766a5aeaa4ca1fe324bf9d52df
+# recipe sha256: e318e40f493a35a1f543691e52ad532ef7c8a264eae00d45236db8457f59238a
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -92,3 +92,18 @@ def test_jit_writes_nothing_outside_the_cache_root(host, python, expect, copy_to
     new = sorted(after - before)
     assert not new, f"compiling wrote {len(new)} paths outside {root}: {', '.join(new[:12])}"
     assert int(cache_after) > int(cache_before), f"the probes wrote nothing under {root}: they did not use the image's caches"
+
+
+def test_aot_kernels_load_from_the_seed_with_no_compile(host, python, expect, copy_to_host):
+    """Every kernel the image compiled at build time is found by the engine's own lookup after the
+    launcher's seed step: loading it writes no file under /cache."""
+    if not expect.get("aot"):
+        pytest.skip("the recipe compiles no kernel ahead of time (aot.kernels)")
+    script = copy_to_host(HERE / "aot_check.py")
+    result = host.run(f"{shlex.quote(python)} {shlex.quote(script)}")
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"kernel"')]
+    assert lines, f"aot_check printed nothing (rc {result.rc}): {(result.stdout + result.stderr)[-600:]}"
+    bad = [f"{k['kernel']}{tuple(k['args'])}: {k['error'] or str(k['new_files']) + ' new files (it compiled)'}"
+           for k in lines if not k["ok"]]
+    assert not bad and result.rc == 0, "; ".join(bad)
+    assert len(lines) >= len([k for k in expect["aot"] if k["jit"] != "triton"]), lines

@@ -201,12 +201,15 @@ def test_the_cache_tool_seeds_only_what_is_missing_and_packs_only_what_a_run_add
     assert (cache / "tvm-ffi" / "mod_b" / "b.so").read_bytes() == b"the volume's own"  # never overwritten
     origin = json.loads((cache / ".servebuild" / "origin.json").read_text())
     assert len(origin["manifest_sha256"]) == 64
-    before = json.loads(run_tool(tmp_path, tool, "census", "--cache", str(cache), env=env).stdout)
+    listing = tmp_path / "before.json"
+    before = json.loads(run_tool(tmp_path, tool, "census", "--cache", str(cache), "--listing", str(listing), env=env).stdout)
     assert before["kinds"] == {"tvm-ffi": 2} and before["origin"] == origin
     (cache / "triton" / "k1").mkdir(parents=True)
     (cache / "triton" / "k1" / "k.cubin").write_bytes(b"x" * 100)
-    after = json.loads(run_tool(tmp_path, tool, "census", "--cache", str(cache), env=env).stdout)
+    os.utime(cache / "tvm-ffi" / "mod_a" / "a.so", (946684900, 946684900))  # rebuilt in place: same count
+    after = json.loads(run_tool(tmp_path, tool, "census", "--cache", str(cache), "--since", str(listing), env=env).stdout)
     assert after["kinds"] == {"tvm-ffi": 2, "triton": 1}
+    assert after["changed"] == {"triton": 1, "tvm-ffi": 1}  # a file count alone would miss the rebuild
     out = tmp_path / "new.tar"
     proc = run_tool(tmp_path, tool, "pack", "--cache", str(cache), "--seed", str(tmp_path / "seed"), "--out", str(out))
     # b.so's path is in the seed: the image already answers it, the layer must not shadow it

@@ -1,0 +1,204 @@
+"""`invoke warm`: run a command in an image, keep what it compiled, and build IMAGE-warm with those caches.
+
+The run: one throwaway container of the image (GPUs when the engine has them), its /cache seeded as
+a launcher seeds it (servebuild-cache seed), a census of /cache, CMD, a second census; the
+difference, per JIT kind, is the number of cache files CMD wrote (the zero-compile metric). The files
+CMD added (not those the image's seed already holds) are packed in the container, copied out, and
+become one layer over the image at /opt/servebuild/seed/cache, with /opt/servebuild/seed/warm.json
+and labels naming the image it was made from (id), the profile, the GPU, the driver and the host
+architecture. The launchers copy the seed into /cache at each start, so a mounted volume benefits.
+
+A cache that was first seeded by another image (a --volume holding /cache of another build) is
+refused: kernels keyed by versions alone could still differ in what the image's headers compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from servebuild.build.docker import BuildRequest, DockerClient
+from servebuild.build.manifest import LABEL_PREFIX
+from servebuild.errors import HostError, InputError, IntegrityError
+from servebuild.fsutil import write_json
+
+CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
+PYTHON = "/opt/venv/bin/python"
+WARM = f"{LABEL_PREFIX}.warm"
+PACKED = "/tmp/servebuild-warm.tar"
+LISTING = "/tmp/servebuild-census.json"  # the cache's files (size, mtime) before the command
+DEFAULT_MAX_BYTES = 16 << 30
+
+
+@dataclass(frozen=True)
+class WarmRequest:
+    image: str
+    command: str
+    profile: Optional[str] = None
+    gpus: str = "all"              # all, none, or a device list (0,1)
+    volumes: tuple[str, ...] = ()
+    network: str = "none"
+    timeout: int = 3600
+    max_bytes: int = DEFAULT_MAX_BYTES
+    tag: Optional[str] = None      # default IMAGE-warm (IMAGE's tag with -warm)
+    check_only: bool = False       # measure only: build nothing
+
+
+@dataclass
+class WarmResult:
+    image_id: str
+    new_files: dict[str, int]
+    bytes: int = 0
+    tag: Optional[str] = None
+    warm_id: Optional[str] = None
+    record: dict = field(default_factory=dict)
+
+
+def warm_tag(image: str) -> str:
+    name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    return f"{name}:{tag}-warm"
+
+
+def gpu_args(docker: DockerClient, gpus: str) -> list[str]:
+    if gpus == "none":
+        return []
+    if "nvidia" not in (docker.info().get("Runtimes") or {}):
+        where = f"engine {docker.endpoint.host}" if docker.endpoint else "the local engine"
+        raise InputError(f"{where} has no NVIDIA runtime: no GPU to warm the caches with; pass --gpus none to "
+                         f"warm only the JIT paths that need no GPU", field="--gpus")
+    return ["--gpus", "all" if gpus == "all" else f'"device={gpus}"']
+
+
+def servebuild_image(docker: DockerClient, image: str) -> dict:
+    """The image's config, if servebuild built it (its labels and the cache tool), else one line."""
+    if docker.image_id(image) is None:
+        raise InputError(f"image {image} is not in the engine; build it first (invoke build)", field="--image")
+    info = docker.image_inspect(image)
+    labels = info.get("Config", {}).get("Labels") or {}
+    if f"{LABEL_PREFIX}.manifest.sha256" not in labels:
+        raise InputError(f"image {image} was not built by servebuild (no {LABEL_PREFIX}.manifest.sha256 label): "
+                         f"warm only images with a servebuild seed and cache tool", field="--image")
+    return info
+
+
+class Container:
+    """One throwaway container of the image, removed on exit whatever happens."""
+
+    def __init__(self, docker: DockerClient, image_id: str, args: list[str]):
+        self.docker, self.name = docker, f"servebuild-warm-{uuid.uuid4().hex[:12]}"
+        docker.run("run", "-d", "--name", self.name, *args, "--entrypoint", "/bin/sleep", image_id, "infinity")
+
+    def exec(self, *argv: str, timeout: Optional[float] = None, check: bool = True):
+        return self.docker.run("exec", self.name, *argv, check=check, timeout=timeout)
+
+    def census(self, *flags: str) -> dict:
+        out = self.exec(PYTHON, CACHE_TOOL, "census", *flags).stdout
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise HostError(f"the image's cache census printed no JSON: {out[-200:]!r}", field="image") from None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.docker.remove_container(self.name)
+
+
+def check_origin(census: dict, image_id: str) -> None:
+    origin = census.get("origin") or {}
+    if origin.get("image_id") not in (None, image_id) or origin.get("manifest_sha256") not in (None, census["manifest_sha256"]):
+        raise IntegrityError(f"the /cache mounted here was first seeded by another image "
+                             f"({origin.get('image_id') or 'manifest ' + str(origin.get('manifest_sha256'))[:19]}), "
+                             f"not {image_id[:19]}: warm it from a fresh volume", field="--volume")
+
+
+def gpu_identity(box: Container, gpus: str) -> dict:
+    if gpus == "none":
+        return {"gpu": "none", "driver": "none"}
+    out = box.exec("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", check=False)
+    first = (out.stdout.strip().splitlines() or [","])[0].split(",")
+    return {"gpu": first[0].strip() or "unknown", "driver": (first[1] if len(first) > 1 else "").strip() or "unknown"}
+
+
+def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> WarmResult:
+    info = servebuild_image(docker, req.image)
+    image_id = info["Id"]
+    labels = info.get("Config", {}).get("Labels") or {}
+    args = gpu_args(docker, req.gpus) + ["--network", req.network, "-e", f"SERVEBUILD_IMAGE_ID={image_id}"]
+    if req.profile:
+        args += ["-e", f"SERVEBUILD_LAUNCHER=/usr/local/bin/{req.profile}"]
+    for spec in req.volumes:
+        args += ["-v", spec]
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "warm.log"
+    with Container(docker, image_id, args) as box:
+        box.exec(PYTHON, CACHE_TOOL, "seed")
+        before = box.census("--listing", LISTING)
+        check_origin(before, image_id)
+        shown = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
+        echo(f"warm: {req.image} ({image_id[:19]}): running {shown!r}")
+        start = time.monotonic()
+        proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
+        seconds = time.monotonic() - start
+        log.write_text(f"$ {req.command}\n{proc.stdout}{proc.stderr}")
+        if proc.returncode != 0:
+            raise HostError(f"the command exited {proc.returncode} after {seconds:.0f} s; nothing was built; "
+                            f"log: {log}", field="--run")
+        compiled = dict(sorted(box.census("--since", LISTING)["changed"].items()))
+        result = WarmResult(image_id=image_id, new_files=compiled)
+        echo(f"warm: {sum(compiled.values())} cache files written (new or rebuilt) in {seconds:.0f} s"
+             + (f" ({', '.join(f'{k} {n}' for k, n in compiled.items())})" if compiled else " (nothing compiled)"))
+        if req.check_only:
+            return result
+        packed = box.exec(PYTHON, CACHE_TOOL, "pack", "--out", PACKED, "--max-bytes", str(req.max_bytes), check=False)
+        if packed.returncode == 3:
+            raise InputError(packed.stderr.strip().splitlines()[-1].replace("servebuild-cache: ", "")
+                             + "; raise --max-bytes or warm less", field="--max-bytes")
+        if packed.returncode != 0:
+            raise HostError(f"packing the caches failed: {(packed.stderr.strip().splitlines() or ['?'])[-1]}",
+                            field="image")
+        totals = json.loads(packed.stdout.strip().splitlines()[-1])
+        context = work / "context"
+        if context.exists():
+            shutil.rmtree(context)
+        (context / "seed" / "cache").mkdir(parents=True)
+        tar_path = work / "cache.tar"
+        docker.run("cp", f"{box.name}:{PACKED}", str(tar_path))
+        identity = gpu_identity(box, req.gpus)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(context / "seed" / "cache", filter="data")
+    record = {"image": req.image, "image_id": image_id, "profile": req.profile, "command": req.command,
+              "command_sha256": hashlib.sha256(req.command.encode()).hexdigest(), **identity,
+              "arch": docker.info().get("Architecture"), "new_files": compiled, "files": totals["files"],
+              "bytes": totals["bytes"], "seconds": round(seconds, 1),
+              "recipe": labels.get(f"{LABEL_PREFIX}.recipe"), "manifest_sha256": labels.get(f"{LABEL_PREFIX}.manifest.sha256")}
+    write_json(context / "seed" / "warm.json", record)
+    # BuildKit takes FROM by name: a tag of this run on exactly the image id, removed after the build
+    base = f"servebuild-warm-base:{image_id.split(':')[-1][:12]}-{uuid.uuid4().hex[:8]}"
+    docker.tag(image_id, base)
+    (context / "Dockerfile").write_text(f"FROM {base}\nCOPY seed/ /opt/servebuild/seed/\n")
+    warm_labels = {f"{WARM}.base-image": image_id, f"{WARM}.profile": req.profile or "",
+                   f"{WARM}.gpu": identity["gpu"], f"{WARM}.driver": identity["driver"],
+                   f"{WARM}.arch": str(record["arch"]), f"{WARM}.command.sha256": record["command_sha256"],
+                   f"{WARM}.files": str(totals["files"]), f"{WARM}.bytes": str(totals["bytes"])}
+    platform = f"{info.get('Os', 'linux')}/{info.get('Architecture')}"
+    try:
+        warm_id = docker.build(BuildRequest(context=context, platform=platform, build_args={}, labels=warm_labels,
+                                            secrets={}), work / "build.log", echo=None)
+    finally:
+        docker.remove_image(base, force=False)  # only this name: the image stays
+    tag = req.tag or warm_tag(req.image)
+    docker.tag(warm_id, tag)
+    write_json(work / "warm.json", {**record, "warm_image_id": warm_id, "tag": tag, "labels": warm_labels})
+    echo(f"warm: built {tag} ({warm_id[:19]}): {totals['files']} cache files, {totals['bytes']} bytes over {image_id[:19]}")
+    result.bytes, result.tag, result.warm_id, result.record = totals["bytes"], tag, warm_id, record
+    return result
+

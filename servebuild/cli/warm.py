@@ -1,0 +1,74 @@
+"""warm: run a command in a recipe's image (or any servebuild image), keep what it compiled, build IMAGE-warm."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+from servebuild.build import farm as farms
+from servebuild.build.docker import DockerClient
+from servebuild.check.bisect import check_volume
+from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, run_warm
+from servebuild.cli.options import build_options, image_ref, whole_seconds
+from servebuild.errors import InputError
+from servebuild.plan.make import make_plan
+from servebuild.recipe.load import load_recipe
+
+GPUS = re.compile(r"\A(all|none|[0-9]{1,3}(,[0-9]{1,3}){0,63})\Z")
+NETWORK = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}\Z")
+
+
+def checked_request(image: str, run: Optional[str], profile: Optional[str], gpus: Optional[str], volume, network,
+                    timeout, max_bytes, tag, check) -> WarmRequest:
+    if not run or not run.strip() or "\x00" in run:
+        raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
+    gpus = gpus or "all"
+    if not GPUS.match(gpus):
+        raise InputError(f"{gpus!r} is not all, none or a GPU list such as 0,1", field="--gpus")
+    network = network or "none"
+    if not NETWORK.match(network):
+        raise InputError(f"{network!r} is not a docker network name", field="--network")
+    for spec in volume or ():
+        if "\n" in spec or "\r" in spec:
+            raise InputError("a volume spec holds a line break", field="--volume")
+        try:
+            check_volume(spec)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--volume") from None
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else whole_seconds(max_bytes, 0, "--max-bytes")
+    if limit < 1:
+        raise InputError("--max-bytes must be at least 1", field="--max-bytes")
+    return WarmRequest(image=image, command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
+                       network=network, timeout=whole_seconds(timeout, 3600), max_bytes=limit,
+                       tag=image_ref(tag, "--tag") if tag else None, check_only=check)
+
+
+def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profile=None, run=None, volume=None,
+         gpus=None, network=None, timeout=None, max_bytes=None, tag=None, check=False, farm=None) -> int:
+    if image is not None:
+        image_ref(image)
+        engine, work = DockerClient(), root / "build" / "images" / re.sub(r"[/:@]", "_", image) / "warm"
+    elif recipe:
+        loaded = load_recipe(recipe, root)
+        if variant:
+            loaded = loaded.with_variant(variant)
+        default = loaded.recipe.launch.default_profile()
+        if profile is not None and profile not in loaded.recipe.launch.profiles:
+            known = ", ".join(sorted(loaded.recipe.launch.profiles)) or "none"
+            raise InputError(f"recipe {loaded.recipe.name} has no launch profile {profile!r} (it has: {known})",
+                             field="--profile")
+        profile = profile or default
+        plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
+        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
+        image = farms.image_of_build(root, plan.build_dir, farm) or plan.tag
+        work = plan.build_dir / "warm"
+    else:
+        raise InputError("give --recipe NAME (its built image) or --image REF", field="--recipe")
+    request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
+    result = run_warm(engine, request, work)
+    if check:
+        total = sum(result.new_files.values())
+        print(f"warm --check: {total} new cache files while the command ran")
+        return 1 if total else 0
+    return 0
