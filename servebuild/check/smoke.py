@@ -102,8 +102,10 @@ def has_nvidia_runtime(docker: DockerClient) -> bool:
 
 
 def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe], out_dir: Path,
-               require_gpu: bool = False, network: bool = False, extra: tuple[str, ...] = ()) -> int:
-    """Start a throwaway container of `image`, run the suite in it, remove it."""
+               require_gpu: bool = False, network: bool = False, extra: tuple[str, ...] = (),
+               env: Optional[dict[str, str]] = None) -> int:
+    """Start a throwaway container of `image` (with `env` over the image's environment), run the suite
+    in it, remove it."""
     if docker.image_id(image) is None:
         raise SmokeError(f"image {image} is not in the engine; build it first (invoke build)", field="--image")
     info = docker.image_inspect(image)
@@ -123,6 +125,8 @@ def test_image(docker: DockerClient, image: str, loaded: Optional[LoadedRecipe],
             "--entrypoint", "/bin/sleep"]
     if not network:
         args += ["--network", "none"]
+    for key, value in sorted((env or {}).items()):
+        args += ["-e", f"{key}={value}"]
     if has_nvidia_runtime(docker):
         args += ["--gpus", "all"]
     docker.run(*args, image, "infinity")

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from integration import warm_checks
 from integration.conftest import CREATED_TAGS, build_fixture
 from servebuild.check import profiles as argcheck
 from servebuild.check import bisect as ab
@@ -88,7 +89,15 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         bench.mkdir(parents=True, exist_ok=True)
         (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         assert code == 0, f"smoke suite failed on {tag}; see {out_dir}/smoke-junit.xml\n{junit[-3000:]}"
+        record["aot"] = warm_checks.check_aot_record(manifest)
+        RECIPE_CHECKS.extend(f"{recipe} aot: {line}" for line in record["aot"])
         engine_name = manifest["engine"]["name"]
+        if engine_name == "sglang":
+            loaded = load_recipe(recipe, REPO_ROOT).with_variant(variant)
+            warm_checks.cache_checks_fail_where_they_must(engine, tag, loaded, tmp_path_factory)
+            record.update(warm_checks.warm_end_to_end(engine, tag, manifest["bases"]["runtime"]["resolved"],
+                                                      tmp_path_factory, tags))
+            (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         parse_every_recipe_of_the_engine(engine, tag, engine_name)
         bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, tmp_path_factory, tags)
         if recipe in SECOND:

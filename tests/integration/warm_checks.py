@@ -1,0 +1,113 @@
+"""The serve-time cache checks run on a real engine image (called by test_engine_images.py while the
+image exists): the aot record, the smoke suite's cache checks failing where they must, and `invoke warm`
+end to end with a command that compiles with no GPU (no GPU exists in a container here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from servebuild.build.docker import DockerClient
+from servebuild.check import smoke
+from servebuild.check.warm import WarmRequest, run_warm
+from servebuild.errors import InputError, IntegrityError
+from support import REPO_ROOT
+
+# a JIT path that needs no GPU: SGLang's own module builder under its arch override (what the aot stage does)
+CPU_COMPILE = ("CUDA_VISIBLE_DEVICES= python -c 'from sglang.jit_kernel.utils.arch import override_jit_cuda_arch as o; "
+               "from sglang.jit_kernel.add_constant import _jit_add_constant_module as m; "
+               "c = o(9, 0, \"a\"); c.__enter__(); m(9); m(5)'")
+
+
+def junit_results(out_dir):
+    from integration.test_smoke_fixtures import junit
+    return junit(out_dir)
+
+
+def check_aot_record(manifest: dict) -> list[str]:
+    """The build manifest lists what the aot stage compiled, with cache keys, for every declared kernel."""
+    declared = manifest["aot"]["kernels"]
+    built = (manifest["outputs"].get("aot") or {}).get("kernels") or []
+    assert [(k["builder"], k["args"]) for k in built] == [(k["builder"], k["args"]) for k in declared], built
+    for kernel in built:
+        assert kernel["keys"] and kernel["files"] > 0 and kernel["bytes"] > 0, kernel
+    return [f"{k['jit']} {k['builder']}{tuple(k['args'])}: {k['seconds']} s, {k['bytes']} B -> {k['keys'][0]}"
+            for k in built]
+
+
+def cache_checks_fail_where_they_must(engine: DockerClient, tag: str, loaded, tmp_path_factory) -> None:
+    """SGLANG_DG_CACHE_DIR at SGLang's own default (the image before this check existed: DG_JIT_CACHE_DIR
+    set and ignored) and TILELANG_CACHE_DIR at TileLang's default: both fail, naming the variable and
+    the paths written outside /cache."""
+    out = tmp_path_factory.mktemp("smoke-bad-cache")
+    code = smoke.test_image(engine, tag, loaded, out, extra=("-k", "test_cache_path or test_jit_writes"),
+                            env={"SGLANG_DG_CACHE_DIR": "/root/.cache/deep_gemm",
+                                 "TILELANG_CACHE_DIR": "/root/.tilelang/cache"})
+    results = junit_results(out)
+    assert code != 0
+    outcome, message = results["test_cache_path[sglang-deep_gemm]"]
+    assert outcome == "failure", results
+    assert "DG_JIT_CACHE_DIR after sglang's deep_gemm_wrapper is /root/.cache/deep_gemm" in message, message
+    assert "DG_JIT_CACHE_DIR='/cache/deep_gemm'" in message and "SGLANG_DG_CACHE_DIR" in message, message
+    outcome, message = results["test_cache_path[tilelang]"]
+    assert outcome == "failure" and "/root/.tilelang/cache" in message, message
+    outcome, message = results["test_jit_writes_nothing_outside_the_cache_root"]
+    assert outcome == "failure" and "outside /cache: /root/.tilelang" in message, message
+    assert results["test_cache_path[triton]"][0] == "passed"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_factory, tags: list) -> dict:
+    work = tmp_path_factory.mktemp("warm")
+    warm_tag = f"{tag}-warm-{uuid.uuid4().hex[:6]}"
+    tags.append(warm_tag)
+    # no GPU on this engine: asked for one, warm says so in one line and starts nothing
+    if "nvidia" not in (engine.info().get("Runtimes") or {}):
+        with pytest.raises(InputError, match="has no NVIDIA runtime: no GPU to warm the caches with; pass --gpus none"):
+            run_warm(engine, WarmRequest(image=tag, command="true", tag=warm_tag), work / "gpu")
+    first = run_warm(engine, WarmRequest(image=tag, command=CPU_COMPILE, gpus="none", profile="sglang-native-fp8",
+                                         tag=warm_tag), work / "first", echo=lambda *_: None)
+    # add_constant<5> is in the image's aot seed: only <9> compiles
+    assert first.new_files == {"tvm-ffi": 8}, first.new_files
+    labels = engine.image_inspect(warm_tag)["Config"]["Labels"]
+    assert labels["io.servebuild.warm.base-image"] == engine.image_id(tag)
+    assert labels["io.servebuild.warm.gpu"] == "none" and labels["io.servebuild.warm.profile"] == "sglang-native-fp8"
+    assert labels["io.servebuild.manifest.sha256"]  # still the image's own
+    layers = lambda ref: engine.image_inspect(ref)["RootFS"]["Layers"]  # noqa: E731
+    assert layers(warm_tag)[:-1] == layers(tag) and len(layers(warm_tag)) == len(layers(tag)) + 1
+    # the warm image's first start compiles nothing for the same command
+    second = run_warm(engine, WarmRequest(image=warm_tag, command=CPU_COMPILE, gpus="none", check_only=True),
+                      work / "second", echo=lambda *_: None)
+    assert second.new_files == {}, second.new_files
+    # a cache volume first seeded by one image is refused by another
+    volume = f"servebuild-test-warm-{uuid.uuid4().hex[:8]}"
+    try:
+        run_warm(engine, WarmRequest(image=tag, command="true", gpus="none", volumes=(f"{volume}:/cache",),
+                                     check_only=True), work / "vol1", echo=lambda *_: None)
+        with pytest.raises(IntegrityError, match="first seeded by another image"):
+            run_warm(engine, WarmRequest(image=warm_tag, command="true", gpus="none", volumes=(f"{volume}:/cache",),
+                                         check_only=True), work / "vol2", echo=lambda *_: None)
+    finally:
+        subprocess.run(["/usr/bin/docker", "volume", "rm", "-f", volume], capture_output=True)
+    # a layer above the limit: one line, nothing tagged
+    small_tag = f"{tag}-warm-small-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(InputError, match="above the limit 1000; raise --max-bytes"):
+        run_warm(engine, WarmRequest(image=tag, command=CPU_COMPILE, gpus="none", max_bytes=1000, tag=small_tag),
+                 work / "small", echo=lambda *_: None)
+    assert engine.image_id(small_tag) is None
+    # through the CLI: an image servebuild did not build, a bad --gpus: one line, exit 2
+    proc = cli("warm", "--image", base_image, "--gpus", "none", "--run", "true")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "was not built by servebuild" in proc.stderr
+    proc = cli("warm", "--image", tag, "--gpus", "0;1", "--run", "true")
+    assert proc.returncode == 2 and "is not all, none or a GPU list" in proc.stderr, proc.stderr
+    record = json.loads((work / "first" / "warm.json").read_text())
+    return {"warm_new_files": first.new_files, "warm_bytes": first.bytes, "warm_second_run": second.new_files,
+            "warm_layer_files": record["files"]}
