@@ -220,7 +220,7 @@ def main() -> int:
     parser.add_argument("--payload", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", default="tvm-ffi,record,flashinfer",
-                        help="comma-separated: tvm-ffi, record, flashinfer (flashinfer-seeded: without the empty run)")
+                        help="comma-separated: tvm-ffi, record, image-seed, flashinfer (flashinfer-seeded: without the empty run)")
     args = parser.parse_args()
     payload, out = Path(args.payload).resolve(), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -298,6 +298,11 @@ def main() -> int:
                            env={**os.environ, "SERVEBUILD_MANIFEST": str(seed / "manifest.json")})
         report["after replay"] = child(CHILD_WORKLOAD, sgl_env, str(TOOLS))
         print(f"workload on seed + replayed cache: {json.dumps(report['after replay'])}", flush=True)
+    if "image-seed" in only:
+        # the image's own seed, with what its build replayed from the committed H200 recording
+        fresh_cache(seed)
+        report["image seed"] = child(CHILD_WORKLOAD, sgl_env, str(TOOLS))
+        print(f"workload on the image's seed: {json.dumps(report['image seed'])}", flush=True)
     if "flashinfer" in only or "flashinfer-seeded" in only:
         fi_env = {"PYTHONPATH": str(fi_site), "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer", "CUDA_HOME": str(fi_cuda),
                   "CXX": "c++",  # the image's: FlashInfer writes $CXX into build.ninja

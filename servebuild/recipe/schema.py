@@ -363,7 +363,7 @@ class AotKernel(Model):
 class Aot(Model):
     """Kernels the image carries compiled (a read-only seed the launcher copies into /cache)."""
 
-    kernels: list[AotKernel] = []
+    kernels: list[AotKernel] = []  # compiled in the aot stage, in order (each: jit, builder, args)
     recordings: list[str] = []  # JIT recordings (SERVEBUILD_JIT_RECORD) whose GPU-free part the build replays
     max_bytes: int = Field(default=4 << 30, ge=1 << 20, le=64 << 30)  # the seed layer's size limit
 

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 41b5c0459f9773223b2b1a7ec8b9b6a5596808bf3334c34113821fb71c8a3b88
+# recipe sha256: 84a0b5d17e477c5f0c0037eccca37da46f8673546d1204127ecde4eee6c08238
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 85f97403247e6cd82ee2958a998642220f32a703e59303658ac188784295d18c
+# recipe sha256: 863edc143900543162e85f91b3b28f518767bfd4841ce36f2ecfe137ba11dd70
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

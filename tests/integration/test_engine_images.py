@@ -97,6 +97,8 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
             warm_checks.cache_checks_fail_where_they_must(engine, tag, loaded, tmp_path_factory)
             record.update(warm_checks.warm_end_to_end(engine, tag, manifest["bases"]["runtime"]["resolved"],
                                                       tmp_path_factory, tags))
+            RECIPE_CHECKS.append("bad-aot (sglang): build refused: " + warm_checks.unknown_builder_stops_the_build(
+                engine, recipe, variant, cache, tmp_path_factory, tags)[:200])
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         parse_every_recipe_of_the_engine(engine, tag, engine_name)
         bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, tmp_path_factory, tags)

@@ -111,3 +111,29 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
     record = json.loads((work / "first" / "warm.json").read_text())
     return {"warm_new_files": first.new_files, "warm_bytes": first.bytes, "warm_second_run": second.new_files,
             "warm_layer_files": record["files"]}
+
+
+def unknown_builder_stops_the_build(engine, recipe: str, variant: str, cache, tmp_path_factory, tags: list) -> str:
+    """A recipe naming a builder SGLang does not have: the aot stage stops the build in one line naming
+    the recipe, the field and what the module has, and nothing is tagged."""
+    from integration.conftest import build_fixture
+    from servebuild.errors import ServebuildError
+    from servebuild.recipe.load import load_recipe
+    dest = tmp_path_factory.mktemp("bad-aot")
+    loaded = load_recipe(recipe, REPO_ROOT)
+    for rf in loaded.chain:
+        (dest / rf.path.name).write_text(rf.path.read_text())
+    path = dest / "bad-aot.yaml"
+    path.write_text(f"name: bad-aot\nextends: {recipe}\naot:\n  kernels:\n"
+                    "    - {jit: tvm-ffi, builder: 'sglang.jit_kernel.add_constant:_jit_add_constnat_module', args: [5]}\n")
+    bad_tag = "servebuild-test/bad-aot:sglang"
+    tags.append(bad_tag)
+    with pytest.raises(ServebuildError) as err:
+        build_fixture(REPO_ROOT, engine, "linux/amd64", bad_tag, cache, recipe=str(path), variant=variant)
+    message = str(err.value)
+    assert "\n" not in message and err.value.exit_code == 2, message
+    assert ("recipe bad-aot, aot.kernels[0] (tvm-ffi sglang.jit_kernel.add_constant:_jit_add_constnat_module): "
+            "sglang.jit_kernel.add_constant has no builder _jit_add_constnat_module (it has: _jit_add_constant_module)"
+            in message), message
+    assert engine.image_id(bad_tag) is None
+    return message
