@@ -11,9 +11,9 @@ seed    copies every file of SEED/cache that CACHE lacks (never overwrites: what
 census  one JSON object: {kind: number of files} for each directory under CACHE (kind = the JIT
         cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list;
         --listing FILE also writes every file's size and mtime; --since FILE (an earlier listing)
-        adds "changed": {kind: files new or rewritten since} - what a run compiled, per kind, even
-        where a JIT rebuilt a module in place (`invoke warm`, the smoke suite, the H200 benchmark).
-pack    a tar (sorted, mtimes kept, owner 0) of the files under CACHE that SEED/cache does not hold:
+        adds "changed": {kind: files new or rewritten since, empty lock files aside} - what a run
+        compiled, per kind, even where a JIT rebuilt a module in place (`invoke warm`, the smoke suite, the H200 benchmark).
+pack    a tar (sorted, mtimes kept, owner 0) of the non-empty files under CACHE that SEED/cache lacks:
         what a run compiled, for `invoke warm`'s cache layer. Refuses (exit 3) above --max-bytes.
 
 Standard library only: the image's Python, without servebuild installed.
@@ -109,7 +109,8 @@ def census(cache: str, listing: str | None = None, since: str | None = None) -> 
             before = json.load(handle)
         changed: dict[str, int] = {}
         for rel, stamp in now.items():
-            if before.get(rel) != stamp:
+            # an empty file touched again is a lock (FlashInfer's FileLock, tvm-ffi's build lock), not a compile
+            if before.get(rel) != stamp and not (stamp[0] == 0 and (before.get(rel) or [0])[0] == 0):
                 changed[kind_of(rel)] = changed.get(kind_of(rel), 0) + 1
         out["changed"] = changed
     if listing:
@@ -120,7 +121,7 @@ def census(cache: str, listing: str | None = None, since: str | None = None) -> 
 
 def pack(cache: str, seed_dir: str, out: str, max_bytes: int) -> int:
     seeded = set(files_under(os.path.join(seed_dir, "cache")))
-    new = [rel for rel in files_under(cache) if rel not in seeded]
+    new = [rel for rel in files_under(cache) if rel not in seeded and os.path.getsize(os.path.join(cache, rel)) > 0]
     total = sum(os.path.getsize(os.path.join(cache, rel)) for rel in new)
     if total > max_bytes:
         print(f"servebuild-cache: the run added {total} bytes under {cache}, above the limit {max_bytes}",

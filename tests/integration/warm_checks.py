@@ -42,11 +42,14 @@ def check_aot_record(manifest: dict) -> list[str]:
 def cache_checks_fail_where_they_must(engine: DockerClient, tag: str, loaded, tmp_path_factory) -> None:
     """SGLANG_DG_CACHE_DIR at SGLang's own default (the image before this check existed: DG_JIT_CACHE_DIR
     set and ignored) and TILELANG_CACHE_DIR at TileLang's default: both fail, naming the variable and
-    the paths written outside /cache."""
+    the paths written outside /cache; and a tvm-ffi cache the seed does not reach: the aot check sees
+    the compiles."""
     out = tmp_path_factory.mktemp("smoke-bad-cache")
-    code = smoke.test_image(engine, tag, loaded, out, extra=("-k", "test_cache_path or test_jit_writes"),
+    code = smoke.test_image(engine, tag, loaded, out, extra=("-k", "test_cache_path or test_jit_writes or test_aot"),
                             env={"SGLANG_DG_CACHE_DIR": "/root/.cache/deep_gemm",
-                                 "TILELANG_CACHE_DIR": "/root/.tilelang/cache"})
+                                 "TILELANG_CACHE_DIR": "/root/.tilelang/cache",
+                                 # the seed lands in /cache/tvm-ffi; the builders now look elsewhere: they compile
+                                 "TVM_FFI_CACHE_DIR": "/cache/tvm-ffi-elsewhere"})
     results = junit_results(out)
     assert code != 0
     outcome, message = results["test_cache_path[sglang-deep_gemm]"]
@@ -58,6 +61,10 @@ def cache_checks_fail_where_they_must(engine: DockerClient, tag: str, loaded, tm
     outcome, message = results["test_jit_writes_nothing_outside_the_cache_root"]
     assert outcome == "failure" and "outside /cache: /root/.tilelang" in message, message
     assert results["test_cache_path[triton]"][0] == "passed"
+    outcome, message = results["test_cache_path[tvm-ffi]"]
+    assert outcome == "failure" and "is /cache/tvm-ffi-elsewhere" in message and "TVM_FFI_CACHE_DIR" in message, message
+    outcome, message = results["test_aot_kernels_load_from_the_seed_with_no_compile"]
+    assert outcome == "failure" and "sglang.jit_kernel.dsv4.topk:_jit_topk_v2_module(): 8 new files (it compiled)" in message, message
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,9 @@ class VLLM(EngineKind):
     entrypoints = ("vllm.entrypoints.cli.main",)
     help_needs_gpu = True  # v0.26.0 `serve --help` fails with "Failed to infer device type" without a GPU
     # usage statistics off: a serving image phones nowhere (vLLM reads both; DO_NOT_TRACK is the common one)
-    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    # TileLang 0.1.9 (the DSV4 mHC kernels) keeps every nvcc temp dir under /tmp/tvm-debug-mode-tempdirs
+    # unless told to clean up (found by the smoke suite's writes-outside-/cache check)
+    env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TILELANG_CLEANUP_TEMP_FILES": "1"}
     # vLLM's cache root: torch.compile artifacts, the FlashInfer autotune and JIT monitor records, downloads
     cache_env = {"VLLM_CACHE_ROOT": "vllm"}
     cache_paths = {"vllm": "vllm"}
