@@ -86,6 +86,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH" \
     SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
     TILELANG_CACHE_DIR="/cache/tilelang" \
+    TILELANG_CLEANUP_TEMP_FILES="1" \
     TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
     TORCH_CUDA_ARCH_LIST="9.0a" \
     TRITON_CACHE_DIR="/cache/triton" \
