@@ -31,6 +31,9 @@ from servebuild.check.smoke import has_nvidia_runtime
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
 
 METRICS_MARK = "SERVEBUILD-METRICS"
+CACHE_MARK = "SERVEBUILD-CACHE"  # the image's census after the command: files written per JIT kind
+CACHE_TOOL, CACHE_TOOL_PYTHON = "/opt/servebuild/tools/servebuild_cache.py", "/opt/venv/bin/python"
+CENSUS_FILE = "/tmp/.servebuild-census.json"
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,16 @@ class Probe:
     volumes: tuple[str, ...] = ()        # docker -v specs: the model, the benchmark, a JIT cache
 
     def script(self) -> str:
-        if not self.metrics_file:
-            return self.command
-        path = shlex.quote(self.metrics_file)
-        return (f"{self.command}\nrc=$?\nif [ -f {path} ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < {path}; "
-                f"printf '\\n'; fi\nexit $rc")
+        """The command, with /cache seeded and counted around it where the image has servebuild's cache
+        tool (the zero-compile metric: jit_compiled_files), and the metrics file printed after it."""
+        tool = f"{CACHE_TOOL_PYTHON} {CACHE_TOOL}"
+        lines = [f"if [ -f {CACHE_TOOL} ]; then {tool} seed >/dev/null 2>&1; "
+                 f"{tool} census --listing {CENSUS_FILE} >/dev/null 2>&1; fi", self.command, "rc=$?",
+                 f"if [ -f {CENSUS_FILE} ]; then printf '\\n{CACHE_MARK} '; {tool} census --since {CENSUS_FILE}; fi"]
+        if self.metrics_file:
+            path = shlex.quote(self.metrics_file)
+            lines.append(f"if [ -f {path} ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < {path}; printf '\\n'; fi")
+        return "\n".join(lines + ["exit $rc"])
 
     def check(self) -> None:
         if self.timeout_s <= 0:
@@ -99,17 +107,23 @@ class Row:
 
 
 def parse_metrics(output: str) -> dict:
-    """The metrics file's JSON (marked), else the last line of output that is a JSON object."""
+    """The metrics file's JSON (marked), else the last line of output that is a JSON object; plus
+    jit_compiled_files, the cache files the command wrote, where the image counted them."""
     lines = output.strip().splitlines()
+    census = next((_object(line[len(CACHE_MARK) + 1:]) for line in reversed(lines)
+                   if line.startswith(CACHE_MARK + " ")), {})
+    compiled = ({"jit_compiled_files": sum(census["changed"].values())}
+                if isinstance(census.get("changed"), dict) else {})
+    lines = [line for line in lines if not line.startswith(CACHE_MARK + " ")]
     for line in reversed(lines):
         if line.startswith(METRICS_MARK + " "):
-            return _object(line[len(METRICS_MARK) + 1:])
+            return {**_object(line[len(METRICS_MARK) + 1:]), **compiled}
     for line in reversed(lines):
         if line.strip().startswith("{"):
             found = _object(line.strip())
             if found:
-                return found
-    return {}
+                return {**found, **compiled}
+    return compiled
 
 
 def _object(text: str) -> dict:
