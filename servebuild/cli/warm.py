@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,8 +20,21 @@ GPUS = re.compile(r"\A(all|none|[0-9]{1,3}(,[0-9]{1,3}){0,63})\Z")
 NETWORK = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}\Z")
 
 
-def checked_request(image: str, run: Optional[str], profile: Optional[str], gpus: Optional[str], volume, network,
-                    timeout, max_bytes, tag, check) -> WarmRequest:
+SIZE = re.compile(r"\A([0-9]{1,15})([KMG]i?B?)?\Z")
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_count(value: str) -> int:
+    """--max-bytes: a whole number of bytes, or with K, M or G (KiB, MiB, GiB)."""
+    m = SIZE.match(str(value).strip())
+    if not m or int(m.group(1)) < 1:
+        raise InputError(f"{value!r} is not a size in bytes such as 4000000000 or 16G", field="--max-bytes")
+    return int(m.group(1)) * UNITS[(m.group(2) or "")[:1]]
+
+
+def checked_request(image: Optional[str], run: Optional[str], profile: Optional[str], gpus: Optional[str], volume,
+                    network, timeout, max_bytes, tag, check) -> WarmRequest:
+    """Every option checked before the engine is asked anything (the image is filled in after)."""
     if not run or not run.strip() or "\x00" in run:
         raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
     gpus = gpus or "all"
@@ -36,16 +50,15 @@ def checked_request(image: str, run: Optional[str], profile: Optional[str], gpus
             check_volume(spec)
         except ValueError as exc:
             raise InputError(str(exc), field="--volume") from None
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else whole_seconds(max_bytes, 0, "--max-bytes")
-    if limit < 1:
-        raise InputError("--max-bytes must be at least 1", field="--max-bytes")
-    return WarmRequest(image=image, command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
+    return WarmRequest(image=image or "", command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
                        network=network, timeout=whole_seconds(timeout, 3600), max_bytes=limit,
                        tag=image_ref(tag, "--tag") if tag else None, check_only=check)
 
 
 def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profile=None, run=None, volume=None,
          gpus=None, network=None, timeout=None, max_bytes=None, tag=None, check=False, farm=None) -> int:
+    request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
     if image is not None:
         image_ref(image)
         engine, work = DockerClient(), root / "build" / "images" / re.sub(r"[/:@]", "_", image) / "warm"
@@ -65,8 +78,7 @@ def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profi
         work = plan.build_dir / "warm"
     else:
         raise InputError("give --recipe NAME (its built image) or --image REF", field="--recipe")
-    request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
-    result = run_warm(engine, request, work)
+    result = run_warm(engine, replace(request, image=image, profile=profile), work)
     if check:
         total = sum(result.new_files.values())
         print(f"warm --check: {total} new cache files while the command ran")

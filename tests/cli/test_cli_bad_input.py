@@ -334,3 +334,29 @@ def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
     assert stops.stderr.strip().splitlines() == ["error: the build would stop (see `would stop:` above)"]
     goes = cli("build", "--dry-run", "--recipe", str(recipes / "torch-cu130.yaml"))
     assert goes.returncode == 0 and "would stop" not in goes.stdout, goes
+
+
+# ------------------------------------------------------------------ warm: every option before the engine
+
+@pytest.mark.parametrize("args,words", [
+    ([], ["--run", "give the command to run"]),
+    (["--run", "  "], ["--run", "empty value"]),
+    (["--run", "true", "--gpus", "0;1"], ["--gpus", "is not all, none or a GPU list"]),
+    (["--run", "true", "--gpus", "all,0"], ["--gpus", "is not all, none or a GPU list"]),
+    (["--run", "true", "--network", "host;rm"], ["--network", "is not a docker network name"]),
+    (["--run", "true", "--volume", "/tmp:/x\n"], ["--volume", "line break"]),
+    (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
+    (["--run", "true", "--max-bytes", "16T"], ["--max-bytes", "is not a size in bytes"]),
+    (["--run", "true", "--timeout", "soon"], ["--timeout", "whole number of seconds"]),
+    (["--run", "true", "--tag", "Bad Tag"], ["--tag", "is not an image reference"]),
+    (["--run", "true", "--profile", "nope"], ["--profile", "has no launch profile 'nope' (it has: sglang-native-fp8)"]),
+    (["--run", "true", "--variant", "nope"], ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"]),
+])
+def test_bad_warm_input_is_one_line_before_the_engine(args, words):
+    """DOCKER_HOST points nowhere: a message that needed the engine would name it instead."""
+    proc = cli("warm", "--recipe", "sglang-native-fp8-bookworm", *args, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_one_line(proc, *words)
+
+
+def test_warm_needs_a_recipe_or_an_image():
+    assert_one_line(cli("warm", "--run", "true"), "--recipe", "give --recipe NAME (its built image) or --image REF")

@@ -231,3 +231,18 @@ def test_bisect_rows_carry_the_images_compile_count():
     script = ab.Probe("run-it").script()
     assert script.index("census --listing") < script.index("run-it") < script.index("census --since")
     assert script.rstrip().endswith("exit $rc")
+
+
+@pytest.mark.parametrize("value,expected", [("1000", 1000), ("16G", 16 << 30), ("512MiB", 512 << 20),
+                                            ("17179869184", 16 << 30)])
+def test_warm_max_bytes_takes_a_size(value, expected):
+    from servebuild.cli.warm import byte_count
+    assert byte_count(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1.5G", "16T", "lots", "1" * 16])
+def test_warm_max_bytes_refuses_what_is_not_a_size(value):
+    from servebuild.cli.warm import byte_count
+    from servebuild.errors import InputError
+    with pytest.raises(InputError, match="--max-bytes: .* is not a size in bytes"):
+        byte_count(value)
