@@ -5,6 +5,7 @@ end to end with a command that compiles with no GPU (no GPU exists in a containe
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -64,7 +65,7 @@ def cache_checks_fail_where_they_must(engine: DockerClient, tag: str, loaded, tm
     outcome, message = results["test_cache_path[tvm-ffi]"]
     assert outcome == "failure" and "is /cache/tvm-ffi-elsewhere" in message and "TVM_FFI_CACHE_DIR" in message, message
     outcome, message = results["test_aot_kernels_load_from_the_seed_with_no_compile"]
-    assert outcome == "failure" and "sglang.jit_kernel.dsv4.topk:_jit_topk_v2_module(): 8 new files (it compiled)" in message, message
+    assert outcome == "failure" and re.search(r"_jit_topk_v2_module\(\): [1-9][0-9]* new files \(it compiled\)", message), message
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
