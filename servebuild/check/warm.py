@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tarfile
 import time
@@ -128,6 +129,27 @@ def gpu_identity(box: Container, gpus: str) -> dict:
     return {"gpu": first[0].strip() or "unknown", "driver": (first[1] if len(first) > 1 else "").strip() or "unknown"}
 
 
+def unpack_cache(tar_path: Path, dest: Path) -> None:
+    """The container's pack: regular files and directories under relative paths only (it came out of
+    a container that ran a user's command: no link, device, absolute path or `..` is taken)."""
+    with tarfile.open(tar_path) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                raise IntegrityError(f"the packed cache holds {member.name!r}, not a plain file under /cache",
+                                     field="--run")
+        for member in tar.getmembers():
+            target = dest / member.name
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+            os.chmod(target, member.mode & 0o755)
+            os.utime(target, (member.mtime, member.mtime))  # ninja-driven JITs compare mtimes
+
+
 def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> WarmResult:
     info = servebuild_image(docker, req.image)
     image_id = info["Id"]
@@ -173,8 +195,7 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         tar_path = work / "cache.tar"
         docker.run("cp", f"{box.name}:{PACKED}", str(tar_path))
         identity = gpu_identity(box, req.gpus)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(context / "seed" / "cache", filter="data")
+    unpack_cache(tar_path, context / "seed" / "cache")
     record = {"image": req.image, "image_id": image_id, "profile": req.profile, "command": req.command,
               "command_sha256": hashlib.sha256(req.command.encode()).hexdigest(), **identity,
               "arch": docker.info().get("Architecture"), "new_files": compiled, "files": totals["files"],

@@ -217,6 +217,9 @@ def test_the_cache_tool_seeds_only_what_is_missing_and_packs_only_what_a_run_add
     assert proc.returncode == 0 and json.loads(proc.stdout) == {"files": 1, "bytes": 100}
     with tarfile.open(out) as tar:
         assert tar.getnames() == ["triton/k1/k.cubin"] and tar.getmember("triton/k1/k.cubin").uid == 0
+    from servebuild.check.warm import unpack_cache  # what warm does with the pack it copies out
+    unpack_cache(out, tmp_path / "layer")
+    assert (tmp_path / "layer" / "triton" / "k1" / "k.cubin").read_bytes() == b"x" * 100
     proc = run_tool(tmp_path, tool, "pack", "--cache", str(cache), "--seed", str(tmp_path / "seed"), "--out",
                     str(out), "--max-bytes", "10")
     assert proc.returncode == 3 and "above the limit 10" in proc.stderr
@@ -246,3 +249,31 @@ def test_warm_max_bytes_refuses_what_is_not_a_size(value):
     from servebuild.errors import InputError
     with pytest.raises(InputError, match="--max-bytes: .* is not a size in bytes"):
         byte_count(value)
+
+
+def test_warm_takes_only_plain_files_from_the_containers_pack(tmp_path):
+    """The pack comes out of a container that ran the user's command: a link or `..` is refused."""
+    import io
+    from servebuild.check.warm import unpack_cache
+    from servebuild.errors import IntegrityError
+
+    def tar_with(*members):
+        path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.tar"
+        with tarfile.open(path, "w") as tar:
+            for info, data in members:
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        return path
+    good = tarfile.TarInfo("triton/k/k.cubin")
+    good.size, good.mtime, good.mode = 3, 946684800, 0o644
+    dest = tmp_path / "out"
+    unpack_cache(tar_with((good, b"abc")), dest)
+    assert (dest / "triton/k/k.cubin").read_bytes() == b"abc"
+    assert os.stat(dest / "triton/k/k.cubin").st_mtime == 946684800
+    link = tarfile.TarInfo("triton/evil")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    up = tarfile.TarInfo("../../escape")
+    up.size = 1
+    for bad in ((link, None), (up, b"x")):
+        with pytest.raises(IntegrityError, match="not a plain file under /cache"):
+            unpack_cache(tar_with(bad), tmp_path / "bad")
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "bad").exists()
