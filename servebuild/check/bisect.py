@@ -27,12 +27,13 @@ from servebuild.fsutil import atomic_write, write_json
 from servebuild.build.run import build
 from servebuild.plan.make import make_plan
 from servebuild.check.smoke import has_nvidia_runtime
+from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.toolchain import VENV
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
 
 METRICS_MARK = "SERVEBUILD-METRICS"
 CACHE_MARK = "SERVEBUILD-CACHE"  # the image's census after the command: files written per JIT kind
-CACHE_TOOL, CACHE_TOOL_PYTHON = "/opt/servebuild/tools/servebuild_cache.py", "/opt/venv/bin/python"
 CENSUS_FILE = "/tmp/.servebuild-census.json"
 
 
@@ -49,7 +50,7 @@ class Probe:
     def script(self) -> str:
         """The command, with /cache seeded and counted around it where the image has servebuild's cache
         tool (the zero-compile metric: jit_compiled_files), and the metrics file printed after it."""
-        tool = f"{CACHE_TOOL_PYTHON} {CACHE_TOOL}"
+        tool = f"{VENV}/bin/python {CACHE_TOOL}"
         lines = [f"if [ -f {CACHE_TOOL} ]; then {tool} seed >/dev/null 2>&1; "
                  f"{tool} census --listing {CENSUS_FILE} >/dev/null 2>&1; fi", self.command, "rc=$?",
                  f"if [ -f {CENSUS_FILE} ]; then printf '\\n{CACHE_MARK} '; {tool} census --since {CENSUS_FILE}; fi"]

@@ -29,9 +29,10 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.errors import HostError, InputError, IntegrityError
 from servebuild.fsutil import write_json
+from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.toolchain import VENV
 
-CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
-PYTHON = "/opt/venv/bin/python"
+PYTHON = f"{VENV}/bin/python"
 WARM = f"{LABEL_PREFIX}.warm"
 PACKED = "/tmp/servebuild-warm.tar"
 LISTING = "/tmp/servebuild-census.json"  # the cache's files (size, mtime) before the command

@@ -11,6 +11,7 @@ from typing import Optional
 from servebuild import TOOLS_DIR as TOOLS
 from servebuild.engines.profiles import launcher_script
 from servebuild.recipe.schema import Recipe
+from servebuild.render.aot import CACHE_TOOL, SEED
 from servebuild.render.toolchain import VENV
 
 
@@ -43,8 +44,8 @@ def argcheck_files(kind) -> dict[str, Path]:
 
 # a kind that compiles while serving: copy the image's compiled kernels into /cache where it lacks them
 # (a mounted volume included) before the server starts; SERVEBUILD_NO_SEED=1 skips it
-SEED_STEP = ('if [ -z "${SERVEBUILD_NO_SEED:-}" ] && [ -d /opt/servebuild/seed/cache ]; then '
-             f'{VENV}/bin/python /opt/servebuild/tools/servebuild_cache.py seed '
+SEED_STEP = (f'if [ -z "${{SERVEBUILD_NO_SEED:-}}" ] && [ -d {SEED}/cache ]; then '
+             f'{VENV}/bin/python {CACHE_TOOL} seed '
              '|| echo "servebuild: /cache not seeded; the server compiles what it lacks" >&2; fi')
 
 
