@@ -1,0 +1,297 @@
+"""The seed's benchmark methodology as named suites, their statistics and their tables.
+
+- prefill: uncached prompts of each requested size, one generated token; a unique nonce opens every
+  prompt, so no request is served from the prefix cache (a repeated prompt measures the cache).
+- decode: the code-review prompt, temperature 0, a fixed output length (ignore_eos), median of N runs.
+- story: five fixed story prompts, temperature 0, one run each, the median across the five.
+- tail: N sequential requests of ~1,569 prompt tokens and 64 generated; TTFT p50/p90/p99, latency p99.
+- grid: input sizes x concurrencies (seed 002): max(10, 3*c) prompts per cell; TTFT mean/p99.
+
+Standard library only: this file runs inside the images as well as on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from bench_client import BenchError, Sample, Server, request_body, stream
+
+PROMPTS = Path(__file__).resolve().parent / "bench_prompts"
+SUITES = ("prefill", "decode", "story", "tail", "grid")
+TAIL_PROMPT_TOKENS = 1569  # the seed's tail test: ~1,569 prompt tokens, 64 generated, 100 requests
+CHARS_PER_TOKEN = 4.0      # first guess for English prose; calibrated on the server's own count
+
+
+def read_prompt(name: str) -> str:
+    try:
+        return (PROMPTS / name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"cannot read the bench prompt {PROMPTS / name}: {exc.strerror}") from None
+
+
+def stories() -> list[str]:
+    return [s.strip() for s in read_prompt("stories.txt").split("\n---\n") if s.strip()]
+
+
+class PromptMaker:
+    """Prompts of about N tokens from the shipped prose, each opened by a unique nonce. The
+    characters-per-token ratio starts at a guess and is set from the server's own prompt_tokens
+    by `calibrate`, so 'requested' and 'actual' agree to a few tokens whatever the tokenizer."""
+
+    def __init__(self) -> None:
+        self.corpus = " ".join(read_prompt("prose.txt").split())
+        self.ratio = CHARS_PER_TOKEN
+
+    def make(self, tokens: int, nonce: Optional[str] = None) -> str:
+        head = f"[benchmark run {nonce or uuid.uuid4().hex}] "
+        tail = "\n\nSummarize the text above in one sentence."
+        want = max(1, int(tokens * self.ratio) - len(head) - len(tail))
+        body = (self.corpus + " ") * (want // (len(self.corpus) + 1) + 1)
+        return head + body[:want] + tail
+
+    def calibrate(self, server: Server, tokens: int = 1024) -> Optional[int]:
+        """One request of about `tokens`; the ratio from its usage.prompt_tokens (unchanged when absent)."""
+        prompt = self.make(tokens)
+        sample = stream(server, request_body(server, prompt, 1), Sample("calibrate", "calibrate", 0))
+        if not sample.ok:
+            raise BenchError(f"calibration request: {sample.error}")
+        if sample.prompt_tokens:
+            self.ratio = len(prompt) / sample.prompt_tokens
+        return sample.prompt_tokens
+
+
+# ---- statistics
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    lower = math.floor(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def spread(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> dict:
+    """prefix (median), prefix_min, prefix_max, prefix_n of the values that are numbers."""
+    nums = [v * scale for v in values if isinstance(v, (int, float))]
+    if not nums:
+        return {}
+    return {prefix: round(statistics.median(nums), digits), f"{prefix}_min": round(min(nums), digits),
+            f"{prefix}_max": round(max(nums), digits), f"{prefix}_n": len(nums)}
+
+
+def tails(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> dict:
+    nums = [v * scale for v in values if isinstance(v, (int, float))]
+    if not nums:
+        return {}
+    out = {f"{prefix}_mean": round(statistics.fmean(nums), digits)}
+    for q in (50, 90, 99):
+        out[f"{prefix}_p{q}"] = round(percentile(nums, q), digits)
+    out[f"{prefix}_max"] = round(max(nums), digits)
+    return out
+
+
+# ---- running requests
+
+@dataclass
+class Run:
+    """One suite's run against one server: its options, the samples so far, where they are written."""
+
+    server: Server
+    maker: PromptMaker
+    sizes: tuple = (2048, 8192, 32768)
+    runs: int = 3
+    max_tokens: int = 256
+    requests: int = 100
+    concurrencies: tuple = (1, 5, 10, 20)
+    grid_sizes: tuple = (5000, 10000, 20000)
+    warmup: int = 1
+    on_sample: Callable[[Sample], None] = lambda s: None
+    samples: list = field(default_factory=list)
+
+    def one(self, suite: str, case: str, index: int, prompt, max_tokens: int) -> Sample:
+        sample = stream(self.server, request_body(self.server, prompt, max_tokens), Sample(suite, case, index))
+        self.samples.append(sample)
+        self.on_sample(sample)
+        if not sample.ok:
+            raise BenchError(f"{suite} request {index + 1} ({case}): {sample.error}")
+        return sample
+
+    def warm(self, prompt_for: Callable[[], object], max_tokens: int) -> None:
+        """Unmeasured requests first: the server's first request of a shape pays for what it sets up."""
+        for _ in range(self.warmup):
+            sample = stream(self.server, request_body(self.server, prompt_for(), max_tokens),
+                            Sample("warmup", "warmup", 0))
+            if not sample.ok:
+                raise BenchError(f"warm-up request: {sample.error}")
+
+    def parallel(self, suite: str, case: str, prompts: list, concurrency: int, max_tokens: int) -> list[Sample]:
+        """`concurrency` streams at a time until every prompt is sent; then any failure is raised."""
+        results: list[Optional[Sample]] = [None] * len(prompts)
+        lock = threading.Lock()
+        next_index = [0]
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    i = next_index[0]
+                    next_index[0] += 1
+                if i >= len(prompts):
+                    return
+                results[i] = stream(self.server, request_body(self.server, prompts[i], max_tokens),
+                                    Sample(suite, case, i))
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(prompts)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done = [s for s in results if s is not None]
+        for s in done:
+            self.samples.append(s)
+            self.on_sample(s)
+        failed = [s for s in done if not s.ok]
+        if failed:
+            raise BenchError(f"{suite} request {failed[0].index + 1} ({case}): {failed[0].error}")
+        return done
+
+
+# ---- the suites: each measures, and returns its flat summary
+
+def prefill(run: Run) -> dict:
+    run.warm(lambda: run.maker.make(min(run.sizes)), 1)
+    out = {}
+    for size in run.sizes:
+        got = [run.one("prefill", f"{size}", i, run.maker.make(size), 1) for i in range(run.runs)]
+        out.update(spread(f"prefill_{size}_ttft_s", [s.ttft_s for s in got]))
+        out.update(spread(f"prefill_{size}_prompt_tokens", [s.prompt_tokens for s in got], digits=0))
+        out.update(spread(f"prefill_{size}_tps", [s.prompt_tokens / s.ttft_s for s in got
+                                                   if s.prompt_tokens and s.ttft_s], digits=1))
+        cached = [s.cached_tokens for s in got if s.cached_tokens is not None]
+        if cached:
+            out[f"prefill_{size}_cached_tokens_max"] = max(cached)
+    return out
+
+
+def decode(run: Run) -> dict:
+    prompt = read_prompt("code-review.txt")
+    run.warm(lambda: prompt, 16)
+    got = [run.one("decode", "code-review", i, prompt, run.max_tokens) for i in range(run.runs)]
+    return {**spread("decode_tg_tps", [s.decode_tps for s in got], digits=2),
+            **spread("decode_tpot_ms", [s.tpot_s for s in got], scale=1000.0, digits=3),
+            **spread("decode_ttft_s", [s.ttft_s for s in got]),
+            **spread("decode_accept_length", [s.accept_length for s in got], digits=3),
+            "decode_completion_tokens": got[-1].completion_tokens,
+            "decode_outputs_identical": len({s.text_sha256 for s in got}) == 1}
+
+
+def story(run: Run) -> dict:
+    prompts = stories()
+    run.warm(lambda: prompts[0], 16)
+    got = [run.one("story", f"story-{i + 1}", i, p, run.max_tokens) for i, p in enumerate(prompts)]
+    joined = "".join(s.text_sha256 for s in got)
+    return {**spread("story_tg_tps", [s.decode_tps for s in got], digits=2),
+            **spread("story_tpot_ms", [s.tpot_s for s in got], scale=1000.0, digits=3),
+            **spread("story_accept_length", [s.accept_length for s in got], digits=3),
+            "story_outputs_sha256": hashlib.sha256(joined.encode()).hexdigest()[:16]}
+
+
+def tail(run: Run) -> dict:
+    run.warm(lambda: run.maker.make(TAIL_PROMPT_TOKENS), 64)
+    got = [run.one("tail", "tail", i, run.maker.make(TAIL_PROMPT_TOKENS), 64) for i in range(run.requests)]
+    return {**tails("tail_ttft_s", [s.ttft_s for s in got]),
+            **tails("tail_latency_s", [s.latency_s for s in got]),
+            **spread("tail_decode_tps", [s.decode_tps for s in got], digits=2),
+            **spread("tail_prompt_tokens", [s.prompt_tokens for s in got], digits=0),
+            "tail_requests": len(got)}
+
+
+def grid(run: Run) -> dict:
+    out = {}
+    for size in run.grid_sizes:
+        run.warm(lambda: run.maker.make(size), 16)
+        for conc in run.concurrencies:
+            prompts = [run.maker.make(size) for _ in range(max(10, 3 * conc))]
+            start = time.monotonic()
+            got = run.parallel("grid", f"{size}x{conc}", prompts, conc, run.max_tokens)
+            wall = time.monotonic() - start
+            key = f"grid_{size}_c{conc}"
+            stats = tails(f"{key}_ttft_ms", [s.ttft_s for s in got], scale=1000.0, digits=2)
+            out.update({k: v for k, v in stats.items() if k.endswith(("_mean", "_p90", "_p99"))})
+            out[f"{key}_output_tps"] = round(sum(s.completion_tokens or 0 for s in got) / wall, 2)
+            out.update({k: v for k, v in spread(f"{key}_accept_length", [s.accept_length for s in got],
+                                                  digits=3).items() if not k.endswith(("_min", "_max", "_n"))})
+    return out
+
+
+RUNNERS: dict[str, Callable[[Run], dict]] = {"prefill": prefill, "decode": decode, "story": story, "tail": tail,
+                                             "grid": grid}
+
+
+# ---- tables in the seed's layout
+
+def _f(value, fmt: str, unit: str = "") -> str:
+    return "-" if not isinstance(value, (int, float)) else f"{value:{fmt}}{unit}"
+
+
+def table(suite: str, s: dict) -> str:
+    rows: list[list[str]]
+    if suite == "prefill":
+        head = ["Requested tokens", "Actual prompt tokens", "Median TTFT", "Prefill rate"]
+        sizes = sorted({int(k.split("_")[1]) for k in s if k.startswith("prefill_") and k.endswith("_ttft_s")})
+        rows = [[f"{n:,}", _f(s.get(f"prefill_{n}_prompt_tokens"), ",.0f"), _f(s.get(f"prefill_{n}_ttft_s"), ".3f", " s"),
+                 _f(s.get(f"prefill_{n}_tps"), ",.0f", " tok/s")] for n in sizes]
+    elif suite in ("decode", "story"):
+        head = ["Workload", "Median TG", "TG range", "Median TPOT", "Accept length", "Runs"]
+        label = "Code review" if suite == "decode" else "Story chat"
+        rows = [[label, _f(s.get(f"{suite}_tg_tps"), ".1f", " tok/s"),
+                 f"{_f(s.get(f'{suite}_tg_tps_min'), '.1f')}-{_f(s.get(f'{suite}_tg_tps_max'), '.1f')}",
+                 _f(s.get(f"{suite}_tpot_ms"), ".2f", " ms"), _f(s.get(f"{suite}_accept_length"), ".2f"),
+                 str(s.get(f"{suite}_tg_tps_n", 0))]]
+    elif suite == "tail":
+        head = ["TTFT p50", "TTFT p90", "TTFT p99", "Latency p99", "Decode-only", "Requests"]
+        rows = [[_f(s.get("tail_ttft_s_p50"), ".3f", " s"), _f(s.get("tail_ttft_s_p90"), ".3f", " s"),
+                 _f(s.get("tail_ttft_s_p99"), ".3f", " s"), _f(s.get("tail_latency_s_p99"), ".3f", " s"),
+                 _f(s.get("tail_decode_tps"), ".1f", " tok/s"), str(s.get("tail_requests", 0))]]
+    elif suite == "grid":
+        head = ["Input", "Concurrency", "TTFT mean (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)", "Accept length",
+                "Output tok/s"]
+        cells = sorted({(int(k.split("_")[1]), int(k.split("_")[2][1:])) for k in s
+                        if k.startswith("grid_") and k.endswith("_ttft_ms_mean")})
+        rows = [[f"{n:,}", str(c), _f(s.get(f"grid_{n}_c{c}_ttft_ms_mean"), ".1f"),
+                 _f(s.get(f"grid_{n}_c{c}_ttft_ms_p90"), ".1f"), _f(s.get(f"grid_{n}_c{c}_ttft_ms_p99"), ".1f"),
+                 _f(s.get(f"grid_{n}_c{c}_accept_length"), ".2f"), _f(s.get(f"grid_{n}_c{c}_output_tps"), ".1f")]
+                for n, c in cells]
+    elif suite == "ksweep":
+        head = ["DSpark k", "Median TG", "Median TPOT", "Accept length", "Note"]
+        ks = sorted({int(k.split("_")[1][1:]) for k in s if k.startswith("ksweep_k") and k.endswith("_tg_tps")})
+        best = max(ks, key=lambda k: s.get(f"ksweep_k{k}_tg_tps") or 0) if ks else None
+        rows = [[str(k), _f(s.get(f"ksweep_k{k}_tg_tps"), ".1f", " tok/s"), _f(s.get(f"ksweep_k{k}_tpot_ms"), ".2f", " ms"),
+                 _f(s.get(f"ksweep_k{k}_accept_length"), ".2f"), "Best" if k == best else ""] for k in ks]
+    else:
+        raise BenchError(f"no table for suite {suite!r}")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_samples(path: Path) -> Callable[[Sample], None]:
+    """A callback appending each sample to a JSONL file as it is measured (partial runs keep theirs)."""
+    def write(sample: Sample) -> None:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(sample.record(), sort_keys=True) + "\n")
+        except OSError as exc:
+            raise BenchError(f"cannot write {path}: {exc.strerror}") from None
+    return write

@@ -1,0 +1,250 @@
+"""servebuild-bench: the seed's benchmarks against an OpenAI-compatible streaming server.
+
+    servebuild-bench --suite prefill,decode,story,tail,grid [--url http://127.0.0.1:30000] [--out DIR]
+    servebuild-bench --serve "$SERVEBUILD_LAUNCHER" --suite tail      # start the server, wait, measure, stop
+    servebuild-bench --suite ksweep --ks 0,5,6,7 --serve "launcher --speculative-num-draft-tokens {k}"
+
+It waits for GET /health (--health-timeout), warms up, measures, and writes DIR/bench.json (one flat
+object: medians, ranges, percentiles, accept length, live compiles), DIR/samples.jsonl (every request
+as it finished) and DIR/bench.md (the seed's tables); the flat object is also the last line printed.
+A request that fails (refused, cut, malformed chunk, HTTP error), a server that dies or never becomes
+healthy: one line on stderr, exit 2, and what was measured until then kept with "partial": true.
+
+Standard library only: the images carry it in /opt/servebuild/tools (the host runs it as `invoke bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_client import BenchError, Server, ServerProcess, accept_length, first_model, scrape, wait_healthy  # noqa: E402
+from bench_suites import RUNNERS, SUITES, PromptMaker, Run, spread, table, write_samples  # noqa: E402
+
+CACHE_TOOL = Path(__file__).resolve().parent / "servebuild_cache.py"  # beside it in the images
+CACHE_ROOT = "/cache"
+
+
+def numbers(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 0 for v in values):
+        raise BenchError(f"{flag} {text!r}: give comma-separated whole numbers")
+    return values
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    health = os.environ.get("SERVEBUILD_HEALTH_URL", "")  # set in the images from the default profile's port
+    default_url = health.rsplit("/health", 1)[0] if health.endswith("/health") else "http://127.0.0.1:30000"
+    p = argparse.ArgumentParser(prog="servebuild-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", default="decode", help=f"comma-separated: {', '.join(SUITES)}, or ksweep")
+    p.add_argument("--url", default=default_url, help="the server, http://HOST:PORT")
+    p.add_argument("--model", default="", help="model name (default: the first of /v1/models)")
+    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    p.add_argument("--ignore-eos", choices=("on", "off"), default="on",
+                   help="send ignore_eos (fixed output length: SGLang, vLLM); off for servers that refuse it")
+    p.add_argument("--serve", help="shell command that starts the server (stopped at the end); ksweep: with {k}")
+    p.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--out", default="bench-out", help="directory for bench.json, samples.jsonl, bench.md")
+    p.add_argument("--sizes", default="2048,8192,32768", help="prefill: prompt sizes in tokens")
+    p.add_argument("--runs", type=int, default=3, help="prefill and decode: runs per case")
+    p.add_argument("--max-tokens", type=int, default=256, help="decode, story, grid: tokens generated")
+    p.add_argument("--requests", type=int, default=100, help="tail: sequential requests")
+    p.add_argument("--grid-sizes", default="5000,10000,20000", help="grid: input sizes in tokens")
+    p.add_argument("--concurrencies", default="1,5,10,20", help="grid: concurrent streams")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured requests per suite and shape")
+    p.add_argument("--ks", default="", help="ksweep: the DSpark k values, substituted for {k} in --serve")
+    p.add_argument("--ksweep-workload", choices=("decode", "story"), default="decode")
+    p.add_argument("--census", choices=("auto", "off"), default="auto",
+                   help="count files the run writes under /cache (live compiles) where the image has the tool")
+    args = p.parse_args(argv)
+    args.suites = [s.strip() for s in args.suite.split(",") if s.strip()]
+    unknown = [s for s in args.suites if s not in SUITES + ("ksweep",)]
+    if unknown or not args.suites:
+        raise BenchError(f"--suite {args.suite!r}: one or more of {', '.join(SUITES)}, or ksweep")
+    if "ksweep" in args.suites and (len(args.suites) > 1 or not args.serve or "{k}" not in args.serve or not args.ks):
+        raise BenchError("--suite ksweep runs alone and needs --ks K,K,... and --serve with {k} in it")
+    for name in ("runs", "max_tokens", "requests"):
+        if getattr(args, name) < 1:
+            raise BenchError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number of at least 1")
+    if args.warmup < 0 or args.health_timeout <= 0 or args.request_timeout <= 0:
+        raise BenchError("--warmup is at least 0; --health-timeout and --request-timeout are positive")
+    args.size_list = numbers(args.sizes, "--sizes")
+    args.grid_list = numbers(args.grid_sizes, "--grid-sizes")
+    args.conc_list = numbers(args.concurrencies, "--concurrencies")
+    args.k_list = numbers(args.ks, "--ks") if args.ks else ()
+    if 0 in args.size_list + args.grid_list + args.conc_list:
+        raise BenchError("sizes and concurrencies are at least 1")
+    return args
+
+
+class Census:
+    """Files written under /cache between start and stop: the live compiles of the measured run."""
+
+    def __init__(self, mode: str, out: Path):
+        self.on = mode == "auto" and CACHE_TOOL.is_file() and os.path.isdir(CACHE_ROOT)
+        self.listing = out / ".census-listing.json"
+
+    def _tool(self, *args: str) -> Optional[dict]:
+        proc = subprocess.run([sys.executable, str(CACHE_TOOL), "census", "--cache", CACHE_ROOT, *args],
+                              capture_output=True, text=True, timeout=600)
+        try:
+            return json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        except (ValueError, IndexError):
+            return None
+
+    def start(self) -> None:
+        if self.on:
+            self._tool("--listing", str(self.listing))
+
+    def stop(self) -> dict:
+        if not self.on or not self.listing.exists():
+            return {}
+        found = self._tool("--since", str(self.listing))
+        changed = found.get("changed") if isinstance(found, dict) else None
+        return {"jit_compiled_files": sum(changed.values())} if isinstance(changed, dict) else {}
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out = Path(args.out)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "samples.jsonl").write_text("")
+        except OSError as exc:
+            raise BenchError(f"cannot write the bench output {self.out}: {exc.strerror}") from None
+        self.summary: dict = {"suite": args.suite, "url": args.url, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                                time.gmtime())}
+        self.tables: list[str] = []
+        self.run: Optional[Run] = None
+        self.server_log = str(self.out / "server.log")
+        self.process: Optional[ServerProcess] = None
+
+    def server(self) -> Server:
+        return Server(self.args.url, self.args.model, self.args.api, os.environ.get("SERVEBUILD_BENCH_API_KEY", ""),
+                      self.args.request_timeout, self.args.ignore_eos == "on")
+
+    def measure(self, suites: list[str], prefix: str = "") -> dict:
+        """Health, model, calibration, then each suite; the flat summary of what they measured."""
+        server = self.server()
+        wait_healthy(server, self.args.health_timeout, self.process)
+        if not server.model:
+            server = dataclasses.replace(server, model=first_model(server))
+        self.summary["model"] = server.model
+        maker = PromptMaker()
+        self.run = Run(server, maker, sizes=self.args.size_list, runs=self.args.runs, max_tokens=self.args.max_tokens,
+                       requests=self.args.requests, concurrencies=self.args.conc_list, grid_sizes=self.args.grid_list,
+                       warmup=self.args.warmup, on_sample=write_samples(self.out / "samples.jsonl"),
+                       samples=self.run.samples if self.run else [])
+        out: dict = {}
+        calibrated = maker.calibrate(server)
+        out[f"{prefix}calibration_prompt_tokens"] = calibrated
+        for suite in suites:
+            before = scrape(server)
+            census = Census(self.args.census, self.out)
+            census.start()
+            started = time.monotonic()
+            found = RUNNERS[suite](self.run)
+            found[f"{suite}_s"] = round(time.monotonic() - started, 2)
+            found.update({f"{suite}_{k}": v for k, v in census.stop().items()})
+            accepted = accept_length(before, scrape(server))
+            if accepted is not None:
+                found[f"{suite}_metrics_accept_length"] = round(accepted, 3)
+            out.update({prefix + k: v for k, v in found.items()})
+            if not prefix:
+                self.tables.append(f"### {suite}\n\n" + table(suite, found))
+        return out
+
+    def start_server(self, command: str) -> None:
+        self.process = ServerProcess(command, self.server_log)
+
+    def stop_server(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def main(self) -> dict:
+        args = self.args
+        if "ksweep" in args.suites:
+            for k in args.k_list:
+                self.start_server(args.serve.replace("{k}", str(k)))
+                try:
+                    found = self.measure([args.ksweep_workload], prefix=f"ksweep_k{k}_")
+                finally:
+                    self.stop_server()
+                w = args.ksweep_workload
+                self.summary.update(found)
+                self.summary.update({f"ksweep_k{k}_tg_tps": found.get(f"ksweep_k{k}_{w}_tg_tps"),
+                                     f"ksweep_k{k}_tpot_ms": found.get(f"ksweep_k{k}_{w}_tpot_ms"),
+                                     f"ksweep_k{k}_accept_length": found.get(f"ksweep_k{k}_{w}_accept_length",
+                                                                              found.get(f"ksweep_k{k}_{w}_metrics_accept_length"))})
+            self.tables.append("### ksweep\n\n" + table("ksweep", self.summary))
+            return self.summary
+        if args.serve:
+            self.start_server(args.serve)
+        try:
+            self.summary.update(self.measure(args.suites))
+        finally:
+            self.stop_server()
+        return self.summary
+
+    def finish(self, error: Optional[str]) -> dict:
+        """Write bench.json and bench.md, whether the run completed or not."""
+        samples = self.run.samples if self.run else []
+        ok = [s for s in samples if s.ok]
+        self.summary.update(requests_ok=len(ok), requests_failed=len(samples) - len(ok), partial=error is not None)
+        if error:
+            self.summary["error"] = error
+            self.summary.update(spread("partial_ttft_s", [s.ttft_s for s in ok]))
+        if self.process is None and Path(self.server_log).exists():
+            self.summary["server_log"] = self.server_log
+        try:
+            (self.out / "bench.json").write_text(json.dumps(self.summary, sort_keys=True, indent=1) + "\n")
+            (self.out / "bench.md").write_text("\n".join(self.tables) + ("\n" if self.tables else "")
+                                              + (f"\n**partial**: {error}\n" if error else ""))
+        except OSError as exc:
+            print(f"servebuild-bench: error: cannot write {self.out}: {exc.strerror}", file=sys.stderr)
+        return self.summary
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+        bench = Bench(args)
+    except BenchError as exc:
+        print(f"servebuild-bench: error: {exc}", file=sys.stderr)
+        return 2
+    error = None
+    try:
+        bench.main()
+    except BenchError as exc:
+        error = str(exc)
+    except KeyboardInterrupt:
+        error = "interrupted"
+    finally:
+        bench.stop_server()
+    summary = bench.finish(error)
+    print("\n".join(bench.tables))
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    if error:
+        print(f"servebuild-bench: error: {error} (partial results in {bench.out}/bench.json, "
+              f"{len(bench.run.samples) if bench.run else 0} requests in samples.jsonl)", file=sys.stderr)
+        return 130 if error == "interrupted" else 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
