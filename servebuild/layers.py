@@ -4,7 +4,7 @@ and scripts/structure.py; nothing in the build imports this module).
 A module may import only from its own package or from a package below it in LAYERS. Two names on one
 rank (modes and engines) are siblings: neither imports the other. Code that runs inside images
 (tools/ and each engines/<kind>/argcheck.py) imports nothing from servebuild (tools/: only the
-standard library). An import inside a function hides a dependency from the
+standard library and each other). An import inside a function hides a dependency from the
 reader, so it is allowed only for the optional heavy libraries in LAZY.
 """
 
@@ -84,6 +84,8 @@ def in_image_allows(module: str, target: str) -> bool:
     top = target.split(".")[0]
     if top in sys.stdlib_module_names or top == "__future__" or module.split(".")[1] == "engines":
         return True
+    if module.startswith("servebuild.tools.") and (Path(__file__).resolve().parent / "tools" / f"{top}.py").is_file():
+        return True  # a sibling tool: the images carry tools/ as one folder
     return module.split(".")[-1] in ("aot_build", "jit_record") and top in IMAGE_PACKAGES
 
 

@@ -43,7 +43,8 @@ SM_ARCH = re.compile(r"^sm_[0-9]{2,3}a?\Z")
 RESERVED_COMMANDS = frozenset({
     "sh", "bash", "dash", "cat", "sleep", "env", "ls", "id", "rm", "cp", "mv", "touch", "test", "true", "false",
     "python", "python3", "pip", "pip3", "nvcc", "nvidia-smi", "uname", "grep", "sed", "awk", "tar", "du", "df",
-    "printenv", "which", "su", "sudo", "ldconfig", "git", "curl", "wget", "docker", "make", "gcc", "cc"})
+    "printenv", "which", "su", "sudo", "ldconfig", "git", "curl", "wget", "docker", "make", "gcc", "cc",
+    "servebuild-bench"})  # the last: the bench every engine image carries
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 # an image tag as `docker tag` takes it: [host[:port]/]path-components[:tag] (no digest, no `{arch}`)
 TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")

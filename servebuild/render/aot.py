@@ -14,6 +14,10 @@ SEED = "/opt/servebuild/seed"  # the read-only seed: SEED/cache mirrors /cache, 
 # in every image of a kind that compiles while serving: /opt/servebuild/tools/NAME
 RUNTIME_TOOLS = {"servebuild_cache.py": TOOLS / "servebuild_cache.py", "jit_record.py": TOOLS / "jit_record.py"}
 CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
+# in every engine image with launch profiles: the bench (tools/servebuild_bench.py and what it reads)
+BENCH_TOOLS = {name: TOOLS / name for name in ("servebuild_bench.py", "bench_client.py", "bench_suites.py")}
+BENCH_PROMPTS = TOOLS / "bench_prompts"
+BENCH_COMMAND = "servebuild-bench"  # /usr/local/bin/servebuild-bench
 # in the venv's site-packages: the JIT recorder, in every process, only when SERVEBUILD_JIT_RECORD is set
 RECORD_PTH_NAME = "servebuild-jit-record.pth"
 RECORD_PTH = ('import os, sys; os.environ.get("SERVEBUILD_JIT_RECORD") and '

@@ -21,7 +21,8 @@ from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
 from servebuild.recipe.schema import Recipe
-from servebuild.render.aot import (RECORD_PTH, RECORD_PTH_NAME, RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
+from servebuild.render.aot import (BENCH_COMMAND, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH, RECORD_PTH_NAME,
+                                   RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
                                    aot_spec, site_packages)
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
@@ -111,6 +112,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                           if kind and kind.argcheck and recipe.launch.profiles else []),
         "aot": aot_argv() if aot_kernels(recipe, root) else [],
         "runtime_tools": site_packages(recipe) if jit else None,  # where the recorder's .pth goes
+        "tools": bool(kind and recipe.launch.profiles),  # /opt/servebuild/tools: the bench (and the cache tools)
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
@@ -153,6 +155,9 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         files.update({f"argcheck/{k}": v for k, v in argcheck_files(kind).items()})
     if kind is not None and kind.serve_time_jit:
         files.update({f"launchers/.tools/{k}": v for k, v in RUNTIME_TOOLS.items()})
+    if kind is not None and recipe.launch.profiles:
+        files.update({f"launchers/.tools/{k}": v for k, v in BENCH_TOOLS.items()})
+        files.update({f"launchers/.tools/bench_prompts/{p.name}": p for p in sorted(BENCH_PROMPTS.glob("*.txt"))})
     kernels = aot_kernels(recipe, loaded.root)
     if kernels:
         files["aot/aot_build.py"] = TOOLS / "aot_build.py"
@@ -160,6 +165,11 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)
     write_launchers(recipe, context / "launchers")
+    if kind is not None and recipe.launch.profiles:
+        bench = context / "launchers" / BENCH_COMMAND
+        bench.write_text(f"#!/bin/sh\n# the seed's benchmarks: servebuild-bench --help\n"
+                         f"exec {VENV}/bin/python /opt/servebuild/tools/servebuild_bench.py \"$@\"\n")
+        bench.chmod(0o755)
     if kind is not None and kind.serve_time_jit:
         (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)
     if kernels:
