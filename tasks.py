@@ -10,7 +10,8 @@ from pathlib import Path
 
 from invoke import task
 
-from servebuild.cli import bisect as cli_bisect, build as cli_build, lock as cli_lock, release as cli_release
+from servebuild.cli import bench as cli_bench, bisect as cli_bisect, build as cli_build, lock as cli_lock
+from servebuild.cli import release as cli_release
 from servebuild.cli import test as cli_test, warm as cli_warm
 from servebuild.cli.front import one_line_errors, parse_errors_exit_2
 from servebuild.cli.options import DEFAULT_RECIPE, DEFAULT_SUITE, EXPECT_FILE, HOST_RECIPE, MAIN_RECIPE
@@ -161,22 +162,54 @@ def warm(c, recipe=None, variant=None, platform=None, image=None, profile=None, 
             "locked": "build what the lock pins", "offline": "sources from the cache only",
             "ca_bundle": "extra CA bundle for pip (BuildKit secret)",
             "run": "shell command run in a throwaway container of each image (exit status + JSON metrics)",
-            "search": "find the first patch of the stack whose prefix changes the outcome (needs --run)",
+            "suite": "instead of --run: start $SERVEBUILD_LAUNCHER, wait for health, run servebuild-bench with "
+                     "this suite (and any bench options after it: 'tail --requests 50')",
+            "search": "find the first patch of the stack whose prefix changes the outcome (needs --run or --suite)",
             "metric": "metric whose value against --threshold is the outcome (default: the exit status)",
-            "threshold": "pass when the metric is at least this", "profiles": "comma-separated launch "
-            "profiles: run the command once per profile ($SERVEBUILD_PROFILE, $SERVEBUILD_LAUNCHER)",
-            "timeout": "seconds per run (default 1800)", "network": "give the run containers network",
-            "metrics_file": "JSON file the command writes in the container (default: its last JSON line)",
+            "threshold": "pass when the metric is at least this",
+            "profiles": "comma-separated launch profiles, each run per variant, and/or VARIANT:PROFILE for one "
+                        "variant only (default: the recipe's default profile; $SERVEBUILD_LAUNCHER)",
+            "repeat": "runs per row, interleaved across rows (A B C, C B A, ...); the table shows medians",
+            "timeout": "seconds per run (default 7200: a cold DSV4 start plus a 1M prefill)",
+            "network": "network of the run containers: none (default), bridge, host or a network's name",
+            "gpus": "all, none, or devices such as 0,1 (default: all where the engine has the NVIDIA runtime)",
+            "env": "K=V for the run containers (repeatable)", "shm_size": "shared memory of the run containers (32g)",
+            "metrics_file": "JSON (or JSONL: its last object) the command writes in the container "
+                            "(default: its last JSON line)",
             "volume": "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)"},
-      iterable=["volume"])
+      iterable=["volume", "env"])
 @one_line_errors
 def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
-           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=False,
-           metrics_file=None, volume=None):
-    """A/B images: one isolated image per variant (sharing every layer but the engine's), a command
-    run in each, one table; --search bisects the patch stack for the first patch that changes the result."""
+           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=None,
+           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None):
+    """A/B images: one isolated image per variant (sharing every layer but the engine's), a command (or a
+    bench suite) run in each, --repeat times interleaved; one table of medians, every run's full log kept,
+    PNGs of TTFT and decode; --search bisects the patch stack for the first patch that changes the result."""
     cli_bisect.bisect(ROOT, recipe, variants, platform, locked, offline, ca_bundle, run, search, metric,
-                       threshold, profiles, timeout, network, metrics_file, volume)
+                       threshold, profiles, timeout, network, metrics_file, volume, gpus, env, shm_size, repeat, suite)
+
+
+@task(help={"suite": "comma-separated: prefill, decode, story, tail, grid; or ksweep (alone, with --ks and --serve)",
+            "url": "the server, http://HOST:PORT (default http://127.0.0.1:30000)",
+            "serve": "shell command that starts the server (stopped after); ksweep: with {k} in it",
+            "out": "output directory (default build/bench/SUITE-TIME)",
+            "model": "model name (default: the first of /v1/models)", "api": "completions (default) or chat",
+            "ignore_eos": "on (default: fixed output length) or off, for servers that refuse the field",
+            "sizes": "prefill: prompt sizes in tokens (2048,8192,32768)", "runs": "prefill, decode: runs per case (3)",
+            "max_tokens": "decode, story, grid: tokens generated (256)", "requests": "tail: requests (100)",
+            "grid_sizes": "grid: input sizes (5000,10000,20000)", "concurrencies": "grid: streams (1,5,10,20)",
+            "warmup": "unmeasured requests per suite and shape (1)", "ks": "ksweep: k values, e.g. 0,5,6,7",
+            "health_timeout": "seconds to wait for /health (1800)", "request_timeout": "seconds per request (600)"})
+@one_line_errors
+def bench(c, suite="decode", url=None, serve=None, out=None, model=None, api=None, ignore_eos=None, sizes=None,
+          runs=None, max_tokens=None, requests=None, grid_sizes=None, concurrencies=None, warmup=None, ks=None,
+          health_timeout=None, request_timeout=None):
+    """The seed's benchmarks against an OpenAI-compatible streaming server (SGLang, vLLM, ...): one flat
+    JSON object, the raw samples, the seed's tables, and PNGs (TTFT per case, the k sweep)."""
+    return cli_bench.bench(ROOT, suite=suite, url=url, serve=serve, out=out, model=model, api=api,
+                           ignore_eos=ignore_eos, sizes=sizes, runs=runs, max_tokens=max_tokens, requests=requests,
+                           grid_sizes=grid_sizes, concurrencies=concurrencies, warmup=warmup, ks=ks,
+                           health_timeout=health_timeout, request_timeout=request_timeout)
 
 
 @task(help={"recipe": "recipe whose builds to publish", "registry": "HOST[:PORT] of the registry",

@@ -8,11 +8,14 @@ those are read from the engine's layer store (local engines) and reported per va
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import math
 import re
 import shlex
+import statistics
 import subprocess
 import time
 import uuid
@@ -22,12 +25,13 @@ from typing import Callable, Optional
 
 from servebuild import procs
 from servebuild.build.docker import DockerClient
+from servebuild.build.run import build
+from servebuild.check import plots
+from servebuild.check.container import RunOptions, check_volume  # noqa: F401  (check_volume: warm's import)
 from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import atomic_write, write_json
-from servebuild.build.run import build
 from servebuild.plan.make import make_plan
-from servebuild.check.smoke import has_nvidia_runtime
-from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.aot import BENCH_COMMAND, CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
@@ -37,26 +41,34 @@ CACHE_MARK = "SERVEBUILD-CACHE"  # the image's census after the command: files w
 CENSUS_FILE = "/tmp/.servebuild-census.json"
 
 
+# a cold DSV4-Flash start (weights, prewarm) plus the 1M-token prefill (~6 min) fit with room to spare
+DEFAULT_TIMEOUT_S = 7200
+BENCH_OUT = "/tmp/servebuild-bench"  # where the default --run writes inside the container (copied out)
+
+
 @dataclass(frozen=True)
 class Probe:
-    """What to run in every image: a shell command, its time limit, network, metrics file."""
+    """What to run in every image: a shell command, its time limit, its metrics file, the directory
+    copied out of the container after it (the bench's raw samples), and the container's options."""
 
     command: str
-    timeout_s: int = 1800
-    network: bool = False
-    metrics_file: Optional[str] = None  # a JSON object the command writes inside the container
-    volumes: tuple[str, ...] = ()        # docker -v specs: the model, the benchmark, a JIT cache
+    timeout_s: int = DEFAULT_TIMEOUT_S
+    metrics_file: Optional[str] = None  # a JSON object (or JSONL: the last object) the command writes
+    artifacts: Optional[str] = None     # a directory in the container, copied next to the row's log
+    run: RunOptions = RunOptions()
 
     def script(self) -> str:
         """The command, with /cache seeded and counted around it where the image has servebuild's cache
-        tool (the zero-compile metric: jit_compiled_files), and the metrics file printed after it."""
+        tool (the zero-compile metric: jit_compiled_files), and the metrics file printed after it (in
+        base64, one line: a JSONL file keeps its lines)."""
         tool = f"{VENV}/bin/python {CACHE_TOOL}"
         lines = [f"if [ -f {CACHE_TOOL} ]; then {tool} seed >/dev/null 2>&1; "
                  f"{tool} census --listing {CENSUS_FILE} >/dev/null 2>&1; fi", self.command, "rc=$?",
                  f"if [ -f {CENSUS_FILE} ]; then printf '\\n{CACHE_MARK} '; {tool} census --since {CENSUS_FILE}; fi"]
         if self.metrics_file:
             path = shlex.quote(self.metrics_file)
-            lines.append(f"if [ -f {path} ]; then printf '\\n{METRICS_MARK} '; tr -d '\\n' < {path}; printf '\\n'; fi")
+            lines.append(f"if [ -f {path} ]; then printf '\\n{METRICS_MARK} '; base64 < {path} | tr -d '\\n'; "
+                         f"printf '\\n'; fi")
         return "\n".join(lines + ["exit $rc"])
 
     def check(self) -> None:
@@ -64,52 +76,62 @@ class Probe:
             raise InputError(f"{self.timeout_s} is not a positive number of seconds", field="--timeout")
         if not self.command.strip():
             raise InputError("the command to run is empty", field="--run")
-        for volume in self.volumes:
-            check_volume(volume)
+        self.run.check()
 
 
-VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")  # docker's grammar for a named volume
-VOLUME_OPTIONS = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared", "rslave", "rprivate", "nocopy",
-                  "consistent", "cached", "delegated"}
-
-
-def check_volume(volume: str) -> None:
-    """SRC:DST[:OPTIONS] as docker reads it, checked before anything builds: SRC an existing absolute
-    path or a volume name (a relative path would be taken as neither), DST absolute."""
-    parts = volume.split(":")
-    if volume.startswith("-") or len(parts) not in (2, 3):
-        raise InputError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
-    src, dst = parts[0], parts[1]
-    if src.startswith("/"):
-        if not Path(src).exists():
-            raise InputError(f"{volume!r}: {src} does not exist", field="--volume")
-    elif not VOLUME_NAME.fullmatch(src):
-        raise InputError(f"{volume!r}: SRC must be an absolute path or a volume name", field="--volume")
-    if not dst.startswith("/") or dst == "/":
-        raise InputError(f"{volume!r}: DST must be an absolute path in the container (not /)", field="--volume")
-    if len(parts) == 3 and not set(parts[2].split(",")) <= VOLUME_OPTIONS:
-        raise InputError(f"{volume!r}: unknown volume option in {parts[2]!r} "
-                          f"(one of {', '.join(sorted(VOLUME_OPTIONS))})", field="--volume")
+def bench_probe(suite: str, timeout_s: int, run: RunOptions) -> Probe:
+    """The default --run: start the profile's launcher, wait for its health endpoint, run servebuild-bench
+    with the named suite (and any options after it), stop the server; bench.json is the row's metrics."""
+    words = shlex.split(suite)
+    command = (f'{BENCH_COMMAND} --serve "$SERVEBUILD_LAUNCHER" --url "$SERVEBUILD_BENCH_URL" '
+               f"--health-timeout {max(60, timeout_s - 300)} --out {BENCH_OUT} --suite {shlex.join(words)}")
+    return Probe(command, timeout_s=timeout_s, metrics_file=f"{BENCH_OUT}/bench.json", artifacts=BENCH_OUT, run=run)
 
 
 @dataclass
 class Row:
+    """One (variant, profile): its image, and its runs (--repeat N); metrics are the runs' medians."""
+
     variant: str
     patches: list[str]
     tag: str
     image_id: str
     build_s: float
     profile: Optional[str] = None
-    exit: Optional[int] = None       # None: timed out
-    run_s: float = 0.0
-    metrics: dict = field(default_factory=dict)
+    exit: Optional[int] = None       # 0 when every run exited 0, else the first other exit; None: a run timed out
+    run_s: float = 0.0               # median
+    metrics: dict = field(default_factory=dict)  # median of each numeric metric over the runs
+    spread: dict = field(default_factory=dict)   # metric -> [min, max] over the runs (--repeat > 1)
+    runs: list = field(default_factory=list)     # each run: exit, run_s, metrics, log, artifacts
     unique_bytes: Optional[int] = None
-    output_tail: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.variant + (f"-{self.profile}" if self.profile else "")
+
+    def add(self, exit_code: Optional[int], run_s: float, metrics: dict, log: str, artifacts: Optional[str]) -> None:
+        self.runs.append({"exit": exit_code, "run_s": round(run_s, 2), "metrics": metrics, "log": log,
+                          "artifacts": artifacts})
+        exits = [r["exit"] for r in self.runs]
+        self.exit = None if None in exits else next((e for e in exits if e != 0), 0)
+        self.run_s = statistics.median(r["run_s"] for r in self.runs)
+        names = sorted({k for r in self.runs for k, v in r["metrics"].items() if _number(v)})
+        self.metrics = {k: v for r in self.runs for k, v in r["metrics"].items() if not _number(v)}
+        for name in names:
+            values = [r["metrics"][name] for r in self.runs if _number(r["metrics"].get(name))]
+            self.metrics[name] = statistics.median(values)
+            if len(values) > 1:
+                self.spread[name] = [min(values), max(values)]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def parse_metrics(output: str) -> dict:
-    """The metrics file's JSON (marked), else the last line of output that is a JSON object; plus
-    jit_compiled_files, the cache files the command wrote, where the image counted them."""
+    """The metrics file (marked, base64): a JSON object, or JSONL whose last object counts (SGLang's
+    bench_serving appends one per run); without the file, the last line of output that is a JSON
+    object; plus jit_compiled_files, the cache files the command wrote, where the image counted them."""
     lines = output.strip().splitlines()
     census = next((_object(line[len(CACHE_MARK) + 1:]) for line in reversed(lines)
                    if line.startswith(CACHE_MARK + " ")), {})
@@ -118,13 +140,21 @@ def parse_metrics(output: str) -> dict:
     lines = [line for line in lines if not line.startswith(CACHE_MARK + " ")]
     for line in reversed(lines):
         if line.startswith(METRICS_MARK + " "):
-            return {**_object(line[len(METRICS_MARK) + 1:]), **compiled}
+            try:
+                text = base64.b64decode(line[len(METRICS_MARK) + 1:].strip(), validate=True).decode(errors="replace")
+            except (binascii.Error, ValueError):
+                text = ""
+            return {**(_object(text) or _last_object(text.splitlines())), **compiled}
+    return {**_last_object(lines), **compiled}
+
+
+def _last_object(lines: list[str]) -> dict:
     for line in reversed(lines):
         if line.strip().startswith("{"):
             found = _object(line.strip())
             if found:
-                return {**found, **compiled}
-    return compiled
+                return found
+    return {}
 
 
 def _object(text: str) -> dict:
@@ -135,28 +165,38 @@ def _object(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional[str], gpus: bool) -> tuple:
-    """(exit or None on timeout, seconds, output) of the probe in a throwaway container."""
+def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional[str], gpus: str, log: Path,
+                 artifacts: Optional[Path] = None, url: Optional[str] = None) -> tuple[Optional[int], float, str]:
+    """(exit or None on timeout, seconds, output) of the probe in a throwaway container; the whole
+    output is written to `log` as it comes, and the probe's artifacts directory copied to `artifacts`."""
     name = f"servebuild-bisect-{uuid.uuid4().hex[:12]}"
-    args = [docker.client, "run", "--name", name, "--entrypoint", "/bin/sh"]
-    if not probe.network:
-        args += ["--network", "none"]
-    if gpus:
-        args += ["--gpus", "all", "--ipc=host"]
-    for volume in probe.volumes:
-        args += ["-v", volume]
+    args = [docker.client, "run", "--name", name, "--entrypoint", "/bin/sh", *probe.run.docker_args(gpus)]
     if profile:  # the command can start the server the way this profile does
         args += ["-e", f"SERVEBUILD_PROFILE={profile}", "-e", f"SERVEBUILD_LAUNCHER=/usr/local/bin/{profile}"]
+    if url:
+        args += ["-e", f"SERVEBUILD_BENCH_URL={url}"]
     args += [tag, "-c", probe.script()]
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        out = open(log, "wb")
+    except OSError as exc:
+        raise InputError(f"cannot write the run log {log}: {exc.strerror}", field="--run") from None
     start = time.monotonic()
     try:
-        proc = procs.run(args, "--run", capture_output=True, text=True, timeout=probe.timeout_s)
-        code, output = proc.returncode, proc.stdout + proc.stderr
-        if code == 125 and proc.stderr.lstrip().startswith("docker:"):  # docker run itself failed: no measurement
-            raise DockerError(f"docker run of {tag} failed: {proc.stderr.strip()}", field="--run")
-    except subprocess.TimeoutExpired as exc:
-        code = None
-        output = ((exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""))
+        with out:
+            proc = procs.popen(args, "--run", stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                code: Optional[int] = proc.wait(timeout=probe.timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+                proc.kill()
+                proc.wait()
+        output = log.read_text(errors="replace")
+        if code == 125 and output.lstrip().startswith("docker:"):  # docker run itself failed: no measurement
+            raise DockerError(f"docker run of {tag} failed: {output.strip().splitlines()[0]}", field="--run")
+        if artifacts is not None and probe.artifacts:
+            artifacts.parent.mkdir(parents=True, exist_ok=True)
+            docker.run("cp", f"{name}:{probe.artifacts}", str(artifacts), check=False)
     finally:
         docker.remove_container(name)
     return code, time.monotonic() - start, output
@@ -242,16 +282,41 @@ def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
     return hi
 
 
+SUMMARY_ONLY = ("_min", "_max", "_n", "_mean")  # ranges of a bench's own runs: in bisect.json, not the table
+
+
+def table_metrics(rows: list[Row]) -> list[str]:
+    """The numeric metrics the table shows (every metric is in bisect.json)."""
+    names = {k for r in rows for k, v in r.metrics.items() if _number(v)}
+    return sorted(k for k in names if not k.endswith(SUMMARY_ONLY) and not k.startswith(("calibration_", "requests_"))
+                  and not re.fullmatch(r"[a-z]+_s", k))
+
+
+def _cell(row: Row, name: str) -> str:
+    value = row.metrics.get(name)
+    if not _number(value):
+        return ""
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    lo_hi = row.spread.get(name)
+    if lo_hi and lo_hi[0] != lo_hi[1]:
+        text += f" ({lo_hi[0]:.4g}-{lo_hi[1]:.4g})"
+    return text
+
+
 def table(rows: list[Row]) -> str:
-    """A Markdown table: one row per (variant, profile), one column per metric."""
-    metrics = sorted({k for r in rows for k in r.metrics})
-    head = ["variant", "profile", "patches", "build s", "unique", "exit", "run s", *metrics]
+    """A Markdown table: one row per (variant, profile), one column per metric: the median of the runs,
+    with their range when there were several; the log of each run is named."""
+    metrics = table_metrics(rows)
+    head = ["variant", "profile", "patches", "build s", "unique", "runs", "exit", "run s", *metrics, "log"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         unique = "?" if r.unique_bytes is None else human_bytes(r.unique_bytes)
+        exits = "-" if not r.runs else ("timeout" if r.exit is None else
+                                        ",".join(str(x["exit"]) for x in r.runs) if r.exit else "0")
+        log = ("-" if not r.runs else r.runs[0]["log"] if len(r.runs) == 1
+               else r.runs[0]["log"].replace("-run1.log", "-run{1.." + str(len(r.runs)) + "}.log"))
         cells = [r.variant, r.profile or "-", ",".join(r.patches) or "(none)", f"{r.build_s:.0f}", unique,
-                 "timeout" if r.exit is None else str(r.exit), f"{r.run_s:.0f}",
-                 *[str(r.metrics.get(m, "")) for m in metrics]]
+                 str(len(r.runs)), exits, f"{r.run_s:.0f}" if r.runs else "-", *[_cell(r, m) for m in metrics], log]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -263,12 +328,13 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -> tuple[Path, Path]:
+def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -> tuple[Path, Path, list[Path]]:
+    """bisect.json (every run, every metric), bisect.md (the table) and the PNGs the runs have data for."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"rows": [asdict(r) for r in rows], **(extra or {})}
     write_json(out_dir / "bisect.json", data)
     atomic_write(out_dir / "bisect.md", table(rows))
-    return out_dir / "bisect.json", out_dir / "bisect.md"
+    return out_dir / "bisect.json", out_dir / "bisect.md", plots.bisect_plots(data, out_dir)
 
 
 def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional[float]:
@@ -289,18 +355,25 @@ def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional
 
 class Session:
     """One bisect run: every plan is made (and checked) before anything builds; each image is
-    built once and measured once per profile."""
+    built once and measured `repeat` times per profile (interleaved across rows by `measure_all`)."""
 
-    def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: list[Optional[str]],
-                 options: dict):
+    def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: dict[str, list[Optional[str]]],
+                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None):
         self.plans = {name: make_plan(root, recipe, o) for name, o in options.items()}
-        self.probe, self.profiles = probe, profiles
+        self.probe, self.profiles, self.repeat = probe, profiles, repeat
+        self.urls = urls or {}
+        self.out_dir = out_dir or (root / "build" / recipe / "bisect")
         self.docker = DockerClient()
-        self.gpus = has_nvidia_runtime(self.docker)
+        self.gpus = probe.run.resolved_gpus(self.docker, "every bisect run") if probe else "none"
+        if probe:
+            print(f"bisect: runs get {'no GPU' if self.gpus == 'none' else 'GPUs ' + self.gpus} "
+                  f"(--gpus {probe.run.gpus}), network {probe.run.network}; logs in {self.out_dir / 'logs'}",
+                  flush=True)
         self.rows: list[Row] = []
         self.measured: dict[str, list[Row]] = {}
 
-    def measure(self, name: str) -> list[Row]:
+    def built(self, name: str) -> list[Row]:
+        """The variant's image (built, or reused through the build cache) and its rows, not yet run."""
         if name in self.measured:
             return self.measured[name]
         plan = self.plans[name]
@@ -308,19 +381,43 @@ class Session:
         result = build(plan, self.docker)
         build_s = time.monotonic() - start
         patches = [p.id for p in plan.loaded.recipe.engine.source.patches] if plan.loaded.recipe.engine else []
-        rows = []
-        for profile in self.profiles:
-            row = Row(variant=name, patches=patches, tag=result.tag, image_id=result.image_id, build_s=build_s,
-                      profile=profile)
-            if self.probe:
-                row.exit, row.run_s, output = run_in_image(self.docker, result.tag, self.probe, profile, self.gpus)
-                row.metrics, row.output_tail = parse_metrics(output), output[-2000:]
-            print(f"  {name}{' / ' + profile if profile else ''}: built in {build_s:.0f}s"
-                  + (f", exit {row.exit}, metrics {row.metrics}" if self.probe else ""), flush=True)
-            rows.append(row)
+        rows = [Row(variant=name, patches=patches, tag=result.tag, image_id=result.image_id, build_s=build_s,
+                    profile=profile) for profile in self.profiles.get(name, [None])]
+        print(f"  {name}: built in {build_s:.0f}s", flush=True)
         self.rows += rows
         self.measured[name] = rows
         return rows
+
+    def run_row(self, row: Row) -> None:
+        n = len(row.runs) + 1
+        log = Path("logs") / f"{row.key}-run{n}.log"
+        artifacts = Path("runs") / f"{row.key}-run{n}"
+        code, secs, output = run_in_image(self.docker, row.tag, self.probe, row.profile, self.gpus,
+                                          self.out_dir / log, self.out_dir / artifacts, self.urls.get(row.profile))
+        row.add(code, secs, parse_metrics(output), str(log),
+                str(artifacts) if (self.out_dir / artifacts).exists() else None)
+        print(f"  {row.variant}{' / ' + row.profile if row.profile else ''} run {n}/{self.repeat}: "
+              f"{'timeout' if code is None else 'exit ' + str(code)} in {secs:.0f}s, "
+              f"{len(row.runs[-1]['metrics'])} metrics, log {self.out_dir / log}", flush=True)
+
+    def measure(self, name: str) -> list[Row]:
+        """Build and run one variant `repeat` times (the search measures one variant at a time)."""
+        rows = self.built(name)
+        if self.probe:
+            for row in rows:
+                while len(row.runs) < self.repeat:
+                    self.run_row(row)
+        return rows
+
+    def measure_all(self, names: list[str]) -> None:
+        """Build every variant first, then run round by round, each round in the other direction
+        (A B C, C B A, ...), so a drift of the host (heat, a neighbour) falls on every row alike."""
+        rows = [row for name in names for row in self.built(name)]
+        if not self.probe:
+            return
+        for round_no in range(self.repeat):
+            for row in (rows if round_no % 2 == 0 else list(reversed(rows))):
+                self.run_row(row)
 
     def outcome(self, name: str, metric: Optional[str], threshold: Optional[float]) -> str:
         rows = self.measure(name)
@@ -350,12 +447,13 @@ class Session:
     def outcome_of(self, name: str) -> list[str]:
         return [f"exit {r.exit}" for r in self.measured[name]]
 
-    def report(self, out_dir: Path) -> tuple[Path, Path]:
+    def report(self) -> tuple[Path, Path, list[Path]]:
         sizes = {name: layer_sizes(self.docker, rows[0].image_id) for name, rows in self.measured.items()}
         unique = unique_bytes(sizes) if len(sizes) > 1 else {}
         for row in self.rows:
             row.unique_bytes = unique.get(row.variant)
-        return write_report(self.rows, out_dir)
+        return write_report(self.rows, self.out_dir, {"repeat": self.repeat, "gpus": self.gpus,
+                                                      "command": self.probe.command if self.probe else None})
 
 
 def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, Optional[tuple[str, ...]]]]:
@@ -372,11 +470,26 @@ def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, O
     return jobs
 
 
-def profile_names(loaded, profiles: Optional[str]) -> list[Optional[str]]:
-    """--profiles a,b -> the recipe's launch profiles of those names ([None]: run the command once)."""
-    names = profiles.split(",") if profiles else [None]
-    unknown = [p for p in names if p is not None and p not in loaded.recipe.launch.profiles]
-    if unknown:
-        raise RecipeError(f"no profile {unknown[0]!r} (known: {', '.join(loaded.recipe.launch.profiles)})",
-                          file=loaded.file, field="launch.profiles")
-    return names
+def profile_names(loaded, profiles: Optional[str], variants: list[str]) -> dict[str, list[Optional[str]]]:
+    """--profiles a,b (every variant) and/or VARIANT:PROFILE (that variant only) -> each variant's launch
+    profiles, in order. Without --profiles: the recipe's default profile (so $SERVEBUILD_LAUNCHER starts
+    the server the image's CMD starts), or one run with no profile when the recipe has none."""
+    known = loaded.recipe.launch.profiles
+    default = loaded.recipe.launch.default_profile()
+    if not profiles:
+        return {v: [default] for v in variants}
+    common: list[str] = []
+    own: dict[str, list[str]] = {}
+    for spec in profiles.split(","):
+        variant, colon, name = spec.strip().rpartition(":")
+        if colon and variant not in variants:
+            raise InputError(f"{spec!r}: {variant!r} is not a variant of this run ({', '.join(variants)})",
+                              file=loaded.file, field="--profiles")
+        if name not in known:
+            raise RecipeError(f"no profile {name!r} (known: {', '.join(known) or 'none'})",
+                              file=loaded.file, field="launch.profiles")
+        target = own.setdefault(variant, []) if colon else common
+        if name in target:
+            raise InputError(f"{spec!r} names profile {name!r} twice for one variant", field="--profiles")
+        target.append(name)
+    return {v: (own.get(v) or common or [default]) for v in variants}

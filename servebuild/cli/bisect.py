@@ -2,37 +2,69 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+from servebuild import TOOLS_DIR
 from servebuild.check import bisect as ab
+from servebuild.check.container import RunOptions, check_env, check_gpus
 from servebuild.cli.options import build_options, whole_seconds
 from servebuild.errors import InputError
 from servebuild.recipe.load import load_recipe
 
 
+def check_suite(suite: str) -> None:
+    """The bench's own argument check (servebuild-bench --check), before anything builds."""
+    words = shlex.split(suite) if suite.strip() else []
+    proc = subprocess.run([sys.executable, str(TOOLS_DIR / "servebuild_bench.py"), "--check", "--suite", *words],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        line = (proc.stderr.strip().splitlines() or ["the bench refused its options"])[-1]
+        raise InputError(line.replace("servebuild-bench: error: ", ""), field="--suite")
+
+
 def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
-           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=False,
-           metrics_file=None, volume=None) -> None:
+           run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=None,
+           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None) -> None:
     threshold = ab.parse_threshold(metric, threshold)
     loaded = load_recipe(recipe, root)
-    if search and not run:
-        raise InputError("give the command that decides the outcome with --run", field="--search")
-    names = ab.profile_names(loaded, profiles)
-    seconds = whole_seconds(timeout, 1800)
-    probe = ab.Probe(run, timeout_s=seconds, network=network, metrics_file=metrics_file,
-                     volumes=tuple(volume or ())) if run is not None else None
+    if run is not None and suite is not None:
+        raise InputError("give --run CMD or --suite NAME (which runs servebuild-bench), not both", field="--suite")
+    if search and not (run or suite):
+        raise InputError("give the command that decides the outcome with --run (or --suite)", field="--search")
+    count = whole_seconds(repeat, 1, "--repeat")
+    if not 1 <= count <= 50:
+        raise InputError(f"--repeat {repeat}: from 1 to 50 runs per row", field="--repeat")
+    seconds = whole_seconds(timeout, ab.DEFAULT_TIMEOUT_S)
+    options = RunOptions(gpus=check_gpus(gpus or "auto"), network=network or "none", env=check_env(env),
+                         shm_size=shm_size or "", volumes=tuple(volume or ())).check()
+    jobs = ab.jobs_for(loaded, variants, search)
+    names = ab.profile_names(loaded, profiles, [name for name, _ in jobs])
+    if suite is not None:
+        check_suite(suite)
+        if loaded.recipe.engine is None or not loaded.recipe.launch.profiles:
+            raise InputError(f"--suite starts a launch profile's server; recipe {loaded.recipe.name} has none",
+                             file=loaded.file, field="--suite")
+        probe = ab.bench_probe(suite, seconds, options)
+    else:
+        probe = ab.Probe(run, timeout_s=seconds, metrics_file=metrics_file, run=options) if run is not None else None
     if probe:
         probe.check()
-    jobs = ab.jobs_for(loaded, variants, search)
-    options = {name: build_options(platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle,
-                                   variant=name, stack=stack) for name, stack in jobs}
-    session = ab.Session(root, recipe, probe, names, options)  # plans checked before anything builds
+    kind = loaded.recipe.engine.kind if loaded.recipe.engine else None
+    ports = {p: kind.profile_port(loaded.recipe.launch.profiles[p]) if kind else None
+             for ps in names.values() for p in ps if p}
+    urls = {p: f"http://127.0.0.1:{port}" for p, port in ports.items() if port}  # where the bench finds the server
+    build_opts = {name: build_options(platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle,
+                                      variant=name, stack=stack) for name, stack in jobs}
+    session = ab.Session(root, recipe, probe, names, build_opts, repeat=count,
+                         out_dir=root / "build" / loaded.recipe.name / "bisect", urls=urls)  # plans checked first
     if search:
         found = ab.first_change(len(jobs) - 1, lambda i: session.outcome(jobs[i][0], metric, threshold))
         print(session.culprit(jobs, found))
     else:
-        for name, _ in jobs:
-            session.measure(name)
-    json_path, md_path = session.report(root / "build" / loaded.recipe.name / "bisect")
+        session.measure_all([name for name, _ in jobs])
+    json_path, md_path, pictures = session.report()
     print(ab.table(session.rows), end="")
-    print(f"report: {json_path} and {md_path}")
+    print(f"report: {json_path} and {md_path}" + "".join(f", {p}" for p in pictures))

@@ -351,15 +351,26 @@ class ServerProcess:
         return f"last log line: {lines[-1].strip()[:200]}" if lines else ""
 
     def stop(self, grace_s: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        """SIGTERM to the whole process group (the shell and the server it started), SIGKILL after
+        `grace_s`; returns once every process of the group is gone (its port is free again)."""
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and self._group_alive():
+                time.sleep(0.2)
+            if not self._group_alive():
+                break
         self._log.close()
+
+    def _group_alive(self) -> bool:
+        self.proc.poll()  # reap the shell
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True

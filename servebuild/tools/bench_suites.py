@@ -43,30 +43,40 @@ def stories() -> list[str]:
 
 
 class PromptMaker:
-    """Prompts of about N tokens from the shipped prose, each opened by a unique nonce. The
-    characters-per-token ratio starts at a guess and is set from the server's own prompt_tokens
-    by `calibrate`, so 'requested' and 'actual' agree to a few tokens whatever the tokenizer."""
+    """Prompts of about N tokens from the shipped prose, each opened by a unique nonce. Tokens are
+    modelled as overhead + body characters / ratio; `calibrate` fits both from the server's own
+    prompt_tokens for two sizes, so 'requested' and 'actual' agree to a few tokens whatever the tokenizer."""
+
+    TAIL = "\n\nSummarize the text above in one sentence."
 
     def __init__(self) -> None:
         self.corpus = " ".join(read_prompt("prose.txt").split())
         self.ratio = CHARS_PER_TOKEN
+        self.overhead = (len("[benchmark run ] ") + 32 + len(self.TAIL)) / CHARS_PER_TOKEN
+
+    def body_chars(self, tokens: int) -> int:
+        return max(1, int((tokens - self.overhead) * self.ratio))
 
     def make(self, tokens: int, nonce: Optional[str] = None) -> str:
-        head = f"[benchmark run {nonce or uuid.uuid4().hex}] "
-        tail = "\n\nSummarize the text above in one sentence."
-        want = max(1, int(tokens * self.ratio) - len(head) - len(tail))
+        want = self.body_chars(tokens)
         body = (self.corpus + " ") * (want // (len(self.corpus) + 1) + 1)
-        return head + body[:want] + tail
+        return f"[benchmark run {nonce or uuid.uuid4().hex}] " + body[:want] + self.TAIL
 
-    def calibrate(self, server: Server, tokens: int = 1024) -> Optional[int]:
-        """One request of about `tokens`; the ratio from its usage.prompt_tokens (unchanged when absent)."""
-        prompt = self.make(tokens)
-        sample = stream(server, request_body(server, prompt, 1), Sample("calibrate", "calibrate", 0))
-        if not sample.ok:
-            raise BenchError(f"calibration request: {sample.error}")
-        if sample.prompt_tokens:
-            self.ratio = len(prompt) / sample.prompt_tokens
-        return sample.prompt_tokens
+    def calibrate(self, server: Server, small: int = 256, large: int = 2048) -> Optional[int]:
+        """Two requests (about `small` and `large` tokens, one token generated each): ratio and overhead
+        from their usage.prompt_tokens (the guesses stay when the server reports no usage)."""
+        counts = []
+        for tokens in (small, large):
+            chars = self.body_chars(tokens)
+            sample = stream(server, request_body(server, self.make(tokens), 1), Sample("calibrate", "calibrate", 0))
+            if not sample.ok:
+                raise BenchError(f"calibration request: {sample.error}")
+            counts.append((chars, sample.prompt_tokens))
+        (c1, t1), (c2, t2) = counts
+        if t1 and t2 and t2 > t1 and c2 > c1:
+            self.ratio = (c2 - c1) / (t2 - t1)
+            self.overhead = t1 - c1 / self.ratio
+        return t2
 
 
 # ---- statistics

@@ -44,10 +44,16 @@ def numbers(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage plus a line
+        raise BenchError(message)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     health = os.environ.get("SERVEBUILD_HEALTH_URL", "")  # set in the images from the default profile's port
     default_url = health.rsplit("/health", 1)[0] if health.endswith("/health") else "http://127.0.0.1:30000"
-    p = argparse.ArgumentParser(prog="servebuild-bench", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="servebuild-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="check the options and exit (bisect does, before it builds)")
     p.add_argument("--suite", default="decode", help=f"comma-separated: {', '.join(SUITES)}, or ksweep")
     p.add_argument("--url", default=default_url, help="the server, http://HOST:PORT")
     p.add_argument("--model", default="", help="model name (default: the first of /v1/models)")
@@ -81,6 +87,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             raise BenchError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number of at least 1")
     if args.warmup < 0 or args.health_timeout <= 0 or args.request_timeout <= 0:
         raise BenchError("--warmup is at least 0; --health-timeout and --request-timeout are positive")
+    Server(args.url).parts()  # a URL it can reach: http://HOST:PORT
     args.size_list = numbers(args.sizes, "--sizes")
     args.grid_list = numbers(args.grid_sizes, "--grid-sizes")
     args.conc_list = numbers(args.concurrencies, "--concurrencies")
@@ -223,6 +230,8 @@ class Bench:
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
+        if args.check:
+            return 0
         bench = Bench(args)
     except BenchError as exc:
         print(f"servebuild-bench: error: {exc}", file=sys.stderr)

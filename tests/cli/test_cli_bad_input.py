@@ -125,7 +125,8 @@ def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
         def remove_container(self, name):
             pass
     with pytest.raises(DockerError, match="docker run of img failed: docker: Error response"):
-        run_in_image(Client(), "img", Probe("true"), None, False)
+        run_in_image(Client(), "img", Probe("true"), None, "none", tmp_path / "run.log")
+    assert "invalid mount config" in (tmp_path / "run.log").read_text()  # the log keeps what docker said
 
 
 # ------------------------------------------------------------------ item 7: tracebacks

@@ -39,13 +39,17 @@ def options(cache, name, stack=None):
                         stack=stack, ca_bundle=HOST_CA if HOST_CA.exists() else None)
 
 
+def every(names, profiles):
+    return {name: list(profiles) for name in names}
+
+
 def test_run_measures_every_variant(engine, base_images, project, tmp_path):
     root, cache = project
-    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), [None, "toy-serve"],
-                         {name: options(cache, name) for name in VARIANTS})
+    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), every(VARIANTS, [None, "toy-serve"]),
+                         {name: options(cache, name) for name in VARIANTS}, out_dir=tmp_path / "report")
     for name in VARIANTS:
         session.measure(name)
-    json_path, md_path = session.report(tmp_path / "report")
+    json_path, md_path, _ = session.report()
     rows = {(r.variant, r.profile): r for r in session.rows}
     assert len(rows) == 6 and all(r.exit == 0 for r in rows.values())
     assert {v: rows[(v, None)].metrics for v in VARIANTS} == {
@@ -54,6 +58,7 @@ def test_run_measures_every_variant(engine, base_images, project, tmp_path):
     assert rows[("prs", "toy-serve")].metrics == rows[("prs", None)].metrics
     report = json.loads(json_path.read_text())
     assert len(report["rows"]) == 6 and "| banner-only | - | local-version-banner |" in md_path.read_text()
+    assert all(len(r["runs"]) == 1 and (tmp_path / "report" / r["runs"][0]["log"]).is_file() for r in report["rows"])
     # a variant costs its engine layers, not an image
     size = int(engine.image_inspect(rows[("prs", None)].image_id)["Size"])
     for name in VARIANTS:
@@ -66,7 +71,7 @@ def test_search_names_the_first_patch_that_changes_the_metric(engine, base_image
     root, cache = project
     stack = ["pr-1", "pr-2", "local-version-banner"]
     jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
-    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), [None],
+    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), every(dict(jobs), [None]),
                          {name: options(cache, name, s) for name, s in jobs})
     found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "patched", 1.0))
     assert found == 3
@@ -140,7 +145,7 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
     jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
     plans = {name: options(cache, f"s8-{name}", s) for name, s in jobs}
     greets = ab.Probe("toy-serve --port 5 | grep -q hello", timeout_s=120)
-    session = ab.Session(root, "toy", greets, [None], {name: plans[name] for name, _ in jobs})
+    session = ab.Session(root, "toy", greets, every(plans, [None]), {name: plans[name] for name, _ in jobs})
     found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], None, None))
     print(f"\n8-patch search: culprit prefix {found}, builds {sorted(session.measured)}")
     assert found == 6 and len(session.measured) <= 4
@@ -149,9 +154,78 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
     assert "exit 0 with prefix-5 -> exit 1 with prefix-6" in line and "4 of 9 prefixes built" in line
 
     # a check no patch changes: "no change", reusing the prefixes already built
-    quiet = ab.Session(root, "toy", ab.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), [None],
+    quiet = ab.Session(root, "toy", ab.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), every(plans, [None]),
                        {name: plans[name] for name, _ in jobs})
     assert ab.first_change(len(stack), lambda i: quiet.outcome(jobs[i][0], None, None)) is None
     assert quiet.culprit(jobs, None).startswith("no patch changes the outcome: prefix-0 and prefix-8 agree")
     assert set(quiet.measured) == {"prefix-8", "prefix-4", "prefix-2", "prefix-1", "prefix-0"}
     print(ab.table(quiet.rows))
+
+
+# each run: its order (a counter file on the host, through a volume), the variable given with --env, the
+# profile it was given, 3,000 lines of output (the log must keep all of them), and two JSONL metric lines
+# (the last one counts)
+REPEAT_COMMAND = (
+    'n=$(cat /counter/n 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /counter/n; '
+    'seq 1 3000 | sed "s/^/line /"; echo "end of output"; '
+    'printf \'{"order": 0}\\n{"order": %s, "flavour": "%s", "profile_is_%s": 1}\\n\' "$n" "$FLAVOUR" '
+    '"${SERVEBUILD_PROFILE:-none}" > /tmp/m.jsonl')
+
+
+def test_repeat_interleaves_rows_and_keeps_every_log(engine, base_images, project, tmp_path):
+    """--repeat 3 over two variants and three (variant, profile) rows, with --env and VARIANT:PROFILE:
+    rounds alternate direction, medians and ranges land in the table, every run's whole log is kept,
+    and a JSONL metrics file is read as its last object."""
+    from servebuild.check.container import RunOptions
+    from servebuild.recipe.load import load_recipe
+    root, cache = project
+    counter = tmp_path / "counter"
+    counter.mkdir()
+    counter.chmod(0o777)
+    names = ab.profile_names(load_recipe("toy", root), "toy-serve,release:toy-serve", ["release", "prs"])
+    assert names == {"release": ["toy-serve"], "prs": ["toy-serve"]}
+    names["prs"] = [None, "toy-serve"]  # two rows for prs: the command alone, and with the profile
+    probe = ab.Probe(REPEAT_COMMAND, timeout_s=120, metrics_file="/tmp/m.jsonl",
+                     run=RunOptions(gpus="none", env=(("FLAVOUR", "tart"),), volumes=(f"{counter}:/counter",)))
+    out = tmp_path / "bisect"
+    session = ab.Session(root, "toy", probe, names, {n: options(cache, n) for n in ("release", "prs")},
+                         repeat=3, out_dir=out)
+    session.measure_all(["release", "prs"])
+    json_path, md_path, _ = session.report()
+    rows = {r.key: r for r in session.rows}
+    assert list(rows) == ["release-toy-serve", "prs", "prs-toy-serve"]
+    orders = {k: [run["metrics"]["order"] for run in r.runs] for k, r in rows.items()}
+    assert orders == {"release-toy-serve": [1, 6, 7], "prs": [2, 5, 8], "prs-toy-serve": [3, 4, 9]}, orders
+    assert rows["prs"].metrics["order"] == 5 and rows["prs"].spread["order"] == [2, 8]
+    assert rows["release-toy-serve"].metrics["flavour"] == "tart"
+    assert "profile_is_toy-serve" in rows["prs-toy-serve"].metrics and "profile_is_none" in rows["prs"].metrics
+    for row in rows.values():
+        assert len(row.runs) == 3 and row.exit == 0
+        for run in row.runs:
+            log = (out / run["log"]).read_text()
+            assert "line 1\n" in log and "line 3000\nend of output" in log, run["log"]
+    table = md_path.read_text()
+    assert "| prs | - | pr-1,pr-2 |" in table and "| 3 | 0 |" in table and "5 (2-8)" in table
+    assert "logs/prs-toy-serve-run{1..3}.log" in table
+    assert json.loads(json_path.read_text())["repeat"] == 3
+
+
+def test_gpus_on_an_engine_without_gpus_is_one_line(engine):
+    """--gpus all (or devices) where the engine has no NVIDIA runtime: one line, exit 2, nothing built
+    (without --gpus the runs go on without a GPU, and bisect says so)."""
+    import sys
+    from pathlib import Path
+    from support import REPO_ROOT
+    if "nvidia" in (engine.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")  # the refusal is for engines without one
+    before = subprocess.run(["/usr/bin/docker", "images", "-q"], capture_output=True, text=True).stdout
+    for gpus in ("all", "0,1"):
+        proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "bisect", "--recipe",
+                               "sglang-native-fp8-bookworm", "--variants", "adaptive-prefill-only", "--run", "true",
+                               "--gpus", gpus],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert f"--gpus {gpus}: the local Docker engine has no NVIDIA runtime" in lines[0], lines[0]
+        assert "Traceback" not in proc.stderr and "built in" not in proc.stdout
+    assert subprocess.run(["/usr/bin/docker", "images", "-q"], capture_output=True, text=True).stdout == before

@@ -233,8 +233,13 @@ def test_bisect_options_are_checked_before_anything_builds():
                                        ("", "1", "together"), ("m", None, "together")):
         with pytest.raises(InputError, match=message):
             ab.parse_threshold(metric, threshold)
+    from servebuild.check.container import RunOptions
     for probe, message in ((ab.Probe("true", timeout_s=0), "positive"), (ab.Probe(" "), "empty"),
-                           (ab.Probe("true", volumes=("--privileged",)), "SRC:DST")):
+                           (ab.Probe("true", run=RunOptions(volumes=("--privileged",))), "SRC:DST"),
+                           (ab.Probe("true", run=RunOptions(volumes=("/tmp:/x\n",))), "line break"),
+                           (ab.Probe("true", run=RunOptions(network="none;rm")), "not a docker network"),
+                           (ab.Probe("true", run=RunOptions(shm_size="32 gigs")), "not a size"),
+                           (ab.Probe("true", run=RunOptions(gpus="device=0")), "not all, none")):
         with pytest.raises(InputError, match=message):
             probe.check()
     script = ab.Probe("true", metrics_file="x'; touch /pwned; '").script()
