@@ -282,7 +282,8 @@ def first_change(n: int, result: Callable[[int], str]) -> Optional[int]:
     return hi
 
 
-SUMMARY_ONLY = ("_min", "_max", "_n", "_mean")  # ranges of a bench's own runs: in bisect.json, not the table
+# ranges of a bench's own runs, and its bookkeeping: in bisect.json, not the table
+SUMMARY_ONLY = ("_min", "_max", "_n", "_mean", "_requests", "_completion_tokens", "_latency_s_p50", "_latency_s_p90")
 
 
 def table_metrics(rows: list[Row]) -> list[str]:

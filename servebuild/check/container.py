@@ -101,9 +101,11 @@ class RunOptions:
         """`docker run` options for resolved GPUs (see resolved_gpus)."""
         args = ["--network", self.network]
         if gpus != "none":
-            args += ["--gpus", "all" if gpus == "all" else f'"device={gpus}"', "--ipc=host"]
-        if self.shm_size:
+            args += ["--gpus", "all" if gpus == "all" else f'"device={gpus}"']
+        if self.shm_size:  # the seed's --shm-size 32g; else a GPU run shares the host's IPC (NCCL needs room)
             args += ["--shm-size", self.shm_size]
+        elif gpus != "none":
+            args += ["--ipc=host"]
         for name, value in self.env:
             args += ["-e", f"{name}={value}"]
         for volume in self.volumes:

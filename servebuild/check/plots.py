@@ -116,8 +116,8 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
     if not ks:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o", label="median TG (tok/s)")
-    ax.set_xlabel("DSpark k (speculative draft tokens)")
+    lines = ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o", label="median TG (tok/s)")
+    ax.set_xlabel("k: speculative draft tokens (DSpark k)")
     ax.set_ylabel("median decode rate (tok/s)")
     ax.set_xticks(ks)
     ax.grid(alpha=0.3)
@@ -125,10 +125,11 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
     accepted = [(k, v) for k, v in accepted if isinstance(v, (int, float))]
     if accepted:
         twin = ax.twinx()
-        twin.plot([k for k, _ in accepted], [v for _, v in accepted], marker="s", color="#dd8452",
-                  label="accept length")
+        lines += twin.plot([k for k, _ in accepted], [v for _, v in accepted], marker="s", color="#dd8452",
+                           label="accept length (right axis)")
         twin.set_ylabel("accept length")
-    ax.set_title("DSpark k sweep")
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
+    ax.set_title("speculative k sweep: decode rate and accept length")
     return _save(fig, path)
 
 
@@ -137,7 +138,8 @@ def bench_plots(out_dir: Path) -> list[Path]:
     samples = read_samples(out_dir / "samples.jsonl")
     series: dict[str, list[float]] = {}
     for s in samples:
-        series.setdefault(f"{s.get('suite')} {s.get('case')}", []).append(s["ttft_s"])
+        label = s.get("suite") if s.get("case") == s.get("suite") else f"{s.get('suite')} {s.get('case')}"
+        series.setdefault(str(label), []).append(s["ttft_s"])
     made = [ttft_plot(series, out_dir / "ttft.png", f"TTFT per case ({os.path.basename(out_dir)})")]
     try:
         summary = json.loads((out_dir / "bench.json").read_text())

@@ -27,7 +27,8 @@ def check_suite(suite: str) -> None:
 
 def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
            run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=None,
-           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None) -> None:
+           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None,
+           keep=None) -> None:
     threshold = ab.parse_threshold(metric, threshold)
     loaded = load_recipe(recipe, root)
     if run is not None and suite is not None:
@@ -49,7 +50,10 @@ def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, 
                              file=loaded.file, field="--suite")
         probe = ab.bench_probe(suite, seconds, options)
     else:
-        probe = ab.Probe(run, timeout_s=seconds, metrics_file=metrics_file, run=options) if run is not None else None
+        if keep is not None and not keep.startswith("/"):
+            raise InputError(f"{keep!r}: give an absolute directory in the container", field="--keep")
+        probe = (ab.Probe(run, timeout_s=seconds, metrics_file=metrics_file, artifacts=keep, run=options)
+                 if run is not None else None)
     if probe:
         probe.check()
     kind = loaded.recipe.engine.kind if loaded.recipe.engine else None

@@ -73,6 +73,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="unmeasured requests per suite and shape")
     p.add_argument("--ks", default="", help="ksweep: the DSpark k values, substituted for {k} in --serve")
     p.add_argument("--ksweep-workload", choices=("decode", "story"), default="decode")
+    p.add_argument("--calibrate", choices=("on", "off"), default="on",
+                   help="two 1-token requests first to fit prompt sizes to the tokenizer; off: nothing precedes "
+                        "the measured requests (with --warmup 0, the first pays any live compile)")
     p.add_argument("--census", choices=("auto", "off"), default="auto",
                    help="count files the run writes under /cache (live compiles) where the image has the tool")
     args = p.parse_args(argv)
@@ -157,8 +160,8 @@ class Bench:
                        warmup=self.args.warmup, on_sample=write_samples(self.out / "samples.jsonl"),
                        samples=self.run.samples if self.run else [])
         out: dict = {}
-        calibrated = maker.calibrate(server)
-        out[f"{prefix}calibration_prompt_tokens"] = calibrated
+        if self.args.calibrate == "on":
+            out[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
         for suite in suites:
             before = scrape(server)
             census = Census(self.args.census, self.out)

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: e318e40f493a35a1f543691e52ad532ef7c8a264eae00d45236db8457f59238a
+# recipe sha256: 52e45c573e1b374c64fbf4c786bbd725ed141246dcfaea9a2d17f7cc30b7a7f7
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -101,7 +101,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
 FROM runtime-base AS profile-check
 COPY launchers/ /usr/local/bin/
 COPY argcheck/ /opt/servebuild/argcheck/
-RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-native-fp8-bookworm --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-native-fp8
+RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-native-fp8-bookworm --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-native-fp8 sglang-native-fp8-fixed-prefill
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
 FROM runtime-base AS aot

@@ -320,6 +320,21 @@ def test_launch_profile_was_parsed_by_the_engine_at_build(host, expect, profile)
     assert profile in record.get("profiles", {}), f"profile {profile} was not parsed at build time: {record}"
 
 
+def test_the_bench_runs_in_the_image(host, expect):
+    """servebuild-bench is on PATH with its prompts, runs on the image's Python, and refuses a server that
+    never answers in one line (exit 2) with its partial record written: what a bisect --suite row runs."""
+    if not expect.get("image") or not (expect.get("engine") or {}).get("dist") or not expect.get("profiles"):
+        pytest.skip("engine images with launch profiles carry the bench")
+    check = host.run("servebuild-bench --check --suite prefill,decode,story,tail,grid")
+    assert check.rc == 0, f"servebuild-bench --check failed (rc {check.rc}): {lines_of(check)[-300:]}"
+    for name in ("prose.txt", "code-review.txt", "stories.txt"):
+        assert host.file(f"/opt/servebuild/tools/bench_prompts/{name}").size > 500, name
+    dead = host.run("servebuild-bench --suite decode --url http://127.0.0.1:9 --health-timeout 2 --out /tmp/sb-bench")
+    errors = [ln for ln in dead.stderr.splitlines() if ln.strip()]
+    assert dead.rc == 2 and len(errors) == 1 and "was not healthy after 2 s" in errors[0], (dead.rc, dead.stderr)
+    assert json.loads(host.file("/tmp/sb-bench/bench.json").content_string)["partial"] is True
+
+
 def test_server_image_has_an_init_and_numactl(host, expect):
     """PID 1 is tini (signals reach the server, zombies are reaped); vLLM's NUMA binding runs numactl."""
     if not expect.get("image") or not (expect.get("engine") or {}).get("dist"):
