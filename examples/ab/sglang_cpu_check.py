@@ -3,8 +3,9 @@ JSON line of metrics, so `invoke bisect --run` tells the variants apart without 
 
 - chunks_1m / first_chunk / min_chunk: the prefill chunk plan of a 1,048,535-token request with
   --chunked-prefill-size 12288, walked through the image's scheduler policy: the adaptive-prefill
-  patch's `next_chunk_size` (SGLANG_DSV4_ADAPTIVE_PREFILL=1) where the image has it, else the
-  stock fixed chunk.
+  patch's `next_chunk_size` where the image has it (SGLANG_DSV4_ADAPTIVE_PREFILL as the environment
+  sets it, 1 when unset: source a launcher's environment first to measure that profile's policy),
+  else the stock fixed chunk.
 - shared_expert_slot: where the DSpark draft loader maps a shared-expert weight name
   (`_remap_dspark_weight_name` of the image's deepseek_v4_dspark.py): 256 when the original remap
   fix is in, -1 when the name stays a shared expert.
@@ -42,7 +43,7 @@ def chunk_plan(root: Path) -> dict:
         module = types.ModuleType(pkg)
         module.__path__ = [str(root.parent / pkg.replace(".", "/"))]
         sys.modules[pkg] = module
-    os.environ["SGLANG_DSV4_ADAPTIVE_PREFILL"] = "1"
+    os.environ.setdefault("SGLANG_DSV4_ADAPTIVE_PREFILL", "1")  # a launch profile's environment may set 0
     policy = importlib.import_module("sglang.srt.managers.adaptive_prefill")
     config = policy.AdaptivePrefillConfig.from_env()
     done, sizes = 0, []
@@ -50,7 +51,8 @@ def chunk_plan(root: Path) -> dict:
         take = min(policy.next_chunk_size(config, CONFIGURED, TOKENS, done), TOKENS - done)
         sizes.append(take)
         done += take
-    return {"adaptive_prefill": 1, "chunks_1m": len(sizes), "first_chunk": sizes[0], "min_chunk": min(sizes[:-1])}
+    return {"adaptive_prefill": int(bool(config.enabled)), "chunks_1m": len(sizes), "first_chunk": sizes[0],
+            "min_chunk": min(sizes[:-1])}
 
 
 def shared_expert_slot(root: Path) -> int:
