@@ -25,6 +25,22 @@ R = ["--recipe", "sglang-native-fp8-bookworm"]
     (R + ["--metric", "ttft", "--run", "true"], "--metric NAME and --threshold NUMBER together"),
     (R + ["--run", "true", "--timeout", "0"], "positive"),
     (R + ["--run", "true", "--volume", "--privileged"], "SRC:DST"),
+    (R + ["--run", "true", "--volume", "/tmp:/x\n-v /:/host"], "line break"),
+    (R + ["--run", "true", "--env", "BAD NAME=1"], "is not NAME=VALUE"),
+    (R + ["--run", "true", "--env", "NOVALUE"], "is not NAME=VALUE"),
+    (R + ["--run", "true", "--env", "A=b\nc"], "line break"),
+    (R + ["--run", "true", "--shm-size", "32 gigs"], "is not a size such as 32g"),
+    (R + ["--run", "true", "--network", "none;reboot"], "is not a docker network"),
+    (R + ["--run", "true", "--gpus", "device=0"], "is not all, none, auto or a device list"),
+    (R + ["--run", "true", "--repeat", "0"], "--repeat 0: from 1 to 50"),
+    (R + ["--run", "true", "--repeat", "three"], "is not a whole number"),
+    (R + ["--run", "true", "--variants", "original-fix", "--profiles", "final:sglang-native-fp8"],
+     "'final' is not a variant of this run"),
+    (R + ["--run", "true", "--profiles", "original-fix:nope"], "no profile 'nope'"),
+    (R + ["--suite", "taill"], "--suite 'taill': one or more of prefill"),
+    (R + ["--suite", "tail --requests 0"], "--requests 0: give a whole number of at least 1"),
+    (R + ["--suite", "tail", "--run", "true"], "not both"),
+    (R + ["--run", "true", "--keep", "relative/dir"], "give an absolute directory"),
 ])
 def test_bad_bisect_input_is_one_line(args, words):
     proc = subprocess.run([INVOKE, "bisect", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
