@@ -63,6 +63,7 @@ def ttft_plot(series: dict[str, list[float]], path: Path, title: str) -> Optiona
     for i, label in enumerate(labels, start=1):
         ax.scatter(series[label], [i + rng.uniform(-0.18, 0.18) for _ in series[label]], s=9, alpha=0.55)
     ax.set_yticks(range(1, len(labels) + 1), labels)
+    ax.invert_yaxis()  # the first row on top, as in the table
     values = [v for vs in series.values() for v in vs if v > 0]
     if values and max(values) / max(min(values), 1e-9) > 20:
         ax.set_xscale("log")
