@@ -201,17 +201,19 @@ def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False,
             "max_tokens": "decode, story, grid: tokens generated (256)", "requests": "tail: requests (100)",
             "grid_sizes": "grid: input sizes (5000,10000,20000)", "concurrencies": "grid: streams (1,5,10,20)",
             "warmup": "unmeasured requests per suite and shape (1)", "ks": "ksweep: k values, e.g. 0,5,6,7",
-            "health_timeout": "seconds to wait for /health (1800)", "request_timeout": "seconds per request (600)"})
+            "health_timeout": "seconds to wait for /health (1800)", "request_timeout": "seconds per request (600)",
+            "calibrate": "on (default: fit prompt sizes to the tokenizer first) or off (nothing before the measured "
+                         "requests)"})
 @one_line_errors
 def bench(c, suite="decode", url=None, serve=None, out=None, model=None, api=None, ignore_eos=None, sizes=None,
           runs=None, max_tokens=None, requests=None, grid_sizes=None, concurrencies=None, warmup=None, ks=None,
-          health_timeout=None, request_timeout=None):
+          health_timeout=None, request_timeout=None, calibrate=None):
     """The seed's benchmarks against an OpenAI-compatible streaming server (SGLang, vLLM, ...): one flat
     JSON object, the raw samples, the seed's tables, and PNGs (TTFT per case, the k sweep)."""
     return cli_bench.bench(ROOT, suite=suite, url=url, serve=serve, out=out, model=model, api=api,
                            ignore_eos=ignore_eos, sizes=sizes, runs=runs, max_tokens=max_tokens, requests=requests,
                            grid_sizes=grid_sizes, concurrencies=concurrencies, warmup=warmup, ks=ks,
-                           health_timeout=health_timeout, request_timeout=request_timeout)
+                           health_timeout=health_timeout, request_timeout=request_timeout, calibrate=calibrate)
 
 
 @task(help={"recipe": "recipe whose builds to publish", "registry": "HOST[:PORT] of the registry",

@@ -45,7 +45,14 @@ def check_gpus(gpus: str, allow_auto: bool = True) -> str:
     if not GPUS.match(gpus) or (gpus == "auto" and not allow_auto):
         raise InputError(f"{gpus!r} is not all, none{', auto' if allow_auto else ''} or a device list such as 0,1 "
                           f"(indexes or GPU-UUIDs)", field="--gpus")
+    devices = gpus.split(",")
+    if len(set(devices)) != len(devices):
+        raise InputError(f"{gpus!r} names a GPU twice", field="--gpus")
     return gpus
+
+
+SHM_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+SHM_MAX = 4 << 40  # 4 TiB: more than any host's memory, so a larger value is a typo
 
 
 def check_env(pairs) -> tuple[tuple[str, str], ...]:
@@ -79,6 +86,11 @@ class RunOptions:
                               field="--network")
         if self.shm_size and not SHM_SIZE.match(self.shm_size):
             raise InputError(f"{self.shm_size!r} is not a size such as 32g or 1024m", field="--shm-size")
+        if self.shm_size:
+            digits, unit = self.shm_size.rstrip("bkmgBKMG"), self.shm_size[len(self.shm_size.rstrip("bkmgBKMG")):]
+            if int(digits) * SHM_UNITS[unit.lower()] > SHM_MAX:
+                raise InputError(f"{self.shm_size!r} is more shared memory than any host has (at most 4 TiB)",
+                                  field="--shm-size")
         for volume in self.volumes:
             check_volume(volume)
         return self

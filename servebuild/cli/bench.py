@@ -13,7 +13,7 @@ from servebuild.check import plots
 from servebuild.errors import InputError
 
 OPTIONS = ("url", "serve", "model", "api", "ignore_eos", "sizes", "runs", "max_tokens", "requests", "grid_sizes",
-           "concurrencies", "warmup", "ks", "health_timeout", "request_timeout")
+           "concurrencies", "warmup", "ks", "health_timeout", "request_timeout", "calibrate")
 
 
 def bench(root: Path, suite: str = "decode", out=None, **options) -> int:

@@ -15,9 +15,20 @@ from servebuild.errors import InputError
 from servebuild.recipe.load import load_recipe
 
 
+SET_BY_BISECT = ("--serve", "--url", "--out", "--check")  # each row's bench gets these from bisect
+
+
 def check_suite(suite: str) -> None:
     """The bench's own argument check (servebuild-bench --check), before anything builds."""
-    words = shlex.split(suite) if suite.strip() else []
+    try:
+        words = shlex.split(suite) if suite.strip() else []
+    except ValueError as exc:
+        raise InputError(f"{suite!r} is not a suite and its options as a shell would split them ({exc})",
+                         field="--suite") from None
+    given = [w.split("=", 1)[0] for w in words if w.split("=", 1)[0] in SET_BY_BISECT]
+    if given:
+        raise InputError(f"{given[0]} is bisect's to set for each row's bench (it starts $SERVEBUILD_LAUNCHER and "
+                         f"keeps {ab.BENCH_OUT}); give only the suite and its measuring options", field="--suite")
     proc = subprocess.run([sys.executable, str(TOOLS_DIR / "servebuild_bench.py"), "--check", "--suite", *words],
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
@@ -35,9 +46,14 @@ def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, 
         raise InputError("give --run CMD or --suite NAME (which runs servebuild-bench), not both", field="--suite")
     if search and not (run or suite):
         raise InputError("give the command that decides the outcome with --run (or --suite)", field="--search")
-    count = whole_seconds(repeat, 1, "--repeat")
+    if repeat is not None and not str(repeat).isdigit():
+        raise InputError(f"{repeat!r} is not a whole number of runs", field="--repeat")
+    count = int(repeat) if repeat is not None else 1
     if not 1 <= count <= 50:
         raise InputError(f"--repeat {repeat}: from 1 to 50 runs per row", field="--repeat")
+    if keep is not None and (suite is not None or not keep.startswith("/") or not keep.isprintable()):
+        raise InputError(f"{keep!r}: give an absolute directory in the container, without control characters "
+                         f"(and not with --suite, which keeps the bench's output itself)", field="--keep")
     seconds = whole_seconds(timeout, ab.DEFAULT_TIMEOUT_S)
     options = RunOptions(gpus=check_gpus(gpus or "auto"), network=network or "none", env=check_env(env),
                          shm_size=shm_size or "", volumes=tuple(volume or ())).check()
@@ -50,8 +66,6 @@ def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, 
                              file=loaded.file, field="--suite")
         probe = ab.bench_probe(suite, seconds, options)
     else:
-        if keep is not None and not keep.startswith("/"):
-            raise InputError(f"{keep!r}: give an absolute directory in the container", field="--keep")
         probe = (ab.Probe(run, timeout_s=seconds, metrics_file=metrics_file, artifacts=keep, run=options)
                  if run is not None else None)
     if probe:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -82,14 +84,22 @@ class Server:
     ignore_eos: bool = True   # SGLang and vLLM: generate exactly max_tokens; servers that refuse the field: off
 
     def parts(self) -> tuple[str, int, str]:
-        parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise BenchError(f"--url {self.url!r}: give http://HOST:PORT")
+        """(host, port, path prefix), or one line on what is wrong with the URL."""
         try:
-            port = parsed.port or 80
+            parsed = urllib.parse.urlsplit(self.url)
+            host, port = parsed.hostname, parsed.port
         except ValueError:
-            raise BenchError(f"--url {self.url!r}: the port is not a number from 1 to 65535") from None
-        return parsed.hostname, port, parsed.path.rstrip("/")
+            raise BenchError(f"--url {self.url!r}: give http://HOST:PORT (the host or port is not valid)") from None
+        if parsed.scheme != "http" or not host or parsed.query or parsed.fragment:
+            raise BenchError(f"--url {self.url!r}: give http://HOST:PORT")
+        if not host.isascii() or len(host) > 253 or any(len(label) > 63 for label in host.split(".")):
+            raise BenchError(f"--url {self.url!r}: the host is not an ASCII name of at most 253 characters")
+        if port == 0:
+            raise BenchError(f"--url {self.url!r}: the port is not a number from 1 to 65535")
+        path = parsed.path.rstrip("/")
+        if not (path.isascii() and path.isprintable()) or " " in path:
+            raise BenchError(f"--url {self.url!r}: the path holds a space or a non-ASCII character")
+        return host, port or 80, path
 
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         host, port, _ = self.parts()
@@ -98,17 +108,72 @@ class Server:
     def headers(self) -> dict:
         out = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
+            if not (self.api_key.isascii() and self.api_key.isprintable()):
+                raise BenchError("SERVEBUILD_BENCH_API_KEY holds a control or non-ASCII character")
             out["Authorization"] = f"Bearer {self.api_key}"
         return out
 
+    def port_in_use(self) -> bool:
+        """Whether something already answers TCP at the URL's host and port."""
+        host, port, _ = self.parts()
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                return True
+        except OSError:
+            return False
+
+
+MAX_COUNT = 10 ** 9  # a token count above this is not a count (usage fields are checked against it)
+
+
+class Watchdog:
+    """Shuts the connection's socket when `seconds` have passed, whatever the server sends: one that
+    trickles a byte at a time, answers with endless `100 Continue`s or never finishes its headers
+    cannot hold a read past the deadline (a socket timeout only fires on silence)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.conn, self.fired, self.sock = conn, False, None
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+
+    def connect(self) -> None:
+        """Connect now and hold the socket: http.client drops its own reference once a response that
+        ends with the connection takes the socket over, and the deadline must still reach it."""
+        self.conn.connect()
+        self.sock = self.conn.sock
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self.sock or self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Watchdog":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
 
 def get(server: Server, path: str, timeout: float = 10.0, limit: int = 8 << 20) -> tuple[int, bytes]:
-    """(status, body) of a GET; the body read up to `limit` bytes."""
+    """(status, body) of a GET, all of it within `timeout` seconds; the body read up to `limit` bytes."""
     conn = server.connection(timeout)
     try:
-        conn.request("GET", server.parts()[2] + path, headers=server.headers())
-        resp = conn.getresponse()
-        return resp.status, resp.read(limit)
+        with Watchdog(conn, timeout) as dog:
+            try:
+                dog.connect()
+                conn.request("GET", server.parts()[2] + path, headers=server.headers())
+                resp = conn.getresponse()
+                status, body = resp.status, resp.read(limit)
+            except (ValueError, OverflowError) as exc:  # http.client on a garbled response
+                raise http.client.HTTPException(f"a garbled response ({exc})") from None
+            if dog.fired:
+                raise TimeoutError(f"GET {path} took over {timeout:.0f} s")
+            return status, body
     finally:
         conn.close()
 
@@ -123,7 +188,7 @@ def wait_healthy(server: Server, timeout_s: float, process: Optional["ServerProc
             raise BenchError(f"the server exited with code {process.poll()} before it was healthy "
                              f"({process.last_line() or 'no output'}; log: {process.log_path})")
         try:
-            status, _ = get(server, path, timeout=5.0, limit=4096)
+            status, _ = get(server, path, timeout=min(5.0, max(0.5, timeout_s)), limit=4096)
             if status == 200:
                 return time.monotonic() - start
             last = f"HTTP {status}"
@@ -139,11 +204,12 @@ def first_model(server: Server) -> str:
     try:
         status, body = get(server, "/v1/models")
         data = json.loads(body) if status == 200 else {}
-        models = data.get("data") if isinstance(data, dict) else None
-        if isinstance(models, list) and models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
-            return models[0]["id"]
-    except (OSError, http.client.HTTPException, ValueError):
-        pass
+    except (OSError, http.client.HTTPException, ValueError, RecursionError):
+        data = {}
+    models = data.get("data") if isinstance(data, dict) else None
+    if isinstance(models, list) and models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str) \
+            and models[0]["id"].isprintable() and 0 < len(models[0]["id"]) <= 512:
+        return models[0]["id"]
     raise BenchError(f"the server at {server.url} lists no model at /v1/models: give --model")
 
 
@@ -165,34 +231,49 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
     A refused connection, an HTTP error, a malformed chunk or a stream cut short sets
     sample.error (and leaves ok False); the measured fields keep what arrived before."""
     path = server.parts()[2] + ("/v1/chat/completions" if server.api == "chat" else "/v1/completions")
-    deadline = time.monotonic() + server.request_timeout_s
     digest = hashlib.sha256()
     conn = server.connection(min(server.request_timeout_s, 300.0))
+    late = f"no end of stream after {server.request_timeout_s:g} s (--request-timeout)"
+    max_chunks = 4 * int(body.get("max_tokens") or 1) + 64  # a stream longer than this is not this request's
     start = time.monotonic()
     done = finished = False
+    event = ""
+    dog = Watchdog(conn, server.request_timeout_s)
     try:
+        dog.__enter__()
+        dog.connect()
         conn.request("POST", path, body=json.dumps(body).encode(), headers=server.headers())
         resp = conn.getresponse()
         if resp.status != 200:
             text = resp.read(2000).decode(errors="replace").strip().replace("\n", " ")
-            sample.error = f"HTTP {resp.status} from {path}: {text[:300]}"
+            sample.error = late if dog.fired else f"HTTP {resp.status} from {path}: {text[:300]}"
             return sample
         line_no = 0
         while True:
-            if time.monotonic() > deadline:
-                sample.error = f"no end of stream after {server.request_timeout_s:.0f} s (--request-timeout)"
-                return sample
             raw = resp.readline(1 << 20)
+            if dog.fired:
+                sample.error = late
+                return sample
             if not raw:
                 break
             line_no += 1
             line = raw.decode(errors="replace").strip()
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
             if not line or line.startswith(":") or not line.startswith("data:"):
-                continue  # blank separators, comments, event names
+                event = "" if not line else event
+                continue  # blank separators, comments
             payload = line[5:].strip()
+            if event == "error":
+                sample.error = f"the server sent an error event: {payload[:200]}"
+                return sample
             if payload == "[DONE]":
                 done = True
                 break
+            if sample.chunks > max_chunks:
+                sample.error = f"the server streamed over {max_chunks} chunks for max_tokens {body.get('max_tokens')}"
+                return sample
             chunk = _chunk(payload)
             if chunk is None:
                 sample.error = f"malformed stream chunk at line {line_no}: {payload[:120]!r}"
@@ -221,22 +302,26 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
         if not sample.ok:
             sample.error = "the stream carried no text"
         return sample
-    except (OSError, http.client.HTTPException) as exc:
-        sample.error = f"{_reason(exc)} (POST {server.url}{path})"
+    except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
+        sample.error = late if dog.fired else f"{_reason(exc)} (POST {server.url}{path})"
         return sample
     finally:
+        dog.__exit__()
         conn.close()
 
 
 def _chunk(payload: str) -> Optional[dict]:
+    """The chunk as a dict with a list of dict choices (or an error), else None: malformed."""
     try:
         value = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past Python's stack
         return None
     if not isinstance(value, dict):
         return None
+    if value.get("error") is not None and isinstance(value["error"], (dict, str)):
+        return value
     choices = value.get("choices", [])
-    if "error" not in value and (not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices)):
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         return None
     return value
 
@@ -261,16 +346,22 @@ def _usage(chunk: dict, sample: Sample) -> None:
     """Token counts from the usage chunk; SGLang's per-choice meta_info carries the accept length."""
     usage = chunk.get("usage")
     if isinstance(usage, dict):
-        for key, attr in (("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens")):
-            if isinstance(usage.get(key), int):
-                setattr(sample, attr, usage[key])
+        for key in ("prompt_tokens", "completion_tokens"):
+            if count(usage.get(key)) is not None:
+                setattr(sample, key, usage[key])
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        if isinstance(details, dict) and count(details.get("cached_tokens")) is not None:
             sample.cached_tokens = details["cached_tokens"]
     for choice in chunk.get("choices") or []:
         meta = choice.get("meta_info")
-        if isinstance(meta, dict) and isinstance(meta.get("spec_accept_length"), (int, float)):
-            sample.accept_length = float(meta["spec_accept_length"])
+        value = meta.get("spec_accept_length") if isinstance(meta, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < MAX_COUNT:
+            sample.accept_length = float(value)
+
+
+def count(value) -> Optional[int]:
+    """A token count as servers report it: a whole number from 0 to MAX_COUNT (else None: not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT else None
 
 
 def _reason(exc: BaseException) -> str:
@@ -282,7 +373,7 @@ def _reason(exc: BaseException) -> str:
         return "the server closed the connection"
     if isinstance(exc, (ConnectionResetError, http.client.IncompleteRead)):
         return "the connection was cut mid-response"
-    return (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__).strip()
+    return " ".join(str(getattr(exc, "strerror", None) or exc or type(exc).__name__).split())[:200]
 
 
 # ---- /metrics: accept length where the server reports it
@@ -299,14 +390,16 @@ def scrape(server: Server) -> dict[str, float]:
     for line in body.decode(errors="replace").splitlines():
         if not line or line.startswith("#"):
             continue
-        if "{" in line:  # name{labels} value [timestamp]
-            name, rest = line[:line.index("{")], line[line.rindex("}") + 1:]
-        else:
-            name, _, rest = line.partition(" ")
         try:
-            out[name] = out.get(name, 0.0) + float(rest.split()[0])
+            if "{" in line:  # name{labels} value [timestamp]
+                name, rest = line[:line.index("{")], line[line.rindex("}") + 1:]
+            else:
+                name, _, rest = line.partition(" ")
+            value = float(rest.split()[0])
         except (ValueError, IndexError):
-            continue
+            continue  # not a sample line
+        if math.isfinite(value):
+            out[name] = out.get(name, 0.0) + value
     return out
 
 
@@ -319,7 +412,7 @@ def accept_length(before: dict[str, float], after: dict[str, float]) -> Optional
                     - before.get("vllm:spec_decode_num_accepted_tokens_total", 0.0))
         return 1.0 + accepted / drafts
     value = after.get("sglang:spec_accept_length")
-    return value if value else None
+    return value if value and 0 < value < MAX_COUNT else None
 
 
 # ---- the server process, when the bench starts it

@@ -73,9 +73,13 @@ class PromptMaker:
                 raise BenchError(f"calibration request: {sample.error}")
             counts.append((chars, sample.prompt_tokens))
         (c1, t1), (c2, t2) = counts
-        if t1 and t2 and t2 > t1 and c2 > c1:
-            self.ratio = (c2 - c1) / (t2 - t1)
-            self.overhead = t1 - c1 / self.ratio
+        if t1 and t2:
+            ratio = (c2 - c1) / (t2 - t1) if t2 > t1 else 0.0
+            overhead = t1 - c1 / ratio if ratio else 0.0
+            if not (0.5 <= ratio <= 16 and -64 <= overhead <= 4096):  # no tokenizer does outside this
+                raise BenchError(f"calibration: the server counted {t1} and {t2} prompt tokens for {c1} and {c2} "
+                                 f"characters of prose, which no tokenizer does; --calibrate off keeps the guess")
+            self.ratio, self.overhead = ratio, overhead
         return t2
 
 
@@ -92,9 +96,20 @@ def percentile(values: list[float], q: float) -> Optional[float]:
     return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
 
 
+def numbers(values: list, scale: float = 1.0) -> list[float]:
+    """The finite numbers among the values, scaled (None, NaN and infinities are not measurements)."""
+    out = []
+    for v in values:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = v * scale
+            if math.isfinite(v):
+                out.append(v)
+    return out
+
+
 def spread(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> dict:
     """prefix (median), prefix_min, prefix_max, prefix_n of the values that are numbers."""
-    nums = [v * scale for v in values if isinstance(v, (int, float))]
+    nums = numbers(values, scale)
     if not nums:
         return {}
     return {prefix: round(statistics.median(nums), digits), f"{prefix}_min": round(min(nums), digits),
@@ -102,7 +117,7 @@ def spread(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> di
 
 
 def tails(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> dict:
-    nums = [v * scale for v in values if isinstance(v, (int, float))]
+    nums = numbers(values, scale)
     if not nums:
         return {}
     out = {f"{prefix}_mean": round(statistics.fmean(nums), digits)}
@@ -159,12 +174,18 @@ class Run:
                     next_index[0] += 1
                 if i >= len(prompts):
                     return
-                results[i] = stream(self.server, request_body(self.server, prompts[i], max_tokens),
-                                    Sample(suite, case, i))
+                try:
+                    results[i] = stream(self.server, request_body(self.server, prompts[i], max_tokens),
+                                        Sample(suite, case, i))
+                except Exception as exc:  # noqa: BLE001  a thread's failure is the request's, never lost
+                    results[i] = Sample(suite, case, i, error=f"{type(exc).__name__}: {exc}"[:300])
 
         threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(prompts)))]
-        for t in threads:
-            t.start()
+        try:
+            for t in threads:
+                t.start()
+        except RuntimeError as exc:  # the host's thread limit
+            raise BenchError(f"{suite}: cannot start {concurrency} streams ({exc})") from None
         for t in threads:
             t.join()
         done = [s for s in results if s is not None]
@@ -239,7 +260,7 @@ def grid(run: Run) -> dict:
             key = f"grid_{size}_c{conc}"
             stats = tails(f"{key}_ttft_ms", [s.ttft_s for s in got], scale=1000.0, digits=2)
             out.update({k: v for k, v in stats.items() if k.endswith(("_mean", "_p90", "_p99"))})
-            out[f"{key}_output_tps"] = round(sum(s.completion_tokens or 0 for s in got) / wall, 2)
+            out[f"{key}_output_tps"] = round(sum(s.completion_tokens or 0 for s in got) / max(wall, 1e-9), 2)
             out.update({k: v for k, v in spread(f"{key}_accept_length", [s.accept_length for s in got],
                                                   digits=3).items() if not k.endswith(("_min", "_max", "_n"))})
     return out

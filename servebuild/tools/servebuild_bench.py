@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,6 +36,21 @@ CACHE_TOOL = Path(__file__).resolve().parent / "servebuild_cache.py"  # beside i
 CACHE_ROOT = "/cache"
 
 
+# bounds on what a run may ask for: a 1M-token context fits the sizes, and none of them exhausts the host
+LIMITS = {"--sizes": 2_097_152, "--grid-sizes": 2_097_152, "--concurrencies": 1024, "--ks": 1024}
+COUNT_LIMITS = {"runs": 1000, "max_tokens": 1_048_576, "requests": 100_000, "warmup": 100}
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1e6):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 1000000")
+    return value
+
+
 def numbers(text: str, flag: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
@@ -41,6 +58,8 @@ def numbers(text: str, flag: str) -> tuple[int, ...]:
         values = ()
     if not values or any(v < 0 for v in values):
         raise BenchError(f"{flag} {text!r}: give comma-separated whole numbers")
+    if len(values) > 64 or max(values) > LIMITS[flag]:
+        raise BenchError(f"{flag} {text!r}: at most 64 values, each at most {LIMITS[flag]:,}")
     return values
 
 
@@ -61,8 +80,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ignore-eos", choices=("on", "off"), default="on",
                    help="send ignore_eos (fixed output length: SGLang, vLLM); off for servers that refuse it")
     p.add_argument("--serve", help="shell command that starts the server (stopped at the end); ksweep: with {k}")
-    p.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
-    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--health-timeout", type=seconds, default=1800.0, help="seconds to wait for /health")
+    p.add_argument("--request-timeout", type=seconds, default=600.0, help="seconds per request, all of it")
     p.add_argument("--out", default="bench-out", help="directory for bench.json, samples.jsonl, bench.md")
     p.add_argument("--sizes", default="2048,8192,32768", help="prefill: prompt sizes in tokens")
     p.add_argument("--runs", type=int, default=3, help="prefill and decode: runs per case")
@@ -85,11 +104,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise BenchError(f"--suite {args.suite!r}: one or more of {', '.join(SUITES)}, or ksweep")
     if "ksweep" in args.suites and (len(args.suites) > 1 or not args.serve or "{k}" not in args.serve or not args.ks):
         raise BenchError("--suite ksweep runs alone and needs --ks K,K,... and --serve with {k} in it")
-    for name in ("runs", "max_tokens", "requests"):
-        if getattr(args, name) < 1:
-            raise BenchError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number of at least 1")
-    if args.warmup < 0 or args.health_timeout <= 0 or args.request_timeout <= 0:
-        raise BenchError("--warmup is at least 0; --health-timeout and --request-timeout are positive")
+    for name, limit in COUNT_LIMITS.items():
+        low = 0 if name == "warmup" else 1
+        if not low <= getattr(args, name) <= limit:
+            raise BenchError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number from {low} "
+                             f"to {limit:,}")
     Server(args.url).parts()  # a URL it can reach: http://HOST:PORT
     args.size_list = numbers(args.sizes, "--sizes")
     args.grid_list = numbers(args.grid_sizes, "--grid-sizes")
@@ -179,12 +198,23 @@ class Bench:
         return out
 
     def start_server(self, command: str) -> None:
+        """Start --serve; first, nothing may listen where it will (an old server would be measured)."""
+        if self.server().port_in_use():
+            raise BenchError(f"something already listens at {self.args.url} before --serve started its server "
+                             f"(a server left from an earlier run?)")
         self.process = ServerProcess(command, self.server_log)
 
     def stop_server(self) -> None:
+        """Stop --serve's process group; a server that left it (setsid, a daemon) and still listens is one line."""
         if self.process is not None:
             self.process.stop()
             self.process = None
+            deadline = time.monotonic() + 10
+            while self.server().port_in_use():
+                if time.monotonic() > deadline:
+                    raise BenchError(f"a process still listens at {self.args.url} after the server was stopped: it "
+                                     f"left the --serve command's process group (setsid, a daemon?); stop it")
+                time.sleep(0.5)
 
     def main(self) -> dict:
         args = self.args
@@ -221,13 +251,35 @@ class Bench:
             self.summary.update(spread("partial_ttft_s", [s.ttft_s for s in ok]))
         if self.process is None and Path(self.server_log).exists():
             self.summary["server_log"] = self.server_log
-        try:
-            (self.out / "bench.json").write_text(json.dumps(self.summary, sort_keys=True, indent=1) + "\n")
-            (self.out / "bench.md").write_text("\n".join(self.tables) + ("\n" if self.tables else "")
-                                              + (f"\n**partial**: {error}\n" if error else ""))
-        except OSError as exc:
-            print(f"servebuild-bench: error: cannot write {self.out}: {exc.strerror}", file=sys.stderr)
+        self.summary = finite(self.summary)
+        self.write_error = None
+        for name, text in (("bench.json", json.dumps(self.summary, sort_keys=True, indent=1, allow_nan=False) + "\n"),
+                           ("bench.md", "\n".join(self.tables) + ("\n" if self.tables else "")
+                            + (f"\n**partial**: {error}\n" if error else ""))):
+            try:
+                (self.out / name).write_text(text)
+            except OSError as exc:
+                self.write_error = self.write_error or f"cannot write {self.out / name}: {exc.strerror}"
         return self.summary
+
+
+def finite(value):
+    """The summary as strict JSON holds it: NaN and infinities (a hostile server's numbers) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+class Terminated(BaseException):
+    """SIGTERM: stop the server and keep what was measured, as for Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 def main(argv: list[str]) -> int:
@@ -239,22 +291,29 @@ def main(argv: list[str]) -> int:
     except BenchError as exc:
         print(f"servebuild-bench: error: {exc}", file=sys.stderr)
         return 2
-    error = None
+    signal.signal(signal.SIGTERM, _terminate)
+    error, code = None, 2
     try:
-        bench.main()
+        try:
+            bench.main()
+        finally:
+            bench.stop_server()
     except BenchError as exc:
         error = str(exc)
-    except KeyboardInterrupt:
-        error = "interrupted"
-    finally:
-        bench.stop_server()
+    except (KeyboardInterrupt, Terminated) as exc:
+        error, code = ("interrupted", 130) if isinstance(exc, KeyboardInterrupt) else ("terminated", 143)
+    except Exception as exc:  # noqa: BLE001  one line, never a traceback; the partial record is still written
+        error = f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     summary = bench.finish(error)
     print("\n".join(bench.tables))
     print(json.dumps(summary, sort_keys=True), flush=True)
-    if error:
-        print(f"servebuild-bench: error: {error} (partial results in {bench.out}/bench.json, "
-              f"{len(bench.run.samples) if bench.run else 0} requests in samples.jsonl)", file=sys.stderr)
-        return 130 if error == "interrupted" else 2
+    if error or bench.write_error:
+        where = (f"; and {bench.write_error}" if error and bench.write_error else "") if error else ""
+        line = (f"{error} (partial results in {bench.out}/bench.json, "
+                f"{len(bench.run.samples) if bench.run else 0} requests in samples.jsonl){where}"
+                if error else bench.write_error)
+        print(f"servebuild-bench: error: {line}", file=sys.stderr)
+        return code
     return 0
 
 

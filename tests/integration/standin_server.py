@@ -8,6 +8,13 @@ ways a real server does on a bad day, on purpose, at a chosen request:
       never-healthy      /health answers 503 for ever
       malformed N        answers N requests, then streams a chunk that is not JSON
       http-error N       answers N requests, then answers HTTP 500
+      ok                 answers every request (a server to leave running, or to find in the way)
+      trickle            sends its headers, then one byte a second of a line that never ends
+      continue-forever   answers `100 Continue` again and again, never a status
+      nested             streams a chunk nested 100,000 levels deep
+      event-error        streams an SSE `event: error` frame, then [DONE]
+      endless            streams valid chunks for ever, never a finish_reason
+      huge-usage         reports completion_tokens of 10**400
 """
 
 from __future__ import annotations
@@ -56,11 +63,35 @@ class Handler(BaseHTTPRequestHandler):
         broken = SERVED[0] > AFTER
         if MODE == "http-error" and broken:
             return self._json(500, {"error": "stand-in: internal error"})
+        if MODE == "continue-forever":
+            while True:
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                self.wfile.flush()
+                time.sleep(0.05)
+        if MODE == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b"data: {")
+            while True:
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(1)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         tokens = int(body.get("max_tokens", 4))
+        if MODE == "nested":
+            return self._event("[" * 100_000 + "]" * 100_000)
+        if MODE == "event-error":
+            self.wfile.write(b"d\r\nevent: error\n\r\n")  # one chunk: the event line, then its data line
+            self._event('{"message": "CUDA out of memory"}')
+            self._event("[DONE]")
+            return self.wfile.write(b"0\r\n\r\n")
+        if MODE == "endless":
+            while True:
+                self._event(json.dumps({"choices": [{"index": 0, "text": " t"}]}))
         for i in range(tokens):
             if broken and MODE == "die-mid-stream" and i == 1:
                 os._exit(3)  # the process dies with the stream half sent
@@ -70,9 +101,10 @@ class Handler(BaseHTTPRequestHandler):
             self._event(json.dumps({"choices": [{"index": 0, "text": f" t{i}"}]}))
             time.sleep(0.002)
         else:
+            completion = 10 ** 400 if MODE == "huge-usage" else tokens
             self._event(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
                                     "usage": {"prompt_tokens": len(str(body.get("prompt", ""))) // 4,
-                                              "completion_tokens": tokens}}))
+                                              "completion_tokens": completion}}))
             self._event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 

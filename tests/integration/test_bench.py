@@ -206,9 +206,60 @@ def test_a_server_command_that_exits_is_one_line_naming_its_log(tmp_path):
     (["--suite", "prefill", "--sizes", "1,x"], "--sizes '1,x': give comma-separated whole numbers"),
     (["--suite", "tail", "--url", "ftp://x"], "--url 'ftp://x': give http://HOST:PORT"),
     (["--suite", "ksweep", "--ks", "5"], "--suite ksweep runs alone and needs"),
-    (["--suite", "tail", "--requests", "0"], "--requests 0: give a whole number of at least 1"),
+    (["--suite", "tail", "--requests", "0"], "--requests 0: give a whole number from 1 to 100,000"),
 ])
 def test_bad_bench_options_are_one_line(tmp_path, args, words):
     proc = bench(*args, "--out", str(tmp_path / "x"), timeout=60)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("trickle", "no end of stream after 3 s (--request-timeout)"),
+    ("continue-forever", "no end of stream after 3 s (--request-timeout)"),
+    ("nested", "malformed stream chunk at line"),
+    ("event-error", "the server sent an error event: {\"message\": \"CUDA out of memory\"}"),
+    ("endless", "the server streamed over 80 chunks for max_tokens 4"),
+])
+def test_a_hostile_stream_is_bounded_and_one_line(standin, tmp_path, mode, words):
+    """A server that trickles bytes or sends endless 100 Continues is cut at the request deadline (the
+    socket timeout alone would never fire); nesting, error events and endless streams are one line."""
+    url = standin(mode)
+    out = tmp_path / mode
+    start = time.monotonic()
+    proc = bench("--url", url, "--suite", "decode", "--runs", "1", "--warmup", "0", "--calibrate", "off",
+                 "--max-tokens", "4", "--request-timeout", "3", "--out", str(out), timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+    assert time.monotonic() - start < 30
+    summary = json.loads((out / "bench.json").read_text())  # strict JSON, partial, the error kept
+    assert summary["partial"] is True and words in summary["error"]
+
+
+def test_numbers_no_count_can_be_are_not_counts(standin, tmp_path):
+    url = standin("huge-usage")
+    proc = bench("--url", url, "--suite", "decode", "--runs", "2", "--calibrate", "off", "--max-tokens", "8",
+                 "--out", str(tmp_path / "h"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "h" / "bench.json").read_text())
+    assert summary["decode_completion_tokens"] == 8 and summary["decode_tg_tps"] > 0  # counted from the chunks
+
+
+def test_a_server_left_listening_is_found_before_and_after(standin, tmp_path):
+    """--serve may not start where something already listens (an old server would be measured), and a
+    server that escapes its process group (setsid) is named after the stop, not left silently."""
+    url = standin("ok")
+    proc = bench("--url", url, "--suite", "decode", "--serve", "sleep 60", "--out", str(tmp_path / "a"), timeout=60)
+    assert proc.returncode == 2 and f"something already listens at {url} before --serve" in proc.stderr, proc.stderr
+    port = free_port()
+    pidfile = tmp_path / "leaked.pid"
+    serve = (f"setsid {sys.executable} {STANDIN} {port} ok >/dev/null 2>&1 & echo $! > {pidfile}; sleep 600")
+    try:
+        proc = bench("--url", f"http://127.0.0.1:{port}", "--suite", "decode", "--runs", "1", "--max-tokens", "4",
+                     "--serve", serve, "--out", str(tmp_path / "b"), timeout=120)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert "still listens at" in lines[0] and "left the --serve command's process group" in lines[0]
+        assert json.loads((tmp_path / "b" / "bench.json").read_text())["decode_tg_tps"] > 0  # measured, kept
+    finally:
+        os.kill(int(pidfile.read_text()), 9)
