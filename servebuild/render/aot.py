@@ -18,6 +18,8 @@ CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
 BENCH_TOOLS = {name: TOOLS / name for name in ("servebuild_bench.py", "bench_client.py", "bench_suites.py")}
 BENCH_PROMPTS = TOOLS / "bench_prompts"
 BENCH_COMMAND = "servebuild-bench"  # /usr/local/bin/servebuild-bench
+# a directory no per-variant layer holds, so the launcher layer stays one blob for every variant
+BENCH_DIR = "/usr/local/share/servebuild-bench"
 # in the venv's site-packages: the JIT recorder, in every process, only when SERVEBUILD_JIT_RECORD is set
 RECORD_PTH_NAME = "servebuild-jit-record.pth"
 RECORD_PTH = ('import os, sys; os.environ.get("SERVEBUILD_JIT_RECORD") and '

@@ -21,7 +21,8 @@ from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
 from servebuild.recipe.schema import Recipe
-from servebuild.render.aot import (BENCH_COMMAND, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH, RECORD_PTH_NAME,
+from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH,
+                                   RECORD_PTH_NAME,
                                    RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
                                    aot_spec, site_packages)
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
@@ -112,7 +113,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                           if kind and kind.argcheck and recipe.launch.profiles else []),
         "aot": aot_argv() if aot_kernels(recipe, root) else [],
         "runtime_tools": site_packages(recipe) if jit else None,  # where the recorder's .pth goes
-        "tools": bool(kind and recipe.launch.profiles),  # /opt/servebuild/tools: the bench (and the cache tools)
+        "bench_dir": BENCH_DIR if kind and recipe.launch.profiles else None,  # servebuild-bench and its prompts
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
@@ -156,8 +157,8 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     if kind is not None and kind.serve_time_jit:
         files.update({f"launchers/.tools/{k}": v for k, v in RUNTIME_TOOLS.items()})
     if kind is not None and recipe.launch.profiles:
-        files.update({f"launchers/.tools/{k}": v for k, v in BENCH_TOOLS.items()})
-        files.update({f"launchers/.tools/bench_prompts/{p.name}": p for p in sorted(BENCH_PROMPTS.glob("*.txt"))})
+        files.update({f"launchers/.bench/{k}": v for k, v in BENCH_TOOLS.items()})
+        files.update({f"launchers/.bench/bench_prompts/{p.name}": p for p in sorted(BENCH_PROMPTS.glob("*.txt"))})
     kernels = aot_kernels(recipe, loaded.root)
     if kernels:
         files["aot/aot_build.py"] = TOOLS / "aot_build.py"
@@ -168,7 +169,7 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     if kind is not None and recipe.launch.profiles:
         bench = context / "launchers" / BENCH_COMMAND
         bench.write_text(f"#!/bin/sh\n# the seed's benchmarks: servebuild-bench --help\n"
-                         f"exec {VENV}/bin/python /opt/servebuild/tools/servebuild_bench.py \"$@\"\n")
+                         f"exec {VENV}/bin/python {BENCH_DIR}/servebuild_bench.py \"$@\"\n")
         bench.chmod(0o755)
     if kind is not None and kind.serve_time_jit:
         (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)

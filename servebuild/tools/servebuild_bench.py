@@ -32,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_client import BenchError, Server, ServerProcess, accept_length, first_model, scrape, wait_healthy  # noqa: E402
 from bench_suites import RUNNERS, SUITES, PromptMaker, Run, spread, table, write_samples  # noqa: E402
 
-CACHE_TOOL = Path(__file__).resolve().parent / "servebuild_cache.py"  # beside it in the images
+# the image's cache tool (beside this file in the project: servebuild/tools)
+CACHE_TOOL = next((p for p in (Path(__file__).resolve().parent / "servebuild_cache.py",
+                               Path("/opt/servebuild/tools/servebuild_cache.py")) if p.is_file()),
+                  Path("/opt/servebuild/tools/servebuild_cache.py"))
 CACHE_ROOT = "/cache"
 
 

@@ -113,10 +113,12 @@ COPY --from=profile-check /opt/servebuild/profiles-checked.json /opt/servebuild/
 COPY --from=aot /opt/servebuild/seed /opt/servebuild/seed
 RUN --mount=type=bind,source=launchers,target=/mnt \
     cp -p /mnt/* /usr/local/bin/ && touch -h -d @946684800 /usr/local/bin \
- && mkdir -p /opt/servebuild/tools/bench_prompts && cp -p /mnt/.tools/*.py /opt/servebuild/tools/ \
- && cp -p /mnt/.tools/bench_prompts/* /opt/servebuild/tools/bench_prompts/ \
+ && mkdir -p /usr/local/share/servebuild-bench/bench_prompts && cp -p /mnt/.bench/*.py /usr/local/share/servebuild-bench/ \
+ && cp -p /mnt/.bench/bench_prompts/* /usr/local/share/servebuild-bench/bench_prompts/ \
+ && touch -h -d @946684800 /usr/local/share/servebuild-bench/bench_prompts /usr/local/share/servebuild-bench /usr/local/share \
+ && mkdir -p /opt/servebuild/tools && cp -p /mnt/.tools/*.py /opt/servebuild/tools/ \
  && cp -p /mnt/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ \
- && touch -h -d @946684800 /opt/servebuild/tools/bench_prompts /opt/servebuild/tools /opt/servebuild /opt/venv/lib/python3.12/site-packages
+ && touch -h -d @946684800 /opt/servebuild/tools /opt/servebuild /opt/venv/lib/python3.12/site-packages
 COPY manifest.json /opt/servebuild/manifest.json
 EXPOSE 30000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:30000/health"

@@ -328,7 +328,7 @@ def test_the_bench_runs_in_the_image(host, expect):
     check = host.run("servebuild-bench --check --suite prefill,decode,story,tail,grid")
     assert check.rc == 0, f"servebuild-bench --check failed (rc {check.rc}): {lines_of(check)[-300:]}"
     for name in ("prose.txt", "code-review.txt", "stories.txt"):
-        assert host.file(f"/opt/servebuild/tools/bench_prompts/{name}").size > 500, name
+        assert host.file(f"/usr/local/share/servebuild-bench/bench_prompts/{name}").size > 500, name
     dead = host.run("servebuild-bench --suite decode --url http://127.0.0.1:9 --health-timeout 2 --out /tmp/sb-bench")
     errors = [ln for ln in dead.stderr.splitlines() if ln.strip()]
     assert dead.rc == 2 and len(errors) == 1 and "was not healthy after 2 s" in errors[0], (dead.rc, dead.stderr)
