@@ -27,7 +27,7 @@ from servebuild import procs
 from servebuild.build.docker import DockerClient
 from servebuild.build.run import build
 from servebuild.check import plots
-from servebuild.check.container import RunOptions, check_volume  # noqa: F401  (check_volume: warm's import)
+from servebuild.check.container import RunOptions
 from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import atomic_write, write_json
 from servebuild.plan.make import make_plan

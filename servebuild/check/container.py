@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebuild.build.docker import DockerClient
+from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import InputError
 
 GPUS = re.compile(r"\A(all|none|auto|[0-9]{1,3}(,[0-9]{1,3}){0,63}|GPU-[0-9a-fA-F-]{8,64}(,GPU-[0-9a-fA-F-]{8,64}){0,63})\Z")
@@ -98,7 +99,7 @@ class RunOptions:
     def resolved_gpus(self, docker: DockerClient, purpose: str) -> str:
         """none or the GPUs given; auto: all where the engine has the NVIDIA runtime. GPUs asked for on an
         engine without it are one line (a run without them would measure something else)."""
-        has_runtime = "nvidia" in (docker.info().get("Runtimes") or {})
+        has_runtime = has_nvidia_runtime(docker)
         if self.gpus == "auto":
             return "all" if has_runtime else "none"
         if self.gpus != "none" and not has_runtime:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
-from servebuild.check.bisect import check_volume
+from servebuild.check.container import check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError

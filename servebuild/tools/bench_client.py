@@ -240,7 +240,7 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
     event = ""
     dog = Watchdog(conn, server.request_timeout_s)
     try:
-        dog.__enter__()
+        dog.timer.start()
         dog.connect()
         conn.request("POST", path, body=json.dumps(body).encode(), headers=server.headers())
         resp = conn.getresponse()
@@ -306,7 +306,7 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
         sample.error = late if dog.fired else f"{_reason(exc)} (POST {server.url}{path})"
         return sample
     finally:
-        dog.__exit__()
+        dog.timer.cancel()
         conn.close()
 
 

@@ -106,7 +106,7 @@ def test_bad_bisect_input_fails_before_anything_builds(args, words):
 
 
 def test_good_volumes_pass_the_check():
-    from servebuild.check.bisect import check_volume
+    from servebuild.check.container import check_volume
     for spec in ("/tmp:/data", "/tmp:/data:ro", "hf-cache:/cache", "hf-cache:/cache:ro,z"):
         check_volume(spec)
 
