@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${1:-8199}
 work=$(mktemp -d)
+bash scripts/setup_serve.sh
 .venv-serve/bin/python scripts/tiny_model.py "$work/tiny" >/dev/null
 HF_HUB_OFFLINE=1 setsid .venv-serve/bin/transformers serve "$work/tiny" --port "$port" --device cpu >"$work/serve.log" 2>&1 &
 server=$!

@@ -45,9 +45,4 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q -r requirements-dev.txt
-# the bench tests' real OpenAI-compatible server (transformers serve on the CPU), apart from servebuild's venv
-if [ ! -x .venv-serve/bin/python ]; then
-  python3 -m venv .venv-serve
-fi
-.venv-serve/bin/python -m pip install -q -r requirements-serve.txt
 echo "setup: ready (docker $(/usr/bin/docker version --format '{{.Server.Version}}'), venv .venv)"
