@@ -31,10 +31,11 @@ from servebuild.check.container import RunOptions
 from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import atomic_write, write_json
 from servebuild.plan.make import make_plan
+from servebuild.recipe.grammar import NAME
 from servebuild.render.aot import BENCH_COMMAND, CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # a variant name: part of an image tag
+NAME_RE = NAME  # a variant name, ad hoc or not, follows the recipe's rule for variants (part of an image tag)
 
 METRICS_MARK = "SERVEBUILD-METRICS"
 CACHE_MARK = "SERVEBUILD-CACHE"  # the image's census after the command: files written per JIT kind
@@ -246,8 +247,8 @@ def variant_job(loaded, spec: str) -> tuple[str, Optional[tuple[str, ...]]]:
     when the plan is made, before anything builds."""
     name, eq, stack = spec.partition("=")
     if not NAME_RE.fullmatch(name):
-        raise InputError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: letters, digits, '-', '_')",
-                          file=loaded.file, field="--variants")
+        raise InputError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: a lowercase letter, then lowercase "
+                          f"letters, digits and '-', as a recipe's variant names)", file=loaded.file, field="--variants")
     if not eq:
         if name not in loaded.recipe.variants:
             raise RecipeError(f"no variant {name!r} (known: {', '.join(loaded.recipe.variants) or 'none'}; "
@@ -468,6 +469,11 @@ def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, O
     jobs = [variant_job(loaded, spec) for spec in (variants.split(",") if variants else list(loaded.recipe.variants))]
     if not jobs:
         raise RecipeError("the recipe defines no variants", file=loaded.file, field="variants")
+    names = [name for name, _ in jobs]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise InputError(f"variant {twice!r} is named twice (each is one image, one tag)", file=loaded.file,
+                         field="--variants")
     return jobs
 
 
