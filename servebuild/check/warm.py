@@ -27,6 +27,7 @@ from typing import Optional
 
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
+from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import HostError, InputError, IntegrityError
 from servebuild.fsutil import write_json
 from servebuild.render.aot import CACHE_TOOL
@@ -71,7 +72,7 @@ def warm_tag(image: str) -> str:
 def gpu_args(docker: DockerClient, gpus: str) -> list[str]:
     if gpus == "none":
         return []
-    if "nvidia" not in (docker.info().get("Runtimes") or {}):
+    if not has_nvidia_runtime(docker):
         where = f"engine {docker.endpoint.host}" if docker.endpoint else "the local engine"
         raise InputError(f"{where} has no NVIDIA runtime: no GPU to warm the caches with; pass --gpus none to "
                          f"warm only the JIT paths that need no GPU", field="--gpus")

@@ -9,7 +9,7 @@ from typing import Optional
 
 from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
-from servebuild.check.container import check_volume
+from servebuild.check.container import NETWORK, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
@@ -17,7 +17,6 @@ from servebuild.plan.make import make_plan
 from servebuild.recipe.load import load_recipe
 
 GPUS = re.compile(r"\A(all|none|[0-9]{1,3}(,[0-9]{1,3}){0,63})\Z")
-NETWORK = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}\Z")
 
 
 SIZE = re.compile(r"\A([0-9]{1,15})([KMG]i?B?)?\Z")
