@@ -17,7 +17,7 @@ from pathlib import Path
 
 # rank: lowest first; the ground comes before the two extension points, then one package per station
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__",), ("errors",), ("procs",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",),  # the ground
+    ("__init__",), ("errors",), ("procs",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",), ("registry",),  # the ground
     ("modes", "engines"),  # extension points
     ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
     ("cli",),
@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # that drive them: aot_build, jit_record) and each engine kind's profile-check hook, engines/<kind>/argcheck.py
 # (the standard library and that engine's own package)
 IN_IMAGE_HOOK = "argcheck"
-LAZY = ("cryptography", "oras", "requests", "nvidia")  # release's optional libraries; a probe of the image's wheels
+LAZY = ("cryptography", "oras", "requests", "nvidia", "matplotlib")  # release's optional libraries; a probe of the
+# image's wheels; matplotlib (its import writes a font cache under $HOME)
 IMAGE_PACKAGES = ("torch", "sglang", "tvm_ffi", "triton", "tokenspeed_triton", "tilelang", "flashinfer")
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -14,13 +14,17 @@ import random
 from pathlib import Path
 from typing import Optional
 
-import matplotlib
+from servebuild.errors import InputError
 
-matplotlib.use("Agg")  # files only: no display on a build host
 
-import matplotlib.pyplot as plt  # noqa: E402
+def _pyplot():
+    """matplotlib, imported when a picture is drawn: importing it writes a font cache under $HOME, which
+    no other command (verify, build) may do."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display on a build host
+    import matplotlib.pyplot as plt
+    return plt
 
-from servebuild.errors import InputError  # noqa: E402
 
 DECODE_METRICS = ("decode_tg_tps", "story_tg_tps", "tail_decode_tps")  # the first a row has is its bar
 
@@ -31,7 +35,7 @@ def _save(fig, path: Path) -> Path:
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}", field="plots") from None
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
     return path
 
 
@@ -57,7 +61,7 @@ def ttft_plot(series: dict[str, list[float]], path: Path, title: str) -> Optiona
     if not series:
         return None
     labels = list(series)
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.7 * len(labels)))
+    fig, ax = _pyplot().subplots(figsize=(9, 1.2 + 0.7 * len(labels)))
     ax.boxplot([series[k] for k in labels], vert=False, showfliers=False, widths=0.6)
     rng = random.Random(0)  # the same jitter every time: the same data give the same picture
     for i, label in enumerate(labels, start=1):
@@ -80,7 +84,7 @@ def decode_plot(bars: dict[str, tuple[float, float, float]], metric: str, path: 
     medians = [bars[k][0] for k in labels]
     below = [bars[k][0] - bars[k][1] for k in labels]
     above = [bars[k][2] - bars[k][0] for k in labels]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(labels) + 2), 4.2))
+    fig, ax = _pyplot().subplots(figsize=(max(5.0, 1.3 * len(labels) + 2), 4.2))
     ax.bar(range(len(labels)), medians, yerr=[below, above], capsize=5, color="#4c72b0")
     for i, value in enumerate(medians):
         ax.annotate(f"{value:.1f}", (i, value), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
@@ -116,7 +120,7 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
                 and isinstance(summary[k], (int, float)))
     if not ks:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 4.2))
     lines = ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o", label="median TG (tok/s)")
     ax.set_xlabel("k: speculative draft tokens (DSpark k)")
     ax.set_ylabel("median decode rate (tok/s)")

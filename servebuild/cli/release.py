@@ -9,7 +9,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.cli.options import path, platform_list, registry_ref, split_registry_ref
 from servebuild.release import credentials, signing
 from servebuild.release.publish import gather_builds, publish as publish_builds
-from servebuild.release.registry import RegistryClient
+from servebuild.registry.client import RegistryClient
 from servebuild.release.verify import verify as verify_tag
 
 

@@ -8,6 +8,7 @@ checks; with a signing key, publish also attaches a DSSE envelope signing the st
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Optional
 from urllib.parse import quote
@@ -15,7 +16,8 @@ from urllib.parse import quote
 from servebuild import __version__
 from servebuild.errors import DockerError, IntegrityError
 from servebuild.fsutil import sha256_bytes
-from servebuild.release.registry import (
+from servebuild.registry.limits import ARTIFACT_BYTES
+from servebuild.registry.client import (
     EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag,
 )
 from servebuild.release.signing import ENVELOPE_TYPE
@@ -29,6 +31,7 @@ ALL_TYPES = {**ARTIFACT_TYPES, "signature": SIGNATURE_TYPE}
 SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://github.com/servebuild/servebuild/build/v1"
 TITLE = "org.opencontainers.image.title"
+PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # an attached file's name, as saved by any client
 EMPTY_DESCRIPTOR = {"mediaType": OCI_EMPTY, "digest": "sha256:" + sha256_bytes(EMPTY_JSON), "size": len(EMPTY_JSON)}
 
 # Run by the image's own python3 in a container without network: what is installed, not what was asked for.
@@ -162,7 +165,11 @@ def read_artifact(client: RegistryClient, repo: str, subject_digest: str, kind: 
     layers = art.get("layers") or []
     if len(layers) != 1 or not isinstance(layers[0], dict):
         raise ArtifactError(f"the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
-    return client.get_blob(repo, layers[0].get("digest", ""))
+    title = (layers[0].get("annotations") or {}).get(TITLE, "") if isinstance(layers[0].get("annotations"), dict) else ""
+    if title and not (isinstance(title, str) and PLAIN_FILE_NAME.fullmatch(title) and ".." not in title):
+        raise ArtifactError(f"the {kind} artifact {found[1]} names its file {str(title)[:80]!r}: not a plain file "
+                            f"name (a path that could leave the folder it is saved in)")
+    return client.get_blob(repo, str(layers[0].get("digest", "")), limit=ARTIFACT_BYTES)
 
 
 def attach(client: RegistryClient, repo: str, subject: dict, kind: str, payload: bytes, filename: str) -> dict:

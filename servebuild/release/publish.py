@@ -35,14 +35,15 @@ from servebuild.fsutil import read_json_object, sha256_file, write_json
 from servebuild.lock.lockfile import lock_path
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
-from servebuild.release.registry import (
-    DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes,
+from servebuild.registry.client import (
+    DIGEST, DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes,
 )
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
 MAX_JSON = 16 << 20
 PUSH_TRIES = 4
+MAX_PLATFORMS = 64  # index entries looked at when checking what a tag names now
 
 
 class PublishError(Refused):
@@ -137,16 +138,23 @@ def _existing_images(client: RegistryClient, repo: str, reference: str) -> Optio
     if found is None:
         return None
     body, _, media = found
-    doc = json.loads(body)
+    doc = json.loads(body)  # get_manifest checked it: a JSON object within the size and depth limits
     if media in (OCI_INDEX, DOCKER_LIST):
         out = {}
-        for entry in doc.get("manifests", []):
-            p = entry.get("platform") or {}
-            child = client.get_manifest(repo, entry["digest"])
-            config = json.loads(child[0]).get("config", {}).get("digest") if child else None
-            out[f"{p.get('os')}/{p.get('architecture')}"] = config
+        entries = doc.get("manifests") if isinstance(doc.get("manifests"), list) else []
+        for entry in entries[:MAX_PLATFORMS]:
+            entry = entry if isinstance(entry, dict) else {}
+            p = entry.get("platform") if isinstance(entry.get("platform"), dict) else {}
+            child = client.get_manifest(repo, str(entry.get("digest", ""))) if DIGEST.match(str(entry.get("digest", ""))) \
+                else None
+            out[f"{p.get('os')}/{p.get('architecture')}"] = _config_digest(child[0]) if child else None
         return out
-    return {"": doc.get("config", {}).get("digest")}
+    return {"": _config_digest(body)}
+
+
+def _config_digest(body: bytes) -> Optional[str]:
+    config = json.loads(body).get("config")
+    return str(config.get("digest")) if isinstance(config, dict) else None
 
 
 def check_collisions(client: RegistryClient, repo: str, tag: str, builds: list[PlatformBuild], force: bool) -> None:
@@ -200,7 +208,7 @@ def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: 
     if found is None:
         raise PublishError(f"{client.registry} does not serve {repo}@{digest} right after its push", field="publish")
     body, _, media = found
-    config = json.loads(body).get("config", {}).get("digest")
+    config = _config_digest(body)
     if config != b.image_id:
         raise PublishError(f"the pushed manifest's config is {config}, the built image is {b.image_id}", field="publish")
     os_, arch = b.platform.split("/", 1)
@@ -266,7 +274,7 @@ def read_back(client: RegistryClient, repo: str, tag: str, builds: list[Platform
             raise PublishError(f"{tag} resolves {b.platform} to {served.get(b.platform)}, the smoke-passed image "
                                f"was pushed as {b.digest}", field="publish")
         child = client.get_manifest(repo, b.digest)
-        config = json.loads(child[0]).get("config", {}).get("digest") if child else None
+        config = _config_digest(child[0]) if child else None
         verdict = read_json_file(b.build_dir / "smoke" / "verdict.json", "smoke verdict") \
             if (b.build_dir / "smoke" / "verdict.json").exists() else {"image_id": b.image_id}
         if config != b.image_id or verdict.get("image_id") != config:
@@ -283,7 +291,8 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
     """Everything after the per-build checks (see the module docstring for the order). `signer`: sign
     each platform's statement (a DSSE envelope attached beside it)."""
     engine_trusts(client.registry, client)
-    check_collisions(client, repo, tag, builds, force)
+    with client.operation(f"checking what {tag} of {repo} names now"):
+        check_collisions(client, repo, tag, builds, force)
     for b in builds:
         b.installed = provenance.installed_distributions(b.engine or docker, b.image_id, b.platform)
         progress("listed", f"{b.platform}: {len(b.installed['distributions'])} Python distributions")
@@ -292,13 +301,15 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
             push_platform(b.engine or docker, client, repo, tag, b, config_dir, backoff, progress)
             progress("pushed", f"{b.platform}: {client.registry}/{repo}@{b.digest}")
     for b in builds:
-        attach_provenance(b.engine or docker, client, repo, b, signer)
+        with client.operation(f"attaching provenance to {b.platform}"):
+            attach_provenance(b.engine or docker, client, repo, b, signer)
         signed = f", signature by {signer.keyid}" if signer else ""
         progress("attached", f"{b.platform}: sbom, manifest, provenance{signed} ({b.artifacts['referrers']})")
     body = index_bytes(builds)
-    index_digest = client.put_manifest(repo, tag, body, OCI_INDEX)
-    progress("indexed", f"{client.registry}/{repo}:{tag} -> {index_digest}")
-    read_back(client, repo, tag, builds, index_digest)
+    with client.operation(f"writing and reading back {tag} of {repo}"):
+        index_digest = client.put_manifest(repo, tag, body, OCI_INDEX)
+        progress("indexed", f"{client.registry}/{repo}:{tag} -> {index_digest}")
+        read_back(client, repo, tag, builds, index_digest)
     ref = f"{client.registry}/{repo}:{tag}"
     for b in builds:
         path = b.build_dir / "manifest.json"

@@ -13,7 +13,6 @@ The first problem is one line (exit 2).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Optional
@@ -23,7 +22,9 @@ from servebuild.errors import IntegrityError, ServebuildError
 from servebuild.fsutil import sha256_bytes, sha256_file
 from servebuild.build.manifest import LABEL_PREFIX, manifest_sha256
 from servebuild.release.provenance import ARTIFACT_TYPES, SIGNATURE_TYPE, SLSA_PREDICATE, ArtifactError, read_artifact
-from servebuild.release.registry import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
+from servebuild.registry.bounded import BadJSON, parse_json
+from servebuild.registry.limits import JSON_DEPTH
+from servebuild.registry.client import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient
 
 
 KEYID_SHOWN = re.compile(r"[\x21-\x7e]{1,100}")  # keyids come from the registry: printable, bounded, or quoted
@@ -39,9 +40,9 @@ def _name(n: str) -> str:
 
 def _json(data: bytes, what: str) -> dict:
     try:
-        doc = json.loads(data)
-    except ValueError:
-        raise VerifyError(f"{what} is not JSON") from None
+        doc = parse_json(data, what, JSON_DEPTH)
+    except BadJSON as exc:
+        raise VerifyError(exc.problem) from None
     if not isinstance(doc, dict):
         raise VerifyError(f"{what} is not a JSON object")
     return doc
@@ -50,6 +51,12 @@ def _json(data: bytes, what: str) -> dict:
 def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = None,
            public_key: Optional[signing.PublicKey] = None) -> dict:
     ref = f"{client.registry}/{repo}:{tag}"
+    with client.operation(f"verify of {ref}"):
+        return _verify(client, repo, tag, ref, root, public_key)
+
+
+def _verify(client: RegistryClient, repo: str, tag: str, ref: str, root: Optional[Path],
+            public_key: Optional[signing.PublicKey]) -> dict:
     found = client.get_manifest(repo, tag)
     if found is None:
         raise VerifyError(f"{ref}: no such tag")

@@ -161,7 +161,7 @@ def test_publish_refuses_a_manifest_whose_config_is_not_the_built_image(engine, 
     another config digest, as a compromised or broken registry or proxy would."""
     import json as _json
     from servebuild.release.publish import PlatformBuild, PublishError, push_platform
-    from servebuild.release.registry import RegistryClient
+    from servebuild.registry.client import RegistryClient
 
     class Lying(RegistryClient):
         def get_manifest(self, repo, reference):

@@ -32,7 +32,7 @@ from servebuild.release.credentials import Credentials
 from servebuild.errors import ServebuildError, SmokeError
 from servebuild.recipe.load import load_recipe
 from servebuild.release.publish import PlatformBuild, check_build, publish, verify_smoke
-from servebuild.release.registry import OCI_INDEX, RegistryClient, canonical_bytes, referrers_tag
+from servebuild.registry.client import OCI_INDEX, RegistryClient, canonical_bytes, referrers_tag
 from servebuild.release import provenance
 from servebuild.release import signing
 from support import REPO_ROOT

@@ -18,7 +18,7 @@ import pytest
 from servebuild.release import credentials
 from servebuild.release.credentials import Credentials, CredentialsError, DockerConfigDir
 from servebuild.release.provenance import cyclonedx, statement
-from servebuild.release.registry import RegistryClient, RegistryError
+from servebuild.registry.client import RegistryClient, RegistryError
 
 
 class FlakyRegistry:
