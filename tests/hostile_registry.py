@@ -27,16 +27,44 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import socketserver
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 REPO = "servebuild/toy"
 SBOM = "application/vnd.cyclonedx+json"
+
+
+MEASURE = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+           "print(f'peak-rss-kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
+           "sys.exit(p.returncode)")
+
+
+def run_cli(root: Path, args: list[str], cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`invoke ARGS` from project `root` as the child of a wrapper that reports the child's peak RSS:
+    the result has .seconds, .peak_mib and .lines (stderr without the wrapper's line)."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "invoke", "-r", str(root), *args],
+                          cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+    proc.seconds = time.monotonic() - start
+    lines = proc.stderr.splitlines()
+    proc.peak_mib = int(lines[-1].split("=")[1]) / 1024
+    proc.lines = lines[:-1]
+    return proc
+
+
+def write_creds(path: Path) -> Path:
+    path.write_text('{"username": "u", "password": "p"}')
+    path.chmod(0o600)
+    return path
 
 
 def sha(data: bytes) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 from servebuild.build.docker import DockerClient
 from servebuild.cli.options import path, platform_list, registry_ref, split_registry_ref
 from servebuild.release import credentials, signing
-from servebuild.release.publish import gather_builds, publish as publish_builds
+from servebuild.release.publish import PUSH_S, gather_builds, publish as publish_builds
+from servebuild.registry.limits import seconds_from_env
 from servebuild.registry.client import RegistryClient
 from servebuild.release.verify import verify as verify_tag
 
@@ -17,6 +18,7 @@ def publish(root: Path, recipe: str, registry=None, platform=None, variant=None,
             credentials_file=None, ca=None, force=False, no_verify=False, farm=None, sign_key=None) -> None:
     tag = tag or variant or "latest"
     registry_ref(registry, (repository or "servebuild/recipe").strip(), tag)  # the options, before any file is read
+    seconds_from_env("SERVEBUILD_PUSH_TIMEOUT", PUSH_S)
     platforms = platform_list(platform)
     key_file, key_field = (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"),
                                                                      "SERVEBUILD_SIGN_KEY")

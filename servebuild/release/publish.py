@@ -35,6 +35,7 @@ from servebuild.fsutil import read_json_object, sha256_file, write_json
 from servebuild.lock.lockfile import lock_path
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
+from servebuild.registry.limits import seconds_from_env
 from servebuild.registry.client import (
     DIGEST, DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes,
 )
@@ -43,6 +44,7 @@ PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")
 MAX_JSON = 16 << 20
 PUSH_TRIES = 4
+PUSH_S = 7200.0  # one docker push of one platform (a 9 GB engine image on a slow uplink)
 MAX_PLATFORMS = 64  # index entries looked at when checking what a tag names now
 
 
@@ -173,8 +175,15 @@ def check_collisions(client: RegistryClient, repo: str, tag: str, builds: list[P
 
 
 def _docker_push(docker: DockerClient, config_dir: Optional[Path], ref: str) -> subprocess.CompletedProcess:
+    """One `docker push`, bounded by SERVEBUILD_PUSH_TIMEOUT (default PUSH_S): a registry that stalls the
+    engine's upload ends the publish in one line instead of holding it."""
     args = [docker.client] + (["--config", str(config_dir)] if config_dir else []) + ["push", ref]
-    return procs.run(args, "registry", env=docker._env(), capture_output=True, text=True)
+    seconds = seconds_from_env("SERVEBUILD_PUSH_TIMEOUT", PUSH_S)
+    try:
+        return procs.run(args, "registry", env=docker._env(), capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        raise PublishError(f"docker push of {ref} did not finish within {seconds:g} s (SERVEBUILD_PUSH_TIMEOUT); "
+                           f"the index was not written, so the tag did not move", field="publish") from None
 
 
 FATAL_PUSH = ("unauthorized", "no basic auth credentials", "x509", "denied", "certificate")

@@ -10,22 +10,13 @@ scripts/bench_hostile_registry.py measures the same cases under the default 60 s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
 import pytest
 
-from hostile_registry import HostileRegistry
+from hostile_registry import HostileRegistry, run_cli, write_creds
 from support import REPO_ROOT
 
 REQUEST_S, OPERATION_S = 4, 12
 PEAK_RSS_MIB = 200  # the CLI imports requests, oras, pydantic: ~70 MiB before any answer is read
-
-MEASURE = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
-           "print(f'peak-rss-kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
-           "sys.exit(p.returncode)")
 
 # mode -> (words the one line must hold, seconds it may take at most)
 CASES = {
@@ -51,22 +42,11 @@ CASES = {
 
 
 def verify(registry: HostileRegistry, tmp_path, extra_env=None):
-    creds = tmp_path / "creds.json"
-    creds.write_text('{"username": "u", "password": "p"}')
-    creds.chmod(0o600)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path / "home"),
-           "SERVEBUILD_REGISTRY_TIMEOUT": str(REQUEST_S), "SERVEBUILD_REGISTRY_DEADLINE": str(OPERATION_S),
-           **(extra_env or {})}
+    creds = write_creds(tmp_path / "creds.json")
     (tmp_path / "home").mkdir()
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "invoke", "-r", str(REPO_ROOT),
-                           "verify", "--ref", registry.ref, "--credentials", str(creds)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    proc.seconds = time.monotonic() - start
-    lines = proc.stderr.splitlines()
-    proc.peak_mib = int(lines[-1].split("=")[1]) / 1024
-    proc.lines = lines[:-1]
-    return proc
+    env = {"PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path / "home"), "SERVEBUILD_REGISTRY_TIMEOUT": str(REQUEST_S),
+           "SERVEBUILD_REGISTRY_DEADLINE": str(OPERATION_S), **(extra_env or {})}
+    return run_cli(REPO_ROOT, ["verify", "--ref", registry.ref, "--credentials", str(creds)], tmp_path, env)
 
 
 @pytest.mark.parametrize("mode", sorted(CASES))

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hostile_registry import HostileRegistry, run_cli, write_creds
 from registry_support import TLSRegistry, new_password, write_credentials
 from servebuild.check import smoke
 from servebuild.release.credentials import Credentials
@@ -711,3 +712,37 @@ def test_sbom_is_what_the_image_holds(published, reg):
         deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
         assert {"engine-source", "patch:pr-1", "patch:pr-2", "patch:local-version-banner", "base:runtime"} <= set(deps)
         assert statement["predicate"]["buildDefinition"]["externalParameters"]["recipe"]["name"] == "toy"
+
+
+# mode -> words the one line must hold (tests/hostile_registry.py: the tag v1 is what each mode breaks)
+HOSTILE_PUBLISH = {
+    "slow-loris-body": "did not finish within 4 s",
+    "never-answers": "GET /v2/ did not finish within 4 s",
+    "huge-manifest-undeclared": "larger than its limit of 4194304 bytes",
+    "deep-json": "nested deeper than 64 levels",
+    "redirect-loop": "in a loop",
+    "token-flood": "the limit is 1048576",
+    "wrong-digest": "with content hashing to",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(HOSTILE_PUBLISH))
+def test_publish_to_a_hostile_registry_is_bounded_and_pushes_nothing(mode, smoked, project, tmp_path,
+                                                                      empty_docker_config):
+    """The registry's answers to publish's first reads (its /v2/, its token service, what the tag names now)
+    hold or flood it: one line, exit 2, within the request deadline, bounded memory, no write of any kind."""
+    registry = HostileRegistry(mode)
+    try:
+        proc = run_cli(project, ["publish", "--recipe", "toy", "--registry", registry.address, "--platform",
+                                 "linux/amd64", "--tag", "v1", "--credentials",
+                                 str(write_creds(tmp_path / "creds.json"))], project,
+                       {"PYTHONPATH": str(REPO_ROOT), "DOCKER_CONFIG": str(empty_docker_config),
+                        "SERVEBUILD_REGISTRY_TIMEOUT": "4", "SERVEBUILD_REGISTRY_DEADLINE": "12"})
+    finally:
+        registry.stop()
+    print(f"\n{mode}: {proc.seconds:.1f} s, peak RSS {proc.peak_mib:.0f} MiB: {proc.lines}")
+    assert proc.returncode == 2 and len(proc.lines) == 1, (proc.lines, proc.stdout)
+    assert HOSTILE_PUBLISH[mode] in proc.lines[0] and registry.address in proc.lines[0], proc.lines
+    assert proc.seconds < 30 and proc.peak_mib < 200, (proc.seconds, proc.peak_mib)
+    assert registry.writes() == [] and not any("/blobs/" in path for _, path in registry.requests)
+    assert "pushing" not in proc.stdout
