@@ -184,3 +184,33 @@ def test_sbom_and_statement_are_deterministic():
     assert deps["base:runtime"]["digest"] == {"sha256": "d" * 64}
     assert st["predicate"]["buildDefinition"]["externalParameters"]["lock"] == lock
     assert st["subject"] == [{"name": "r.example/x", "digest": {"sha256": "a" * 64}}]
+
+
+def test_lock_digest_lookup_goes_through_the_bounded_client(monkeypatch):
+    """`invoke lock`'s base-digest lookup: a HEAD through the same client, so the same bounds hold
+    (tests/hostile_registry.py stands in for a registry that misbehaves on demand)."""
+    import time
+    from hostile_registry import HostileRegistry, sha
+    from servebuild.lock.basedigest import registry_digest
+    from servebuild.registry.client import RegistryTimeout
+    good = HostileRegistry("ok")
+    try:
+        assert registry_digest(good.ref) == sha(good.t["index"])
+        assert good.requests[-1] == ("HEAD", "/v2/servebuild/toy/manifests/v1")
+    finally:
+        good.stop()
+    monkeypatch.setenv("SERVEBUILD_REGISTRY_TIMEOUT", "2")
+    stuck = HostileRegistry("never-answers")
+    start = time.monotonic()
+    try:
+        with pytest.raises(RegistryTimeout, match="GET /v2/ did not finish within 2 s"):
+            registry_digest(stuck.ref)
+    finally:
+        stuck.stop()
+    assert time.monotonic() - start < 6
+    lying = HostileRegistry("slow-loris-body")  # headers at once, but no Docker-Content-Digest among them
+    try:
+        with pytest.raises(RegistryError, match="gave no sha256 digest for servebuild/toy:v1"):
+            registry_digest(lying.ref)
+    finally:
+        lying.stop()
