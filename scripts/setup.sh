@@ -16,6 +16,7 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # the farm test gives its
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)  # ssh:// farm engines
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the README's envelope check (run by a test)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # the smoke suite's C-extension probe, tested against a real compiler
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)  # the farm test reaches an engine through a real sshd
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

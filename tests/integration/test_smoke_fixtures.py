@@ -158,3 +158,24 @@ def test_tampered_manifest_fails(engine, fixture_images, project, upstream, tmp_
     code, results = run_smoke(engine, good, load_recipe("toy", project), tmp_path / "good")
     assert results["test_manifest_matches_recipe"][0] == "passed"
     assert results["test_labels_agree_with_manifest"][0] == "passed"
+
+
+@pytest.mark.parametrize("release, words", [
+    ("13.1", "CUDA 13.1-13.3 miscompile DSV4 top-k"),  # a release the issue names
+    ("13.4", "the recipe wants 13.0.x"),               # any other 13.x is not 13.0 either
+])
+def test_cuda_toolkit_check_fails_on_an_image_whose_nvcc_is_not_13_0(engine, torch_image, tmp_path, release, words):
+    """The torch image with an nvcc that reports another release put first on PATH (a shell script: a real
+    13.x toolkit beside the image's 13.0 wheels would be gigabytes): test_cuda_toolkit_is_13_0 must fail."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "nvcc").write_text(f'#!/bin/sh\necho "Cuda compilation tools, release {release}, V{release}.88"\n')
+    (context / "nvcc").chmod(0o755)
+    (context / "Dockerfile").write_text(f"FROM {torch_image}\nCOPY nvcc /usr/local/bin/nvcc\n")
+    tag = f"servebuild-test/torch-nvcc-{release}:amd64"
+    subprocess.run([DOCKER, "build", "-q", "-t", tag, str(context)], check=True, capture_output=True)
+    CREATED_TAGS.append(tag)
+    code, results = run_smoke(engine, tag, load_recipe("torch-cu130-bookworm", REPO_ROOT), tmp_path / "smoke")
+    outcome, message = results["test_cuda_toolkit_is_13_0"]
+    assert code != 0 and outcome == "failure", (outcome, message)
+    assert f"nvcc is {release}" in message and words in message, message

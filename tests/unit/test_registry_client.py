@@ -214,3 +214,39 @@ def test_lock_digest_lookup_goes_through_the_bounded_client(monkeypatch):
             registry_digest(lying.ref)
     finally:
         lying.stop()
+
+
+@pytest.mark.parametrize("extra", [
+    [{"digest": "sha256:" + "e" * 64, "platform": {"os": "linux", "architecture": "arm64"}}],  # an extra platform
+    [],                                                                                          # exactly ours
+])
+def test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms(tmp_path, extra):
+    """publish's last check: the tag must name exactly the platforms it published. A registry cannot serve
+    other bytes under the digest the client checks, so this is a stand-in: a client subclass (on a
+    hostile-registry 'ok' server, for its real handshake) answers the read-back with an index holding one
+    more platform, under the digest publish wrote, as a broken proxy that rewrites answers would."""
+    import json as _json
+    from hostile_registry import HostileRegistry
+    from servebuild.release.publish import PlatformBuild, PublishError, read_back
+    image, digest = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    ours = {"digest": digest, "platform": {"os": "linux", "architecture": "amd64"}}
+    index = _json.dumps({"manifests": [ours, *extra]}).encode()
+
+    class Rewriting(RegistryClient):
+        def get_manifest(self, repo, reference):
+            if reference == "v1":
+                return index, "sha256:" + "c" * 64, "application/vnd.oci.image.index.v1+json"
+            return _json.dumps({"config": {"digest": image}}).encode(), reference, "m"
+
+    server = HostileRegistry("ok")
+    try:
+        build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id=image, digest=digest)
+        client = Rewriting(server.address)
+        if extra:
+            with pytest.raises(PublishError, match=r"v1 names platforms \['linux/amd64', 'linux/arm64'\], "
+                                                   r"published \['linux/amd64'\]"):
+                read_back(client, "servebuild/toy", "v1", [build], "sha256:" + "c" * 64)
+        else:
+            read_back(client, "servebuild/toy", "v1", [build], "sha256:" + "c" * 64)  # the control: accepted
+    finally:
+        server.stop()
