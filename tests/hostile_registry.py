@@ -17,6 +17,8 @@ deep-json           the index is 100,000 nested arrays; deep-json-500: 500
 escaping-referrer   the referrers name artifacts whose file names climb out of any folder ('../..')
 token-flood         /v2/ asks for a Bearer token; the token service answers 200 MiB
 token-deep          the token service answers 100,000 nested arrays
+blob-cdn            not hostile: Bearer tokens as GHCR hands out, and the config blob redirected to `cdn`
+                    (another host), as Docker Hub and GHCR do
 ok                  nothing broken (verify then fails on the missing artifacts, the control case)
 
 `requests` records every (method, path): the tests check that nothing was ever PUT, POSTed or PATCHed.
@@ -92,8 +94,9 @@ def tree() -> dict:
 
 
 class HostileRegistry:
-    def __init__(self, mode: str):
-        self.mode, self.t, self.requests = mode, tree(), []
+    def __init__(self, mode: str, cdn: str = ""):
+        self.mode, self.t, self.requests, self.cdn = mode, tree(), [], cdn  # cdn: where blob-cdn sends the config
+        self.authorization = []  # the Authorization header of each GET, in order
         self.stopping = threading.Event()
         outer = self
 
@@ -113,6 +116,7 @@ class HostileRegistry:
 
             def do_GET(self):
                 outer.requests.append(("GET", self.path))
+                outer.authorization.append(self.headers.get("Authorization"))
                 outer.answer(self)
 
             def do_HEAD(self):
@@ -179,13 +183,15 @@ class HostileRegistry:
             if mode == "never-answers":
                 self.stopping.wait(600)
                 return
-            if mode.startswith("token-"):
+            if mode.startswith("token-") or mode == "blob-cdn":
                 if h.headers.get("Authorization", "").startswith("Bearer "):
                     return self.send(h, 200, b"{}")
                 realm = f"http://{self.address}/token"
                 return self.send(h, 401, b"{}", {"WWW-Authenticate": f'Bearer realm="{realm}",service="hostile"'})
             return self.send(h, 200, b"{}")
         if path.startswith("/token"):
+            if mode == "blob-cdn":
+                return self.send(h, 200, b'{"token": "tkn-for-the-registry"}', {"Content-Type": "application/json"})
             if mode == "token-flood":
                 return self.stream(h, 200 << 20, True, "application/json")
             return self.send(h, 200, b"[" * 100_000 + b"]" * 100_000, {"Content-Type": "application/json"})
@@ -199,6 +205,8 @@ class HostileRegistry:
             body = t["image"].replace(b'"layers": []', b'"layers": [ ]') if mode == "wrong-digest" else t["image"]
             return self.send(h, 200, body, {"Content-Type": OCI_MANIFEST})
         if path == f"{base}/blobs/{sha(t['config'])}":
+            if mode == "blob-cdn":
+                return self.send(h, 307, b"", {"Location": f"{self.cdn}/config"})
             if mode.startswith("huge-blob"):
                 return self.stream(h, 600 << 20, not mode.endswith("undeclared"), "application/octet-stream")
             return self.send(h, 200, t["config"])

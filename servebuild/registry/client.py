@@ -216,8 +216,9 @@ class RegistryClient:
             if not blob or urlsplit(target).scheme != "https":
                 raise RegistryError(f"{self.registry} redirects {what} to {_shown(urlsplit(target).netloc)}; only "
                                     f"a blob read may move to another host, over HTTPS", field="registry")
-            headers = {k: v for k, v in (kwargs.get("headers") or {}).items() if k.lower() != "authorization"}
-            kwargs = {**kwargs, "headers": headers, "auth": None}
+            # no credentials (from the headers or a session), and that host's certificate checked against the
+            # CA or the default roots even where the registry itself is a plain-HTTP loopback one
+            kwargs = {**kwargs, "auth": _no_credentials, "verify": str(self.ca) if self.ca else True}
         if status == 303:
             method = "GET"
         return target, method, kwargs
@@ -423,6 +424,12 @@ class RegistryClient:
         if found is None:
             return [], False
         return _descriptors(parse_json(found[0], "referrers", limits.JSON_DEPTH)), False
+
+
+def _no_credentials(request):
+    """requests auth hook for a request to another host: whatever set an Authorization header, drop it."""
+    request.headers.pop("Authorization", None)
+    return request
 
 
 def _descriptors(doc) -> list[dict]:

@@ -250,3 +250,78 @@ def test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms(tmp_
             read_back(client, "servebuild/toy", "v1", [build], "sha256:" + "c" * 64)  # the control: accepted
     finally:
         server.stop()
+
+
+class BlobCDN:
+    """An HTTPS server on 127.0.0.1 with a certificate for `localhost` from a CA made here (trustme):
+    where a registry sends blob reads (Docker Hub and GHCR use a CDN on another host). It serves `body`
+    at /config and records the Authorization header each request carried."""
+
+    def __init__(self, body: bytes, tmp_path: Path, tls: bool = True):
+        import ssl
+        import trustme
+        self.body, self.seen = body, []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.seen.append(self.headers.get("Authorization"))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.ca_file = tmp_path / "cdn-ca.pem"
+        if tls:
+            ca = trustme.CA()
+            ca.cert_pem.write_to_path(str(self.ca_file))
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ca.issue_cert("localhost").configure_cert(context)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://localhost:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_blob_read_may_move_to_another_https_host_without_the_credentials(tmp_path, monkeypatch):
+    """The one cross-host redirect the client follows: a blob GET, to HTTPS, whose certificate is checked
+    (here against the CDN's own CA, through REQUESTS_CA_BUNDLE: the registry is a plain-HTTP loopback one,
+    for which the client does not verify TLS, but the other host is verified), and no Authorization goes."""
+    from hostile_registry import HostileRegistry, REPO, sha
+    config = HostileRegistry("ok").t["config"]
+    cdn = BlobCDN(config, tmp_path)
+    registry = HostileRegistry("blob-cdn", cdn=cdn.url)
+    try:
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cdn.ca_file))
+        client = RegistryClient(registry.address, Credentials("u", "secret-pass", "test"))
+        assert client.get_blob(REPO, sha(config)) == config
+        assert registry.authorization[-1] == "Bearer tkn-for-the-registry"  # the registry got the token...
+        assert cdn.seen == [None]                                             # ...the other host did not
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE")  # the default roots do not know the CDN's CA: refused
+        with pytest.raises(RegistryError, match="untrusted certificate"):
+            RegistryClient(registry.address, Credentials("u", "p", "test")).get_blob(REPO, sha(config))
+    finally:
+        registry.stop()
+        cdn.stop()
+
+
+def test_a_blob_redirect_to_plain_http_on_another_host_is_refused(tmp_path):
+    from hostile_registry import HostileRegistry, REPO, sha
+    config = HostileRegistry("ok").t["config"]
+    cdn = BlobCDN(config, tmp_path, tls=False)
+    registry = HostileRegistry("blob-cdn", cdn=cdn.url)
+    try:
+        with pytest.raises(RegistryError, match=r"redirects blob sha256:\w+ to localhost:\d+; only a blob read "
+                                                r"may move to another host, over HTTPS"):
+            RegistryClient(registry.address, Credentials("u", "p", "test")).get_blob(REPO, sha(config))
+        assert cdn.seen == []
+    finally:
+        registry.stop()
+        cdn.stop()
