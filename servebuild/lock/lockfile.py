@@ -20,7 +20,7 @@ from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, sha256_file
 from servebuild.recipe.files import named_files
 from servebuild.recipe.grammar import SHA256
-from servebuild.recipe.load import LoadedRecipe
+from servebuild.recipe.load import LoadedRecipe, check_link_inside
 from servebuild.recipe.schema import BaseImage, PatchEntry
 from servebuild.yamlfile import load_yaml
 
@@ -176,6 +176,7 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
     path, display = lock_path(loaded), lock_display(loaded)
     if not path.exists():
         return None
+    check_link_inside(path, loaded.root)
     try:
         data = load_yaml(path, display)[0]
     except RecipeError as exc:

@@ -94,11 +94,21 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
+def check_link_inside(path: Path, root: Path) -> None:
+    """A file of the project (recipes/NAME.yaml, its lock) that is a symlink resolving outside the
+    project is refused: what the project holds must not be another tree's file. Links inside stay allowed."""
+    absolute = path.absolute()
+    if absolute.is_relative_to(root.absolute()) and not path.resolve().is_relative_to(root.resolve()):
+        raise RecipeError(f"is a symlink to {path.resolve()}, outside the project; copy the file into the project "
+                          f"or link to a file inside it", file=str(absolute.relative_to(root.absolute())))
+
+
 def read_chain(path: Path, root: Path) -> list[RecipeFile]:
     """The recipe file and every file it extends, child first."""
     chain: list[RecipeFile] = []
     seen: list[str] = []
     while True:
+        check_link_inside(path, root)
         rf = RecipeFile(path, _display(path, root))
         chain.append(rf)
         seen.append(str(path.resolve()))
