@@ -32,6 +32,7 @@ def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
     ca = ca or (Path(os.environ["SERVEBUILD_CA_BUNDLE"]) if os.environ.get("SERVEBUILD_CA_BUNDLE") else None)
     if ca is None:
         return None
+    check_input(ca, "secret", str(ca), field="--ca-bundle", error=InputError)  # a FIFO would block the load
     try:
         context = ssl.create_default_context()
         context.load_verify_locations(cafile=str(ca))

@@ -145,6 +145,16 @@ def test_a_local_wheel_that_is_a_fifo_is_refused(project):
     assert "not a regular file" in refused(project)
 
 
+def test_a_ca_bundle_from_the_environment_that_is_a_fifo_is_refused_without_blocking(tmp_path, monkeypatch):
+    """$SERVEBUILD_CA_BUNDLE reaches the release download without build's option check: ssl would
+    block opening a FIFO."""
+    from servebuild.sources.artifacts import _context
+    os.mkfifo(tmp_path / "ca.pem")
+    monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(tmp_path / "ca.pem"))
+    with pytest.raises(ServebuildError, match="not a regular file"):
+        _context(None, "sdist.txt")
+
+
 # ------------------------------------------------------------------ the reader itself
 
 @pytest.mark.parametrize("kind", ["yaml", "patch", "requirements", "private-key", "public-key", "credentials",
