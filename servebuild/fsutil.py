@@ -6,7 +6,9 @@ import hashlib
 import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from servebuild.errors import InputError, RecipeError
 
@@ -48,25 +50,122 @@ def write_json(path: Path, data) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-MAX_BYTES = 1 << 20  # configs, maps and recipes are a few kB
+@dataclass(frozen=True)
+class Limit:
+    """What one kind of input file may be: at most `max_bytes` (and `max_lines`, where counted);
+    `read` False: only its type and size are checked (a wheel is hashed and copied, never read whole)."""
+
+    what: str
+    max_bytes: int
+    max_lines: Optional[int] = None
+    read: bool = True
 
 
-def read_small_text(path: Path, file: str) -> str:
-    """A regular file of at most MAX_BYTES, as UTF-8 (no FIFO, device or huge file is read)."""
+# every input file servebuild reads from the user or the project, by kind (README: "Input limits")
+LIMITS = {
+    "yaml": Limit("a YAML input file", 1 << 20, 20_000),
+    "recording": Limit("an AOT recording", 1 << 20, 20_000),
+    "patch": Limit("a local patch", 8 << 20, 200_000),
+    "requirements": Limit("a hashed requirement set", 4 << 20, 200_000),
+    "artifact": Limit("a wheel or sdist", 4 << 30, read=False),
+    "private-key": Limit("a PEM private key", 64 << 10),
+    "public-key": Limit("a PEM public key", 64 << 10),
+    "credentials": Limit("a credentials file", 64 << 10),
+    "docker-config": Limit("a Docker config", 1 << 20),
+    "tls": Limit("a TLS or ssh_config file", 1 << 20),
+    "secret": Limit("a build secret", 4 << 20, read=False),
+}
+MAX_BYTES = LIMITS["yaml"].max_bytes  # configs, maps and recipes are a few kB
+
+
+def human(n: int) -> str:
+    """1048576 -> '1 MiB' (the limits are whole KiB, MiB or GiB)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def check_input(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
+                error: type = RecipeError) -> os.stat_result:
+    """A regular file within the size limit of `kind`, by stat alone: a FIFO, device or directory is
+    refused before it is opened (opening a FIFO blocks), a huge file before a byte is read."""
+    limit, place = LIMITS[kind], {"file": file or str(path), "field": field}
     try:
         st = path.stat()
     except OSError as exc:
-        raise RecipeError(f"cannot read: {exc.strerror}", file=file) from None
+        raise error(f"cannot read {limit.what}: {(exc.strerror or 'error').lower()}", **place) from None
     if not stat.S_ISREG(st.st_mode):
-        raise RecipeError("is not a regular file", file=file)
-    if st.st_size > MAX_BYTES:
-        raise RecipeError(f"is {st.st_size} bytes; at most {MAX_BYTES} are read", file=file)
+        raise error(f"is not a regular file ({limit.what})", **place)
+    _check_size(st.st_size, limit, error, place)
+    return st
+
+
+def _check_size(size: int, limit: Limit, error: type, place: dict) -> None:
+    if size > limit.max_bytes:
+        raise error(f"is {size} bytes; at most {limit.max_bytes} are read ({human(limit.max_bytes)}, "
+                    f"{limit.what})", **place)
+
+
+def read_input_stat(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
+                    error: type = RecipeError) -> tuple[bytes, os.stat_result]:
+    """The bytes of an input file of `kind`, checked against its limits, and its stat. Opened
+    non-blocking and checked again on the open file, so a file swapped for a FIFO after the stat
+    neither blocks nor passes; at most the limit plus one byte is ever read."""
+    limit, place = LIMITS[kind], {"file": file or str(path), "field": field}
+    check_input(path, kind, file, field=field, error=error)
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecipeError(f"not UTF-8 text (byte {exc.start})", file=file) from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise RecipeError(f"cannot read: {exc.strerror}", file=file) from None
+        raise error(f"cannot read {limit.what}: {(exc.strerror or 'error').lower()}", **place) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"is not a regular file ({limit.what})", **place)
+        _check_size(st.st_size, limit, error, place)
+        chunks, total = [], 0
+        while total <= limit.max_bytes:
+            chunk = os.read(fd, min(1 << 20, limit.max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise error(f"cannot read {limit.what}: {(exc.strerror or 'error').lower()}", **place) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    _check_size(len(data), limit, error, place)  # it grew after the stat
+    if limit.max_lines is not None:
+        lines = data.count(b"\n")
+        if lines > limit.max_lines:
+            raise error(f"has {lines} lines; at most {limit.max_lines} are read ({limit.what})", **place)
+    return data, st
+
+
+def read_input(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
+               error: type = RecipeError) -> bytes:
+    return read_input_stat(path, kind, file, field=field, error=error)[0]
+
+
+def read_input_text(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
+                    error: type = RecipeError) -> str:
+    """`read_input` as UTF-8 text."""
+    data = read_input(path, kind, file, field=field, error=error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"not UTF-8 text (byte {exc.start})", file=file or str(path), field=field) from None
+
+
+def named_problem(name: str, problem: str) -> str:
+    """A reader's problem said of the file `name`: "x.patch is 9437184 bytes; ...", "x.pem: cannot read ..."."""
+    return f"{name} {problem}" if problem.startswith(("is ", "has ")) else f"{name}: {problem}"
+
+
+def read_small_text(path: Path, file: str, kind: str = "yaml") -> str:
+    """A regular file of at most its kind's limit (1 MiB for YAML), as UTF-8 (no FIFO, device or huge file is read)."""
+    return read_input_text(path, kind, file)
 
 
 def read_json_object(path: Path, what: str, limit: int = 16 << 20, error: type = InputError) -> dict:

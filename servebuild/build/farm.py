@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
 import threading
 import types
@@ -35,7 +34,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from servebuild.build import run
 from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.errors import DockerError, InputError, RecipeError, ServebuildError
-from servebuild.fsutil import MAX_BYTES, read_json_object
+from servebuild.fsutil import named_problem, read_input, read_json_object
 from servebuild.recipe.load import _message, _place
 from servebuild.platforms import PLATFORMS, arch_of, docker_arch, machine_of
 from servebuild.recipe.schema import Model
@@ -222,18 +221,9 @@ def _checked_file(value: str, base: Path, chain, loc: tuple, markers: tuple[str,
         raise _place(chain, loc, "is not a file path")
     path = (base / value) if not os.path.isabs(value) else Path(value)
     try:
-        st = path.stat()
-    except OSError as exc:
-        raise _place(chain, loc, f"{value}: {exc.strerror.lower()}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _place(chain, loc, f"{value} is not a regular file")
-    if st.st_size > MAX_BYTES:
-        raise _place(chain, loc, f"{value} is {st.st_size} bytes; {what} is a few kB")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(MAX_BYTES)
-    except OSError as exc:
-        raise _place(chain, loc, f"{value}: cannot read: {exc.strerror.lower()}") from None
+        head = read_input(path, "tls", value)
+    except ServebuildError as exc:
+        raise _place(chain, loc, named_problem(value, exc.problem)) from None
     if not any(marker.encode() in head for marker in markers):
         raise _place(chain, loc, f"{value} is not {what}")
     del head

@@ -34,7 +34,7 @@ from servebuild.recipe.requirements import (
     CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins,
 )
 from servebuild.errors import InputError, RecipeError
-from servebuild.fsutil import atomic_write
+from servebuild.fsutil import atomic_write, read_input_text
 from servebuild.platforms import PLATFORMS, machine_of
 from servebuild.yamlfile import load_yaml
 
@@ -305,7 +305,7 @@ def header(inputs: Inputs, target: Target | None, kind: str) -> str:
 def header_lines(path: Path) -> list[str]:
     """The leading comment lines of a generated file."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in read_input_text(path, "requirements").splitlines():
         if not line.startswith("#"):
             break
         out.append(line)
@@ -507,8 +507,8 @@ def check(root: Path, stack: str, target_names: list[str] | None = None, uv: str
         rel = path.relative_to(root) if path.is_relative_to(root) else path
         if not path.is_file():
             problems.append(f"{rel}: missing")
-        elif path.read_text() != content:
-            old = _pins_text(path.read_text())
+        elif (committed := read_input_text(path, "requirements", str(rel))) != content:
+            old = _pins_text(committed)
             new = _pins_text(content)
             changed = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
             detail = ", ".join(f"{n} {old.get(n, '-')} -> {new.get(n, '-')}" for n in changed[:5])

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, sha256_file
 from servebuild.recipe.files import named_files
-from servebuild.recipe.load import LoadedRecipe
+from servebuild.recipe.grammar import SHA256
+from servebuild.recipe.load import LoadedRecipe, check_link_inside
 from servebuild.recipe.schema import BaseImage, PatchEntry
 from servebuild.yamlfile import load_yaml
 
@@ -88,6 +89,28 @@ class Lock(_Entry):
             return {} if info.field_name == "files" else []
         return v
 
+    @field_validator("lock_version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != LOCK_VERSION:  # strict: already an int, not a bool, str or float
+            raise ValueError(f"is {v}; this servebuild reads lock version {LOCK_VERSION} only")
+        return v
+
+    @field_validator("recipe_sha256")
+    @classmethod
+    def _recipe_sha256(cls, v: str) -> str:
+        if not SHA256.match(v):
+            raise ValueError("is not a sha256 (64 lowercase hex digits)")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _file_sha256(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = next((k for k, digest in v.items() if not SHA256.match(digest)), None)
+        if bad is not None:
+            raise ValueError(f"the hash of {bad} is not a sha256 (64 lowercase hex digits)")
+        return v
+
     def patch(self, entry_id: str) -> Optional[LockedPatch]:
         return next((p for p in self.patches if p.id == entry_id), None)
 
@@ -153,6 +176,7 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
     path, display = lock_path(loaded), lock_display(loaded)
     if not path.exists():
         return None
+    check_link_inside(path, loaded.root)
     try:
         data = load_yaml(path, display)[0]
     except RecipeError as exc:
@@ -165,6 +189,9 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
         field, what = _shape_problem(exc.errors()[0])
         raise InputError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display,
                           field=field) from None
+    if lock.recipe is not None and lock.recipe != loaded.recipe.name:
+        raise InputError(f"malformed lock: it is the lock of recipe {lock.recipe!r}, not {loaded.recipe.name!r}",
+                         hint="run `invoke lock` again", file=display, field="recipe")
     named = set(file_names(loaded))
     stray = next((k for k in lock.files if k not in named), None)
     if stray is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import RecipeError
-from servebuild.recipe.grammar import IMAGE_REF
+from servebuild.recipe.grammar import IMAGE_REF, MAX_REFERENCE, shown
 from servebuild.yamlfile import load_yaml
 
 
@@ -34,13 +34,15 @@ def _pairs(text: str, var: str) -> dict[str, str]:
 
 
 GIT_REMOTE = re.compile(r"^((https?|git|ssh|file)://[^\s-][^\s]*|/[^\s]*)\Z")
+MAX_REMOTE = 1024  # characters of a git URL or mirror path, key or value
 def _git_remotes(mapping: dict[str, str], file: str, field: str) -> dict[str, str]:
     """Mirror values reach git as its remote argument: a URL or an absolute path, never an option."""
     for key, value in mapping.items():
         for what, text in (("URL", key), ("mirror", value)):
-            if not GIT_REMOTE.match(text):
-                raise RecipeError(f"{what} {text!r} is not a git URL (https://, git://, ssh://, file://) "
-                                  f"or an absolute path", file=file, field=f"{field}.{key}")
+            if len(text) > MAX_REMOTE or not GIT_REMOTE.match(text):
+                raise RecipeError(f"{what} {shown(text)} is not a git URL (https://, git://, ssh://, file://) "
+                                  f"or an absolute path of at most {MAX_REMOTE} characters", file=file,
+                                  field=f"{field}.{str(key)[:120]}")
     return mapping
 
 
@@ -48,8 +50,8 @@ def _image_refs(mapping: dict[str, str], file: str, field: str) -> dict[str, str
     """Mapped references land in FROM lines: each must be an image reference and nothing else."""
     for key, value in mapping.items():
         if not isinstance(key, str) or not IMAGE_REF.match(key) or not IMAGE_REF.match(value):
-            raise RecipeError(f"{value!r} (for {key!r}) is not an image reference name[:tag][@sha256:...]",
-                              file=file, field=f"{field}.{key}")
+            raise RecipeError(f"{shown(value)} (for {shown(key)}) is not an image reference name[:tag][@sha256:...] "
+                              f"of at most {MAX_REFERENCE} characters", file=file, field=f"{field}.{str(key)[:120]}")
     return mapping
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import InputError, RecipeError
+from servebuild.fsutil import check_input
 from servebuild.lock.lockfile import Lock, apply_lock, pin_for_build, read_lock, unpinned_problem
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
@@ -65,7 +66,7 @@ class BuildPlan:
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
     if path is None:
         return None
-    if not path.is_file() or path.stat().st_size == 0:
+    if check_input(path, "secret", str(path), field=option).st_size == 0:
         raise RecipeError(f"{path} is not a readable, non-empty file", field=option)
     return path.resolve()
 

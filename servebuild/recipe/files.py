@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
+from servebuild.recipe.grammar import shown
 from servebuild.recipe.schema import Recipe
+
+MAX_PATH, MAX_COMPONENT = 1024, 255  # a named file's path: far below PATH_MAX, a component within NAME_MAX
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ def files_for(recipe: Recipe, platform: str) -> list[NamedFile]:
 def escape_problem(rel: str, root: Path) -> Optional[str]:
     """A named file must be a relative path inside the project (no `..`, no absolute path, no link out)."""
     pure = PurePosixPath(rel)
+    if len(rel) > MAX_PATH or any(len(part.encode("utf-8", "surrogateescape")) > MAX_COMPONENT for part in pure.parts):
+        return (f"{shown(rel)} is not a path of at most {MAX_PATH} characters ({MAX_COMPONENT} bytes a component) "
+                f"inside the project")
     if pure.is_absolute() or ".." in pure.parts or any(ord(c) < 32 for c in rel):
         return f"{rel!r} must be a relative path inside the project, without '..'"
     resolved = (root / rel).resolve()

@@ -20,12 +20,18 @@ REFERENCE = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-
                        rf"(?:@sha256:[0-9a-f]{{64}})?\Z")
 
 
+MAX_REFERENCE = 255  # characters of a docker reference, as --tag and --cache-from take it
+
+
 class _ImageRef:
-    """`IMAGE_REF.match(value)`: the docker reference grammar, `{arch}` allowed where a name is."""
+    """`IMAGE_REF.match(value)`: the docker reference grammar, `{arch}` allowed where a name is, at
+    most MAX_REFERENCE characters (wherever it comes from: a recipe, a mirror map's key or value)."""
 
     @staticmethod
     def match(value: object):
-        return REFERENCE.match(value.replace("{arch}", "amd64")) if isinstance(value, str) else None
+        if not isinstance(value, str) or len(value) > MAX_REFERENCE:
+            return None
+        return REFERENCE.match(value.replace("{arch}", "amd64"))
 
 
 IMAGE_REF = _ImageRef()
@@ -48,6 +54,12 @@ RESERVED_COMMANDS = frozenset({
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 # an image tag as `docker tag` takes it: [host[:port]/]path-components[:tag] (no digest, no `{arch}`)
 TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")
+
+
+def shown(value: object, at_most: int = 80) -> str:
+    """A value quoted for an error line, cut to `at_most` characters (a 5,000-character name is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= at_most else f"{text[:at_most]}... ({len(str(value))} characters)"
 
 
 def matches(pattern: re.Pattern, value: str, what: str) -> str:

@@ -8,8 +8,8 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, normalize, parse_pins
-from servebuild.errors import InputError, PlacedValueError, RecipeError
-from servebuild.fsutil import canonical_json, read_small_text, sha256_bytes, sha256_file
+from servebuild.errors import InputError, PlacedValueError, RecipeError, ServebuildError
+from servebuild.fsutil import canonical_json, check_input, named_problem, read_input, read_small_text, sha256_bytes
 from servebuild.recipe.grammar import NAME
 from servebuild.recipe.schema import Recipe
 from servebuild.recipe.files import escape_problem, named_files
@@ -94,11 +94,21 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
+def check_link_inside(path: Path, root: Path) -> None:
+    """A file of the project (recipes/NAME.yaml, its lock) that is a symlink resolving outside the
+    project is refused: what the project holds must not be another tree's file. Links inside stay allowed."""
+    absolute = path.absolute()
+    if absolute.is_relative_to(root.absolute()) and not path.resolve().is_relative_to(root.resolve()):
+        raise RecipeError(f"is a symlink to {path.resolve()}, outside the project; copy the file into the project "
+                          f"or link to a file inside it", file=str(absolute.relative_to(root.absolute())))
+
+
 def read_chain(path: Path, root: Path) -> list[RecipeFile]:
     """The recipe file and every file it extends, child first."""
     chain: list[RecipeFile] = []
     seen: list[str] = []
     while True:
+        check_link_inside(path, root)
         rf = RecipeFile(path, _display(path, root))
         chain.append(rf)
         seen.append(str(path.resolve()))
@@ -174,27 +184,45 @@ def _place(chain: list[RecipeFile], loc: tuple, message: str) -> RecipeError:
 
 
 def check_files(loaded: LoadedRecipe) -> None:
-    """Every file the recipe names is inside the project, exists, and is what the recipe says."""
+    """Every file the recipe names is inside the project, exists, is a regular file within the
+    limits of its kind (fsutil.LIMITS), and is what the recipe says."""
     for f in named_files(loaded.recipe):
         problem = escape_problem(f.path, loaded.root)
         path = loaded.root / f.path
-        if problem is None and not path.is_file():
+        if problem is None and not path.exists():
             problem = f"file {f.path} does not exist"
-        if problem is None and f.kind == "requirements":
-            problem = check_hashed_requirements(path)
-            if problem is None and loaded.recipe.expect.cuda:  # nvcc 13.1-13.3 miscompile DSV4 on sm_90a
-                problem = cuda_compiler_problem(parse_pins(path), loaded.recipe.expect.cuda)
-            problem = f"{f.path}: {problem}" if problem else None
-        if problem is None and f.kind == "requirements" and f.loc[0] == "engine":
-            problem = _release_version_problem(loaded.recipe.engine, path, f.path)
-        if problem is None and f.kind == "wheel" and not f.path.endswith(".whl"):
-            problem = f"{f.path} is not a .whl file"
-        if problem is None and f.kind == "patch" and sha256_file(path) != f.sha256:
-            problem = (f"patch sha256 mismatch for {f.entry}: recipe says {f.sha256}, "
-                       f"{f.path} hashes to {sha256_file(path)}")
-            raise _place(loaded.chain, f.loc[:-1] + ("sha256",), problem)
+        loc = f.loc
+        if problem is None:
+            try:
+                loc, problem = _file_problem(loaded, f, path)
+            except ServebuildError as exc:  # the reader's refusal: over the limit, not a regular file, not UTF-8
+                problem = named_problem(f.path, exc.problem)
         if problem:
-            raise _place(loaded.chain, f.loc, problem)
+            raise _place(loaded.chain, loc, problem)
+
+
+def _file_problem(loaded: LoadedRecipe, f, path: Path) -> tuple[tuple, Optional[str]]:
+    """(field, what is wrong) for one named file that exists inside the project (None: nothing)."""
+    check_input(path, KIND_OF[f.kind], f.path)
+    if f.kind == "requirements":
+        problem = check_hashed_requirements(path, f.path)
+        if problem is None and loaded.recipe.expect.cuda:  # nvcc 13.1-13.3 miscompile DSV4 on sm_90a
+            problem = cuda_compiler_problem(parse_pins(path), loaded.recipe.expect.cuda)
+        if problem is None and f.loc[0] == "engine":
+            return f.loc, _release_version_problem(loaded.recipe.engine, path, f.path)
+        return f.loc, (f"{f.path}: {problem}" if problem else None)
+    if f.kind == "wheel" and not f.path.endswith(".whl"):
+        return f.loc, f"{f.path} is not a .whl file"
+    if f.kind == "patch":
+        digest = sha256_bytes(read_input(path, "patch", f.path))
+        if digest != f.sha256:
+            return f.loc[:-1] + ("sha256",), (f"patch sha256 mismatch for {f.entry}: recipe says {f.sha256}, "
+                                              f"{f.path} hashes to {digest}")
+    return f.loc, None
+
+
+# the reader's kind (fsutil.LIMITS) of each kind of named file
+KIND_OF = {"requirements": "requirements", "wheel": "artifact", "patch": "patch", "recording": "recording"}
 
 
 def _release_version_problem(engine, path: Path, rel: str) -> Optional[str]:

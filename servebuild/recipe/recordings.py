@@ -59,7 +59,7 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
     kernels, seen, skipped = [], set(), {"not replayable": 0, "tilelang": 0, "duplicate": 0}
     for rel in recipe.aot.recordings:
         path = root / rel
-        text = read_small_text(path, rel) if path.is_file() else None
+        text = read_small_text(path, rel, "recording") if path.exists() else None
         if text is None:
             raise RecipeError(f"recording {rel} is not a file", field="aot.recordings")
         lines = text.splitlines()

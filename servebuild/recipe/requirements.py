@@ -5,60 +5,92 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from servebuild.errors import RecipeError
+from servebuild.fsutil import read_input_text
+
 # the version is PEP 440 characters only: it reaches paths and ENV lines (CUDA_HOME from the nvcc pin)
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]*\])?==([A-Za-z0-9.+!*_-]+)(?=\s|$)")
 
 
 def logical_lines(text: str) -> list[str]:
     """Join backslash continuations and drop comments and blank lines."""
-    out, current = [], ""
-    for raw in text.splitlines():
+    return [line for _, line in numbered_lines(text)]
+
+
+def numbered_lines(text: str) -> list[tuple[int, str]]:
+    """(first physical line, logical line) for each requirement: continuations joined, comments and
+    blank lines dropped."""
+    out, current, start = [], "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not current.strip():
+            start = number
         if line.endswith("\\"):
             current += line[:-1] + " "
             continue
         current += line
         if current.strip():
-            out.append(" ".join(current.split()))
+            out.append((start, " ".join(current.split())))
         current = ""
     if current.strip():
-        out.append(" ".join(current.split()))
+        out.append((start, " ".join(current.split())))
     return out
+
+
+def read_set(path: Path, file: str | None = None) -> str:
+    """A hashed requirement set's text, through the bounded reader (4 MiB, 200,000 lines)."""
+    return read_input_text(path, "requirements", file or str(path))
+
+
+def _pins(path: Path, file: str | None = None) -> list[tuple[int, re.Match, str]]:
+    """(line, match, logical line) of each pinned requirement; a name pinned twice (in any PEP 503
+    spelling) is refused, naming the file, the line and the package."""
+    out, seen = [], {}
+    for number, line in numbered_lines(read_set(path, file)):
+        m = PIN.match(line)
+        if m:
+            problem = _twice(seen, m.group(1), number)
+            if problem:
+                raise RecipeError(problem, file=file or str(path), line=number)
+            out.append((number, m, line))
+    return out
+
+
+def _twice(seen: dict[str, tuple[int, str]], name: str, number: int) -> str | None:
+    """One line if `name` (normalized) was pinned before; else remember it."""
+    key = normalize(name)
+    if key in seen:
+        first, spelled = seen[key]
+        as_ = f" as {spelled}" if spelled != name else ""
+        return (f"line {number}: {key} is pinned twice (first on line {first}{as_}); pip would accept "
+                f"either pin's hashes")
+    seen[key] = (number, name)
+    return None
 
 
 def parse_pins(path: Path) -> dict[str, str]:
     """Return {normalized name: version} of a hashed requirement set."""
-    pins = {}
-    for line in logical_lines(path.read_text()):
-        m = PIN.match(line)
-        if m:
-            pins[normalize(m.group(1))] = m.group(3)
-    return pins
+    return {normalize(m.group(1)): m.group(3) for _, m, _ in _pins(path)}
 
 
 def parse_hashes(path: Path) -> dict[str, tuple[str, list[str]]]:
     """Return {normalized name: (version, [sha256, ...])} of a hashed requirement set."""
-    out = {}
-    for line in logical_lines(path.read_text()):
-        m = PIN.match(line)
-        if m:
-            out[normalize(m.group(1))] = (m.group(3), re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
-    return out
+    return {normalize(m.group(1)): (m.group(3), re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
+            for _, m, line in _pins(path)}
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def check_hashed_requirements(path: Path) -> str | None:
-    """None when every requirement is pinned and hashed, else the first problem in one line."""
-    try:
-        lines = logical_lines(path.read_text())
-    except UnicodeDecodeError as exc:
-        return f"not UTF-8 text (byte {exc.start})"
+def check_hashed_requirements(path: Path, file: str | None = None) -> str | None:
+    """None when every requirement is pinned once and hashed, else the first problem in one line
+    (a file over its limit, a FIFO or a device is refused by the reader)."""
+    lines = numbered_lines(read_set(path, file))
     if not lines:
         return "no requirements in file"
-    for line in lines:
+    seen: dict[str, tuple[int, str]] = {}
+    for number, line in lines:
         if line.startswith("-"):
             return f"options are not allowed in a hashed requirement set: {line.split()[0]}"
         m = PIN.match(line)
@@ -66,6 +98,9 @@ def check_hashed_requirements(path: Path) -> str | None:
             return f"requirement {line.split()[0]!r} is not pinned with =="
         if not re.search(r"--hash=sha256:[0-9a-f]{64}", line):
             return f"requirement {m.group(1)}=={m.group(3)} has no --hash=sha256"
+        problem = _twice(seen, m.group(1), number)
+        if problem:
+            return problem
     return None
 
 

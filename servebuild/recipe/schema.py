@@ -13,8 +13,9 @@ from servebuild.errors import InputError, PlacedValueError
 from servebuild.engines.profiles import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
 from servebuild.modes import get_mode
 from servebuild.platforms import PLATFORMS
-from servebuild.recipe.grammar import (ABS_DIR, APT_PACKAGE, ARCH_LIST, CUDA_VERSION, DIST_NAME, GIT_TAG, IMAGE_REF, NAME,
-                                       RESERVED_COMMANDS, REL_DIR, SHA40, SHA256, SM_ARCH, USER, VERSION, matches)
+from servebuild.recipe.grammar import (ABS_DIR, APT_PACKAGE, ARCH_LIST, CUDA_VERSION, DIST_NAME, GIT_TAG, IMAGE_REF,
+                                       MAX_REFERENCE, NAME, RESERVED_COMMANDS, REL_DIR, SHA40, SHA256, SM_ARCH, USER,
+                                       VERSION, matches, shown)
 
 
 def pattern_field(name: str, pattern: re.Pattern, what: str):
@@ -47,7 +48,8 @@ class BaseImage(Model):
     @classmethod
     def _ref(cls, v: str) -> str:
         if not IMAGE_REF.match(v) or "@" in v:
-            raise ValueError(f"{v!r} is not an image reference name[:tag] (put a digest in `digest`)")
+            raise ValueError(f"{shown(v)} is not an image reference name[:tag] of at most {MAX_REFERENCE} characters "
+                             f"(put a digest in `digest`)")
         return v
 
     @field_validator("digest")

@@ -13,7 +13,6 @@ import binascii
 import json
 import os
 import re
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import InputError
+from servebuild.fsutil import read_input_text
 
-MAX_BYTES = 64 << 10
 USERNAME = re.compile(r"[A-Za-z0-9._@+-][A-Za-z0-9._@+ -]{0,254}\Z")
 
 
@@ -52,21 +51,9 @@ def _check(username, password, where: str) -> Credentials:
     return Credentials(username, password, where)
 
 
-def _read_small(path: Path, what: str) -> str:
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise CredentialsError(f"cannot read {what}: {exc.strerror}", file=str(path)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CredentialsError(f"{what} is not a regular file", file=str(path))
-    if st.st_size > MAX_BYTES:
-        raise CredentialsError(f"{what} is larger than {MAX_BYTES} bytes", file=str(path))
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise CredentialsError(f"{what} is not UTF-8", file=str(path)) from None
-    except OSError as exc:
-        raise CredentialsError(f"cannot read {what}: {exc.strerror}", file=str(path)) from None
+def _read_small(path: Path, kind: str) -> str:
+    """The file through the bounded reader (fsutil.LIMITS[kind]); a problem is one CredentialsError."""
+    return read_input_text(path, kind, str(path), error=CredentialsError)
 
 
 def _json_object(text: str, path: Path, what: str) -> dict:
@@ -81,7 +68,7 @@ def _json_object(text: str, path: Path, what: str) -> dict:
 
 def from_file(path: Path) -> Credentials:
     """A `--credentials` file: {"username": ..., "password": ...}, readable by its owner only."""
-    text = _read_small(path, "credentials file")
+    text = _read_small(path, "credentials")
     if path.stat().st_mode & 0o077:
         raise CredentialsError(f"credentials file is readable by others (mode {path.stat().st_mode & 0o777:o}); "
                                f"chmod 600 it", file=str(path))
@@ -116,7 +103,7 @@ def from_docker_config(registry: str) -> Optional[Credentials]:
     if not path.exists():
         return None
     where = f"docker config {path}"
-    data = _json_object(_read_small(path, "Docker config"), path, "Docker config")
+    data = _json_object(_read_small(path, "docker-config"), path, "Docker config")
     auths = data.get("auths") or {}
     if not isinstance(auths, dict):
         raise CredentialsError("`auths` must be an object", file=str(path), field="auths")

@@ -14,17 +14,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
 from servebuild.errors import InputError, IntegrityError
-from servebuild.fsutil import sha256_bytes
+from servebuild.fsutil import read_input_stat, sha256_bytes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
-MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes; anything larger is not one
 MAX_ENVELOPE = 16 << 20
 PRIVATE_MARKER = b"PRIVATE KEY-----"
 PUBLIC_MARKER = b"-----BEGIN PUBLIC KEY-----"
@@ -120,19 +118,9 @@ def _read_pem(path: Path, field: str, what: str) -> tuple[bytes, int]:
     text = str(path)
     if not text or len(text) > 4096 or "\x00" in text or "\n" in text or "-----" in text:
         raise SigningError(f"is not a file path; give the path of {what}, never the key itself", field=field)
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise SigningError(f"cannot read {what}: {(exc.strerror or 'error').lower()}", file=text, field=field) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SigningError(f"is not a regular file; give the path of {what}", file=text, field=field)
-    if st.st_size > MAX_KEY_BYTES:
-        raise SigningError(f"is {st.st_size} bytes; {what} is a few kB", file=text, field=field)
-    try:
-        with path.open("rb") as fh:
-            return fh.read(MAX_KEY_BYTES + 1), st.st_mode
-    except OSError as exc:
-        raise SigningError(f"cannot read {what}: {(exc.strerror or 'error').lower()}", file=text, field=field) from None
+    kind = "private-key" if "private" in what else "public-key"
+    data, st = read_input_stat(path, kind, text, field=field, error=SigningError)
+    return data, st.st_mode
 
 
 def load_private_key(path: Path, field: str = "--sign-key") -> PrivateKey:

@@ -20,7 +20,7 @@ from typing import Optional
 
 from servebuild.recipe.requirements import parse_hashes
 from servebuild.errors import HostError, InputError, IntegrityError, Refused
-from servebuild.fsutil import sha256_file
+from servebuild.fsutil import check_input, sha256_file
 from servebuild.platforms import machine_of
 
 INDEX = os.environ.get("SERVEBUILD_PYPI_URL", "https://pypi.org")
@@ -32,6 +32,7 @@ def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
     ca = ca or (Path(os.environ["SERVEBUILD_CA_BUNDLE"]) if os.environ.get("SERVEBUILD_CA_BUNDLE") else None)
     if ca is None:
         return None
+    check_input(ca, "secret", str(ca), field="--ca-bundle", error=InputError)  # a FIFO would block the load
     try:
         context = ssl.create_default_context()
         context.load_verify_locations(cafile=str(ca))
@@ -91,6 +92,7 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
     for digest in sorted(hashes):
         hit = next((cache / digest).glob("*"), None) if (cache / digest).is_dir() else None
         if hit is not None and _fits(hit.name, artifact, platform, python):
+            check_input(hit, "artifact", str(hit), error=HostError)  # a FIFO or a huge file in the cache is not it
             return hit, digest
     if offline:
         raise Refused(f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given",

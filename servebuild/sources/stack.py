@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from servebuild.sources.archives import unpack_release, write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
-from servebuild.fsutil import atomic_write, canonical_json, sha256_bytes, sha256_file
+from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import GitMirrors, git
 from servebuild.patchfiles import is_native, is_test_or_doc
 from servebuild.recipe.schema import EngineSource, PatchEntry
@@ -111,7 +111,7 @@ class SourceCache(GitMirrors):
 
     def entry_diff(self, repo: Path, entry: PatchEntry, root: Path) -> bytes:
         if entry.file is not None:
-            return (root / entry.file).read_bytes()
+            return read_input(root / entry.file, "patch", entry.file)
         assert entry.commit is not None
         base = entry.base or f"{entry.commit}^1"
         return git(*DIFF_OPTS, "diff", "--binary", "--full-index", "--no-renames", "--no-color",

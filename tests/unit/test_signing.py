@@ -186,7 +186,7 @@ def _bad_private(tmp_path: Path, case: str, key):
         ca = trustme.CA()
         return write(tmp_path / "cert.pem", ca.cert_pem.bytes()), ["holds a certificate, not a PEM private key"]
     if case == "huge":  # a real key followed by 100 kB: refused by size, before any byte is read
-        return write(tmp_path / "huge.pem", pem + b"A" * (100 << 10)), ["bytes; a PEM private key is a few kB"]
+        return write(tmp_path / "huge.pem", pem + b"A" * (100 << 10)), ["bytes; at most 65536 are read (64 KiB, a PEM private key)"]
     if case == "directory":
         (tmp_path / "keys").mkdir()
         return tmp_path / "keys", ["is not a regular file"]
