@@ -19,7 +19,7 @@ from typing import Optional
 from urllib.parse import urljoin, urlsplit
 
 from servebuild.errors import HostError
-from servebuild.fsutil import canonical_json, sha256_bytes
+from servebuild.fsutil import canonical_json, read_input, sha256_bytes
 from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, TooLarge, parse_json, read_body
 from servebuild.registry.deadline import Expired, deadline, remaining
@@ -86,13 +86,8 @@ class RegistryClient:
         self.request_s = timeout or limits.seconds_from_env("SERVEBUILD_REGISTRY_TIMEOUT", limits.REQUEST_S)
         self.operation_s = operation_s or limits.seconds_from_env("SERVEBUILD_REGISTRY_DEADLINE", limits.OPERATION_S)
         self.blob_limit = limits.CONFIG_BYTES
-        if ca is not None:
-            if not ca.is_file():
-                raise RegistryError("CA file does not exist or is not a regular file", file=str(ca), field="--ca")
-            if ca.stat().st_size > limits.OTHER_BYTES * 16:
-                raise RegistryError(f"CA file is larger than {limits.OTHER_BYTES * 16} bytes", file=str(ca),
-                                    field="--ca")
-            if b"-----BEGIN CERTIFICATE-----" not in ca.read_bytes():
+        if ca is not None:  # the bounded reader: a FIFO, device, directory or huge file is refused unread
+            if b"-----BEGIN CERTIFICATE-----" not in read_input(ca, "tls", field="--ca", error=RegistryError):
                 raise RegistryError("CA file holds no PEM certificate", file=str(ca), field="--ca")
         self.insecure, self.realm = False, None
         self.verify: object = str(ca) if ca else True
