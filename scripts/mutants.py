@@ -6,7 +6,8 @@ once) and the tests that must notice it. Every mutant runs on one temporary copy
 tests, in this interpreter (the project's .venv). A mutant is killed when those tests fail; it
 survives when they pass. The copy's own `servebuild/` is the one imported (tests/conftest.py puts
 the tree first on sys.path); each run checks that first, and a mutant whose OLD text is gone from
-the code is reported as stale (the list must follow the code), never as killed.
+the code is reported as stale (the list must follow the code), never as killed. Hypothesis runs
+with the "mutants" profile (tests/conftest.py: the ci examples, derandomized, no shrinking).
 
     .venv/bin/python scripts/mutants.py              # every mutant: killed/survived, and the ratio
     .venv/bin/python scripts/mutants.py --list       # the table only
@@ -19,6 +20,7 @@ Exit status: 0 when every mutant is killed, 1 when one survives or is stale.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -161,10 +163,11 @@ MUTANTS = [
     # the fuzz test's oracle: control characters are refused in every field
     Mutant("profile-description-control-ok", "servebuild/engines/profiles.py",
            '@field_validator("description", "args", "extra_args")', '@field_validator("extra_args")',
-           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field",)),
+           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.description]",
+            f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.args.1]")),
     Mutant("env-value-control-ok", "servebuild/engines/profiles.py",
                        'printable(value, f"env {key}")', "pass",
-           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field",)),
+           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.env.A_B]",)),
     # the bad-input harness: "no image tagged" only counts when the engine answered
     Mutant("no-image-check-trusts-silence", "tests/integration/test_bad_input.py",
            'if "no such image" in proc.stderr.lower():', "if True:",
@@ -189,7 +192,8 @@ def pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[bool, st
     start = time.monotonic()
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *tests]
     try:
-        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "HYPOTHESIS_PROFILE": "mutants"})
     except subprocess.TimeoutExpired:
         return False, "timed out", time.monotonic() - start
     lines = [line for line in proc.stdout.splitlines() if line.strip()]

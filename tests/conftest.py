@@ -19,14 +19,17 @@ def _hypothesis_profiles() -> None:
     """"ci" (the default): derandomized, so every run tries the same examples and a kill is a kill
     in every run; each fuzz test is parametrized by field and value class, so 15 examples each
     reach every class of every field. "nightly" (HYPOTHESIS_PROFILE=nightly): random, 40 times as
-    many. Both: no deadline (a launcher really runs)."""
+    many. Both: no deadline (a launcher really runs). "mutants": ci without shrinking."""
     try:
-        from hypothesis import HealthCheck, settings
+        from hypothesis import HealthCheck, Phase, settings
     except ImportError:  # hypothesis is in requirements-dev.txt; only the fuzz test needs it
         return
     common = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
     settings.register_profile("ci", derandomize=True, max_examples=15, print_blob=True, **common)
     settings.register_profile("nightly", max_examples=600, print_blob=True, **common)
+    # scripts/mutants.py: the ci examples, no shrinking (a kill needs a failure, not the smallest one)
+    settings.register_profile("mutants", parent=settings.get_profile("ci"),
+                              phases=[Phase.explicit, Phase.generate])
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
