@@ -15,6 +15,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def _hypothesis_profiles() -> None:
+    """"ci" (the default): derandomized, so every run tries the same examples and a kill is a kill
+    in every run; each fuzz test is parametrized by field and value class, so 15 examples each
+    reach every class of every field. "nightly" (HYPOTHESIS_PROFILE=nightly): random, 40 times as
+    many. Both: no deadline (a launcher really runs). "mutants": ci without shrinking."""
+    try:
+        from hypothesis import HealthCheck, Phase, settings
+    except ImportError:  # hypothesis is in requirements-dev.txt; only the fuzz test needs it
+        return
+    common = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
+    settings.register_profile("ci", derandomize=True, max_examples=15, print_blob=True, **common)
+    settings.register_profile("nightly", max_examples=600, print_blob=True, **common)
+    # scripts/mutants.py: the ci examples, no shrinking (a kill needs a failure, not the smallest one)
+    settings.register_profile("mutants", parent=settings.get_profile("ci"),
+                              phases=[Phase.explicit, Phase.generate])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()
+
+
 # sglang 0.5.16 x86_64 wheel from PyPI: it holds python/sglang/ of the v0.5.16 tag
 SGLANG_WHEEL = "sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl"
 SGLANG_WHEEL_SHA256 = "d5f345a18953dd35df568ac56bdcb7f5ee910ab39efea4469b714556d1070713"

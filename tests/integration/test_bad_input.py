@@ -26,8 +26,21 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, cwd=REPO_ROOT, env={**os.environ, **(env or {})}, timeout=120)
 
 
-def tag_exists(tag: str) -> bool:
-    return subprocess.run(["/usr/bin/docker", "image", "inspect", tag], capture_output=True).returncode == 0
+def tag_exists(tag: str, env: dict | None = None) -> bool:
+    """Whether the engine holds `tag`; an engine that does not answer fails the test (its silence
+    must not pass for "no image tagged")."""
+    proc = subprocess.run(["/usr/bin/docker", "image", "inspect", tag], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=60)
+    if proc.returncode == 0:
+        return True
+    if "no such image" in proc.stderr.lower():
+        return False
+    pytest.fail(f"cannot tell whether {tag} exists: the engine did not answer ({proc.stderr.strip()[:200]})")
+
+
+def test_the_no_image_check_fails_if_the_engine_does_not_answer():
+    with pytest.raises(pytest.fail.Exception, match="the engine did not answer"):
+        tag_exists("servebuild-test/never-built:1", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
 
 
 def assert_one_line_error(proc, fragments, tag):

@@ -54,11 +54,14 @@ CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\u2028", "\nRUN id", "\nRUN touch 
 SHELL = ["'", '"', "`", "$(", ")", "${", "}", ";", "&&", "|", "\\", " ", "#", "RUN touch /pwned",
          "$(touch /pwned)", "`touch /pwned`", "..", "/", "*", "~", "-", "=", "%", "{{", "{%"]
 PRINTABLE = st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=6)
-# half the values carry control characters (must be refused), half only printable shell
-# metacharacters (may be accepted, and must then be inert)
-VALUES = st.one_of(
-    st.lists(st.one_of(st.sampled_from(CONTROL + SHELL), PRINTABLE), min_size=1, max_size=6).map("".join),
-    st.lists(st.one_of(st.sampled_from(SHELL), PRINTABLE), min_size=1, max_size=6).map("".join))
+# two classes of value, each tried in every field: one that holds a control character somewhere
+# (must be refused) and one of printable shell metacharacters and text only (may be accepted,
+# and must then be inert). The examples per (field, class) come from the hypothesis profile that
+# tests/conftest.py loads: "ci" (derandomized, the default) or HYPOTHESIS_PROFILE=nightly.
+SOME = st.lists(st.one_of(st.sampled_from(SHELL), PRINTABLE), min_size=0, max_size=3).map("".join)
+WITH_CONTROL = st.tuples(SOME, st.sampled_from(CONTROL), SOME).map("".join)
+PRINTABLE_ONLY = st.lists(st.one_of(st.sampled_from(SHELL), PRINTABLE), min_size=1, max_size=6).map("".join)
+CLASSES = {"control": WITH_CONTROL, "printable": PRINTABLE_ONLY}
 
 
 def instructions(dockerfile: str) -> list[str]:
@@ -137,18 +140,39 @@ def check(project: Path, recipe: dict) -> str:
     return "rendered"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(FIELDS), value=VALUES)
-def test_any_value_in_any_field_is_refused_or_inert(project, field, value):
-    import copy
-    event(f"{field[-2] if isinstance(field[-1], int) else field[-1]}: {check(project, set_at(copy.deepcopy(RECIPE), field, value))}")
+def label(path: tuple) -> str:
+    return ".".join(map(str, path))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(where=st.sampled_from(KEYS), value=VALUES)
-def test_any_key_is_refused_or_inert(project, where, value):
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=label)
+@FUZZ
+@given(value=WITH_CONTROL)
+def test_a_value_with_a_control_character_is_refused_in_every_field(project, field, value):
     import copy
-    event(f"key of {where[-1]}: {check(project, rename_key(copy.deepcopy(RECIPE), where, value))}")
+    assert check(project, set_at(copy.deepcopy(RECIPE), field, value)) == "refused", (field, value)
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=label)
+@FUZZ
+@given(value=PRINTABLE_ONLY)
+def test_a_printable_value_in_any_field_is_refused_or_inert(project, field, value):
+    import copy
+    event(f"{label(field)}: {check(project, set_at(copy.deepcopy(RECIPE), field, value))}")
+
+
+@pytest.mark.parametrize("kind", sorted(CLASSES))
+@pytest.mark.parametrize("where", KEYS, ids=label)
+@FUZZ
+@given(data=st.data())
+def test_any_key_is_refused_or_inert(project, where, kind, data):
+    import copy
+    value = data.draw(CLASSES[kind], label="key")
+    result = check(project, rename_key(copy.deepcopy(RECIPE), where, value))
+    assert kind == "printable" or result == "refused", (where, value)
+    event(f"key of {where[-1]}: {result}")
 
 
 def test_the_fuzzer_can_see_an_injection(project):

@@ -114,7 +114,7 @@ def test_trailing_newline_commit_sha_in_a_patch_entry(project):
         load_recipe("hostile", project)
 
 
-def test_real_recipes_unchanged_by_the_rules():
+def test_the_real_recipes_still_load_under_the_hostile_input_rules():
     for name in ("sglang-native-fp8", "vllm-dspark", "sglang-fused-fp4"):
         assert load_recipe(name, REPO_ROOT).recipe.name == name
 
@@ -271,6 +271,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 @pytest.mark.parametrize("blob,words", [
     (BOMB, "more than 100000 nodes"), ("a: " + "[" * 3000 + "\n", "nesting depth"),
+    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 levels deep"),
     ('d: &s "' + "x" * 100_000 + '"\na: [' + "*s, " * 50 + "*s]\n", "characters of text"),
     ("images: {a: b}\nimages: {c: d}\n", "given twice"), (b"images:\n  \xff: x\n", "not UTF-8"),
     ("".join(f"k{i}: 1\n" for i in range(30000)), "at most 20000"), ("images: [unclosed\n", "invalid YAML")])

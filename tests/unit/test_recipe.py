@@ -37,8 +37,11 @@ def test_real_recipes_load(name):
     assert loaded.recipe.cuda_arch_list == "9.0a"
 
 
-def test_default_platform_is_arm64_and_h200_is_amd64():
+def test_torch_cu130_lists_arm64_then_amd64_and_the_h200_recipe_only_amd64():
+    """What the recipes list; the default for a recipe that lists none is
+    test_mutation_survivors.py's test_a_recipe_without_platforms_is_for_linux_arm64_as_documented."""
     assert load_recipe("torch-cu130", REPO_ROOT).recipe.platforms == ["linux/arm64", "linux/amd64"]
+    assert load_recipe("sglang-hgx-h200", REPO_ROOT).recipe.platforms == ["linux/amd64"]
 
 
 def test_extends_inherits_and_overrides():

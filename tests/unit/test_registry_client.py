@@ -122,7 +122,7 @@ def test_credentials_file(tmp_path):
 @pytest.mark.parametrize("text,mode,fragment", [
     ('{"username": "alice"}', 0o600, "missing 'password'"),
     ('{"username": "alice", "password": ""}', 0o600, "password must be a non-empty string"),
-    ('{"username": "alice", "password": "a\\nb"}', 0o600, "control character"),
+    ('{"username": "alice", "password": "hunter2\\nb"}', 0o600, "control character"),
     ('{"username": "al ice:", "password": "x"}', 0o600, "username must be"),
     ('{"username": 7, "password": "x"}', 0o600, "username must be"),
     ('{"username": "a", "password": "x", "email": "e"}', 0o600, "unknown key 'email'"),

@@ -1,0 +1,254 @@
+"""A mutation check of the promises the test suite defends (issue 19), without an engine.
+
+Each mutant is one small change to the code (FILE, OLD text, NEW text: OLD must occur exactly
+once) and the tests that must notice it. Every mutant runs on one temporary copy of the tree
+(tracked and untracked, non-ignored files; the change is undone after each), with only its named
+tests, in this interpreter (the project's .venv). A mutant is killed when those tests fail; it
+survives when they pass. The copy's own `servebuild/` is the one imported (tests/conftest.py puts
+the tree first on sys.path); each run checks that first, and a mutant whose OLD text is gone from
+the code is reported as stale (the list must follow the code), never as killed. Hypothesis runs
+with the "mutants" profile (tests/conftest.py: the ci examples, derandomized, no shrinking).
+
+    .venv/bin/python scripts/mutants.py              # every mutant: killed/survived, and the ratio
+    .venv/bin/python scripts/mutants.py --list       # the table only
+    .venv/bin/python scripts/mutants.py yaml-depth   # the mutants whose id contains a word
+    .venv/bin/python scripts/mutants.py --baseline   # also run each mutant's tests on the real code
+
+Exit status: 0 when every mutant is killed, 1 when one survives or is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SURVIVORS = "tests/unit/test_mutation_survivors.py"
+FUZZ = "tests/unit/test_fuzz_fields.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest node ids or FILE::-k-free prefixes; FILE -k EXPR as "FILE -k EXPR"
+    note: str = ""
+
+
+def t(name: str, file: str = SURVIVORS) -> str:
+    return f"{file}::{name}"
+
+
+MUTANTS = [
+    # YAML nesting: servebuild's own limit, not libyaml's 1,000
+    Mutant("yaml-depth-64000", "servebuild/yamlfile.py", "MAX_YAML_DEPTH = 64 ", "MAX_YAML_DEPTH = 64_000 ",
+           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml"),)),
+    Mutant("yaml-depth-off-by-one-up", "servebuild/yamlfile.py", "if depth > MAX_YAML_DEPTH:",
+           "if depth > MAX_YAML_DEPTH + 1:",
+           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml"),)),
+    Mutant("yaml-depth-off-by-one-down", "servebuild/yamlfile.py", "if depth > MAX_YAML_DEPTH:",
+           "if depth >= MAX_YAML_DEPTH:", (t("test_yaml_at_the_depth_limit_is_read"),)),
+    # a profile's port
+    Mutant("port-le-99999", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
+           "Field(default=None, ge=1, le=99999)",
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+    Mutant("port-ge-0", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
+           "Field(default=None, ge=0, le=65535)",
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+    Mutant("port-unbounded", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
+           "Field(default=None)", (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+    Mutant("profile-not-strict", "servebuild/engines/profiles.py",
+           'model_config = ConfigDict(extra="forbid", frozen=True, strict=True)',
+           'model_config = ConfigDict(extra="forbid", frozen=True)',
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),),
+           "a string or bool port would be coerced"),
+    # launch directories
+    Mutant("abs-dir-any-char", "servebuild/recipe/grammar.py",
+           'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\\Z")',
+           'ABS_DIR = re.compile(r"^(/[^/\\n]+)+/?\\Z")',
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+    Mutant("abs-dir-dollar", "servebuild/recipe/grammar.py",
+           'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\\Z")',
+           'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.$][A-Za-z0-9_.${}-]*)+/?\\Z")',
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+    Mutant("cache-dirs-unchecked", "servebuild/recipe/schema.py",
+           "matches(ABS_DIR, d, \"an absolute cache directory (letters, digits, '._-')\")", "pass",
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+    # vLLM DSpark
+    Mutant("dspark-case-sensitive", "servebuild/engines/vllm/__init__.py",
+           'if str(config.get("method", "")).lower() == "dspark":', 'if str(config.get("method", "")) == "dspark":',
+           (t("test_vllm_dspark_is_recognised_in_any_case"),)),
+    # exec bits
+    Mutant("tarball-drops-exec-bit", "servebuild/sources/archives.py",
+           'tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)', "tarfile.REGTYPE, 0o644)",
+           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that"),)),
+    Mutant("tarball-exec-for-all", "servebuild/sources/archives.py",
+           'tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)', "tarfile.REGTYPE, 0o755)",
+           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that"),)),
+    Mutant("release-drops-exec-bit", "servebuild/sources/archives.py",
+           "target.chmod(0o755 if mode & 0o111 else 0o644)", "target.chmod(0o644)",
+           (t("test_a_release_archive_keeps_the_exec_bit_and_only_that"),)),
+    # unsafe paths in release archives
+    Mutant("release-allows-dotdot", "servebuild/sources/archives.py",
+           'if rel.startswith("/") or ".." in rel.split("/"):', 'if rel.startswith("/"):',
+           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused"),)),
+    Mutant("release-allows-absolute", "servebuild/sources/archives.py",
+           'if rel.startswith("/") or ".." in rel.split("/"):', 'if ".." in rel.split("/"):',
+           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused"),)),
+    # bisect
+    Mutant("bisect-first-json-line", "servebuild/check/bisect.py",
+           "def _last_object(lines: list[str]) -> dict:\n    for line in reversed(lines):",
+           "def _last_object(lines: list[str]) -> dict:\n    for line in lines:",
+           (t("test_of_several_json_lines_the_last_one_counts"),)),
+    Mutant("bisect-first-metrics-file", "servebuild/check/bisect.py",
+           "    for line in reversed(lines):\n        if line.startswith(METRICS_MARK",
+           "    for line in lines:\n        if line.startswith(METRICS_MARK",
+           (t("test_of_several_metrics_files_the_last_one_counts"),)),
+    Mutant("bisect-first-cache-census", "servebuild/check/bisect.py",
+           "for line in reversed(lines)\n                   if line.startswith(CACHE_MARK",
+           "for line in lines\n                   if line.startswith(CACHE_MARK",
+           (t("test_of_several_cache_censuses_the_last_one_counts"),)),
+    Mutant("bisect-ignores-exit", "servebuild/check/bisect.py",
+           'return "pass" if row.exit == 0 else "fail"', 'return "pass"',
+           (t("test_the_outcome_without_a_metric_is_the_exit_status"),)),
+    Mutant("bisect-timeout-is-fail", "servebuild/check/bisect.py",
+           'if row.exit is None:\n        return "timeout"', 'if row.exit is None:\n        return "fail"',
+           (t("test_the_outcome_without_a_metric_is_the_exit_status"),)),
+    Mutant("bisect-row-last-exit", "servebuild/check/bisect.py",
+           "next((e for e in exits if e != 0), 0)", "exits[-1]",
+           (t("test_a_row_exits_with_its_first_failing_run"),)),
+    # signing key mode
+    Mutant("sign-key-group-readable", "servebuild/release/signing.py", "    if mode & 0o077:", "    if mode & 0o007:",
+           (t("test_a_signing_key_others_can_read_is_refused"),)),
+    Mutant("sign-key-other-readable", "servebuild/release/signing.py", "    if mode & 0o077:", "    if mode & 0o070:",
+           (t("test_a_signing_key_others_can_read_is_refused"),)),
+    Mutant("sign-key-any-mode", "servebuild/release/signing.py", "    if mode & 0o077:", "    if False:",
+           (t("test_a_signing_key_others_can_read_is_refused"),)),
+    Mutant("sign-key-owner-only-refused", "servebuild/release/signing.py", "    if mode & 0o077:",
+           "    if mode & 0o477:", (t("test_a_signing_key_only_its_owner_can_read_is_loaded"),)),
+    # passwords in error lines
+    Mutant("password-quoted-repr", "servebuild/release/credentials.py",
+           'raise CredentialsError("password holds a control character',
+           'raise CredentialsError(f"password {password!r} holds a control character',
+           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted"),
+            t("test_a_docker_config_password_with_a_control_character_is_refused_unquoted"))),
+    Mutant("password-quoted-raw", "servebuild/release/credentials.py",
+           'raise CredentialsError("password holds a control character',
+           'raise CredentialsError(f"password {password} holds a control character',
+           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted"),)),
+    Mutant("password-control-accepted", "servebuild/release/credentials.py",
+           "if any(not c.isprintable() for c in password):", "if False:",
+           (t("test_a_credential_helper_password_with_a_control_character_is_refused_unquoted"),)),
+    # the default platform
+    Mutant("default-platform-amd64", "servebuild/recipe/schema.py",
+           'platforms: list[str] = ["linux/arm64"]', 'platforms: list[str] = ["linux/amd64"]',
+           (t("test_a_recipe_without_platforms_is_for_linux_arm64_as_documented"),)),
+    Mutant("no-platform-ignores-host", "servebuild/plan/make.py",
+           "platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])",
+           "platform = wanted or recipe.platforms[0]",
+           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed"),)),
+    Mutant("no-platform-last-listed", "servebuild/plan/make.py",
+           "platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])",
+           "platform = wanted or (host if host in recipe.platforms else recipe.platforms[-1])",
+           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed"),)),
+    # the fuzz test's oracle: control characters are refused in every field
+    Mutant("profile-description-control-ok", "servebuild/engines/profiles.py",
+           '@field_validator("description", "args", "extra_args")', '@field_validator("extra_args")',
+           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.description]",
+            f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.args.1]")),
+    Mutant("env-value-control-ok", "servebuild/engines/profiles.py",
+                       'printable(value, f"env {key}")', "pass",
+           (f"{FUZZ}::test_a_value_with_a_control_character_is_refused_in_every_field[launch.profiles.p.env.A_B]",)),
+    # the bad-input harness: "no image tagged" only counts when the engine answered
+    Mutant("no-image-check-trusts-silence", "tests/integration/test_bad_input.py",
+           'if "no such image" in proc.stderr.lower():', "if True:",
+           ("tests/integration/test_bad_input.py::test_the_no_image_check_fails_if_the_engine_does_not_answer",)),
+]
+
+
+def tree_files(root: Path) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, check=True,
+                         capture_output=True).stdout.decode().split("\0")
+    return [f for f in out if f and (root / f).is_file() and not (root / f).is_symlink()]
+
+
+def copy_tree(root: Path, dest: Path) -> None:
+    for rel in tree_files(root):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+
+
+def pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[bool, str, float]:
+    start = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *tests]
+    try:
+        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "HYPOTHESIS_PROFILE": "mutants"})
+    except subprocess.TimeoutExpired:
+        return False, "timed out", time.monotonic() - start
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    failed = next((line for line in lines if line.startswith(("FAILED", "ERROR"))), lines[-1] if lines else "")
+    return proc.returncode == 0, failed, time.monotonic() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("words", nargs="*", help="only the mutants whose id contains one of these")
+    parser.add_argument("--list", action="store_true", help="print the table and stop")
+    parser.add_argument("--baseline", action="store_true", help="run each mutant's tests on the real code first")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant's tests (default 300)")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.words or any(w in m.id for w in args.words)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:32} {m.file}\n    - {m.old!r}\n    + {m.new!r}\n    tests: {' '.join(m.tests)}")
+        return 0
+    killed, survived, stale = [], [], []
+    with tempfile.TemporaryDirectory(prefix="servebuild-mutants-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(ROOT, tree)
+        probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
+                                "import conftest, servebuild; print(servebuild.__file__)"],
+                               cwd=tree, capture_output=True, text=True)
+        if not probe.stdout.strip().startswith(str(tree)):
+            print(f"the copy's servebuild is not the one imported: {probe.stdout.strip() or probe.stderr.strip()}")
+            return 1
+        for m in chosen:
+            path = tree / m.file
+            original = path.read_text()
+            if original.count(m.old) != 1:
+                stale.append(m)
+                print(f"STALE     {m.id}: {m.old!r} occurs {original.count(m.old)} times in {m.file}")
+                continue
+            if args.baseline:
+                ok, line, secs = pytest(tree, m.tests, args.timeout)
+                if not ok:
+                    stale.append(m)
+                    print(f"STALE     {m.id}: its tests fail on the real code: {line}")
+                    continue
+            path.write_text(original.replace(m.old, m.new))
+            try:
+                passed, line, secs = pytest(tree, m.tests, args.timeout)
+            finally:
+                path.write_text(original)
+            (survived if passed else killed).append(m)
+            print(f"{'SURVIVED' if passed else 'killed  '}  {m.id:32} {secs:5.1f}s  {'' if passed else line}")
+    total = len(killed) + len(survived)
+    print(f"\nkilled {len(killed)} of {total} ({100 * len(killed) / max(total, 1):.0f} %)"
+          + (f"; survived: {', '.join(m.id for m in survived)}" if survived else "")
+          + (f"; stale (not counted): {', '.join(m.id for m in stale)}" if stale else ""))
+    return 0 if not survived and not stale else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
