@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from hostile_registry import HostileRegistry, run_cli, write_creds  # noqa: E402
 
 MODES = ["slow-loris-body", "slow-loris-headers", "never-answers", "huge-manifest", "huge-manifest-undeclared",
-         "huge-blob", "huge-blob-undeclared", "wrong-digest", "tag-digest-lie", "redirect-loop", "redirect-many",
+         "huge-blob", "huge-blob-undeclared", "wrong-digest", "wrong-blob", "tag-digest-lie", "redirect-loop", "redirect-many",
          "redirect-away", "deep-json", "escaping-referrer", "token-flood", "token-deep", "ok"]
 
 

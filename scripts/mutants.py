@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,16 @@ class Mutant:
 
 def t(name: str, file: str = SURVIVORS) -> str:
     return f"{file}::{name}"
+
+
+HOSTILE = "tests/cli/test_hostile_registry.py"
+CLIENT = "tests/unit/test_registry_client.py"
+FOOLED = "tests/unit/test_smoke_checks_fooled.py"
+
+
+def h(mode: str) -> str:
+    """The hostile-registry case of `mode` (a -k expression on the parametrized verify test)."""
+    return f"{HOSTILE} -k {mode}"
 
 
 MUTANTS = [
@@ -172,6 +183,66 @@ MUTANTS = [
     Mutant("no-image-check-trusts-silence", "tests/integration/test_bad_input.py",
            'if "no such image" in proc.stderr.lower():', "if True:",
            ("tests/integration/test_bad_input.py::test_the_no_image_check_fails_if_the_engine_does_not_answer",)),
+    # the bounded registry client (servebuild/registry/) against tests/hostile_registry.py
+    Mutant("registry-no-request-deadline", "servebuild/registry/client.py",
+           'with deadline(self.request_s, f"{method} {_shown(_path(url))}"):',
+           'with deadline(86400, f"{method} {_shown(_path(url))}"):', (h("slow-loris-body"),)),
+    Mutant("registry-no-operation-deadline", "servebuild/release/verify.py",
+           'with client.operation(f"verify of {ref}"):', "if True:",
+           (f"{HOSTILE}::test_the_operation_deadline_bounds_many_slow_requests",)),
+    Mutant("registry-content-length-ignored", "servebuild/registry/bounded.py",
+           "if declared is not None and declared.strip().isdigit() and int(declared) > limit:", "if False:",
+           (h("huge-manifest]"),)),
+    Mutant("registry-size-checked-after-read", "servebuild/registry/bounded.py", "        if size > limit:\n",
+           "        if False:\n", (h("huge-manifest-undeclared"),)),
+    Mutant("registry-json-depth-unchecked", "servebuild/registry/bounded.py", "    if depth(doc) > max_depth:",
+           "    if False:", (h("deep-json-500"),)),
+    Mutant("registry-token-json-unchecked", "servebuild/registry/client.py",
+           "parse_json(response._content, what, limits.JSON_DEPTH)  # oras-py", "pass  # oras-py", (h("token-deep"),)),
+    Mutant("registry-redirects-unbounded", "servebuild/registry/client.py",
+           "for hop in range(limits.REDIRECTS + 1):", "for hop in range(10_000):", (h("redirect-many"),)),
+    Mutant("registry-redirect-loop-followed", "servebuild/registry/client.py", "if url in seen:", "if False:",
+           (h("redirect-loop"),)),
+    Mutant("registry-any-host-redirect", "servebuild/registry/client.py",
+           'if not blob or urlsplit(target).scheme != "https":', "if False:",
+           (h("redirect-away"), f"{CLIENT}::test_a_blob_redirect_to_plain_http_on_another_host_is_refused")),
+    Mutant("registry-credentials-to-cdn", "servebuild/registry/client.py",
+           '    request.headers.pop("Authorization", None)', "    pass",
+           (f"{CLIENT}::test_a_blob_read_may_move_to_another_https_host_without_the_credentials",)),
+    Mutant("registry-cdn-tls-unverified", "servebuild/registry/client.py",
+           ', "verify": str(self.ca) if self.ca else True}', "}",
+           (f"{CLIENT}::test_a_blob_read_may_move_to_another_https_host_without_the_credentials",)),
+    Mutant("registry-manifest-digest-unchecked", "servebuild/registry/client.py", "if claimed and digest != claimed:",
+           "if False:", (h("wrong-digest"), h("tag-digest-lie"))),
+    Mutant("registry-blob-digest-unchecked", "servebuild/registry/client.py", "        if actual != digest:\n",
+           "        if False:\n", (h("wrong-blob"),)),
+    Mutant("registry-artifact-name-unchecked", "servebuild/release/provenance.py",
+           "if title and not (isinstance(title, str) and PLAIN_FILE_NAME.fullmatch(title)", "if False and (title",
+           (h("escaping-referrer"),)),
+    Mutant("registry-seconds-unchecked", "servebuild/registry/limits.py", "if not (0 < value <= 86400):",
+           "if False:", (f"{HOSTILE}::test_a_bad_deadline_variable_is_one_line",)),
+    Mutant("publish-read-back-extra-platform", "servebuild/release/publish.py",
+           "if set(served) != {b.platform for b in builds}:", "if False:",
+           (f"{CLIENT}::test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms",)),
+    # the smoke suite's own checks against tools that would fool them
+    Mutant("jit-cext-always-ok", "tests/image/jit_probes.py", "    ok = got == 42", "    ok = True",
+           (f"{FOOLED}::test_cext_probe_fails_when_the_built_module_computes_wrong",)),
+    Mutant("jit-nvcc-any-13", "tests/image/jit_probes.py", 'if not primary.startswith(want + "."):',
+           'if not primary.startswith("13."):', (f"{FOOLED}::test_nvcc_probe_fails_on_any_release_but_13_0",)),
+    Mutant("jit-nvcc-others-ignored", "tests/image/jit_probes.py", "    if others:\n", "    if False:\n",
+           (f"{FOOLED}::test_nvcc_probe_passes_on_13_0_and_fails_on_a_second_nvcc_that_differs",)),
+    # every input file bounded, exact lock types, names, links
+    Mutant("patch-limit-raised", "servebuild/fsutil.py", '"patch": Limit("a local patch", 8 << 20, 200_000)',
+           '"patch": Limit("a local patch", 8 << 30, 200_000)',
+           ("tests/unit/test_input_limits.py::test_a_patch_over_8_mib_is_refused_naming_file_limit_and_size",)),
+    Mutant("duplicate-pins-allowed", "servebuild/recipe/requirements.py", "    if key in seen:\n",
+           "    if False:\n",
+           ("tests/unit/test_input_limits.py::test_a_package_pinned_twice_is_refused_naming_file_line_and_package",)),
+    Mutant("lock-any-version", "servebuild/lock/lockfile.py", "        if v != LOCK_VERSION:", "        if False:",
+           ("tests/unit/test_lock_types.py::test_a_lock_version_other_than_1_is_refused",)),
+    Mutant("recipe-link-out-allowed", "servebuild/recipe/load.py",
+           "if absolute.is_relative_to(root.absolute()) and not path.resolve().is_relative_to(root.resolve()):",
+           "if False:", ("tests/unit/test_recipe_symlinks.py::test_a_recipe_symlinked_outside_the_project_is_refused",)),
 ]
 
 
@@ -189,16 +260,24 @@ def copy_tree(root: Path, dest: Path) -> None:
 
 
 def pytest(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[bool, str, float]:
+    """Run each test spec ("FILE::NAME" or "FILE -k EXPR") on its own; (all passed, first failure, seconds).
+    Only pytest's "tests failed" (exit 1) counts as a failure: a spec that collects nothing (5), a usage
+    or collection error (4, 2) is a broken spec, reported as such, never as a kill."""
     start = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *tests]
-    try:
-        proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "HYPOTHESIS_PROFILE": "mutants"})
-    except subprocess.TimeoutExpired:
-        return False, "timed out", time.monotonic() - start
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    failed = next((line for line in lines if line.startswith(("FAILED", "ERROR"))), lines[-1] if lines else "")
-    return proc.returncode == 0, failed, time.monotonic() - start
+    for spec in tests:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *shlex.split(spec)]
+        try:
+            proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, "HYPOTHESIS_PROFILE": "mutants"})
+        except subprocess.TimeoutExpired:
+            return False, f"timed out ({spec})", time.monotonic() - start
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"broken test spec {spec!r}: pytest exit {proc.returncode}: {(lines or [''])[-1]}")
+        if proc.returncode == 1:
+            failed = next((line for line in lines if line.startswith(("FAILED", "ERROR"))), lines[-1] if lines else "")
+            return False, failed, time.monotonic() - start
+    return True, "", time.monotonic() - start
 
 
 def main() -> int:

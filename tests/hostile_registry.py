@@ -9,6 +9,7 @@ never-answers       /v2/ is accepted and never answered
 huge-manifest       the index declares 700 MiB and streams them; -undeclared: no Content-Length
 huge-blob           the config blob declares 600 MiB and streams them; -undeclared: no Content-Length
 wrong-digest        the image manifest fetched by digest is other bytes
+wrong-blob          the config blob is other bytes than its digest says
 tag-digest-lie      the index by tag comes with a Docker-Content-Digest its bytes do not hash to
 redirect-loop       the index redirects to a second URL, which redirects back
 redirect-many       the index redirects through 20 distinct URLs
@@ -207,6 +208,8 @@ class HostileRegistry:
         if path == f"{base}/blobs/{sha(t['config'])}":
             if mode == "blob-cdn":
                 return self.send(h, 307, b"", {"Location": f"{self.cdn}/config"})
+            if mode == "wrong-blob":
+                return self.send(h, 200, t["config"] + b" ")
             if mode.startswith("huge-blob"):
                 return self.stream(h, 600 << 20, not mode.endswith("undeclared"), "application/octet-stream")
             return self.send(h, 200, t["config"])
