@@ -1,4 +1,4 @@
-"""A mutation check of the promises the test suite defends (issue 19), without an engine.
+"""A mutation check of the promises the test suite defends (issue 19); without an engine unless --engine.
 
 Each mutant is one small change to the code (FILE, OLD text, NEW text: OLD must occur exactly
 once) and the tests that must notice it. Every mutant runs on one temporary copy of the tree
@@ -13,6 +13,7 @@ with the "mutants" profile (tests/conftest.py: the ci examples, derandomized, no
     .venv/bin/python scripts/mutants.py --list       # the table only
     .venv/bin/python scripts/mutants.py yaml-depth   # the mutants whose id contains a word
     .venv/bin/python scripts/mutants.py --baseline   # also run each mutant's tests on the real code
+    .venv/bin/python scripts/mutants.py --engine     # also the mutants whose tests need a Docker engine
 
 Exit status: 0 when every mutant is killed, 1 when one survives or is stale.
 """
@@ -43,6 +44,7 @@ class Mutant:
     new: str
     tests: tuple[str, ...]  # pytest node ids or FILE::-k-free prefixes; FILE -k EXPR as "FILE -k EXPR"
     note: str = ""
+    engine: bool = False  # its tests build or run images (a Docker engine): only with --engine
 
 
 def t(name: str, file: str = SURVIVORS) -> str:
@@ -221,6 +223,9 @@ MUTANTS = [
            (h("escaping-referrer"),)),
     Mutant("registry-seconds-unchecked", "servebuild/registry/limits.py", "if not (0 < value <= 86400):",
            "if False:", (f"{HOSTILE}::test_a_bad_deadline_variable_is_one_line",)),
+    Mutant("publish-check-phase-undeadlined", "servebuild/release/publish.py",
+           'with client.operation(f"checking what {tag} of {repo} names now"):', "if True:",
+           (f"{CLIENT}::test_publish_checks_the_tag_within_the_operation_deadline",)),
     Mutant("publish-read-back-extra-platform", "servebuild/release/publish.py",
            "if set(served) != {b.platform for b in builds}:", "if False:",
            (f"{CLIENT}::test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms",)),
@@ -231,6 +236,10 @@ MUTANTS = [
            'if not primary.startswith("13."):', (f"{FOOLED}::test_nvcc_probe_fails_on_any_release_but_13_0",)),
     Mutant("jit-nvcc-others-ignored", "tests/image/jit_probes.py", "    if others:\n", "    if False:\n",
            (f"{FOOLED}::test_nvcc_probe_passes_on_13_0_and_fails_on_a_second_nvcc_that_differs",)),
+    Mutant("smoke-toolkit-any-13", "tests/image/test_smoke.py",
+           'assert version.startswith(expect["cuda"]), f"{what} is {version}',
+           'assert version.startswith("13"), f"{what} is {version}',
+           ("tests/integration/test_smoke_fixtures.py -k not_13_0",), engine=True),
     # every input file bounded, exact lock types, names, links
     Mutant("patch-limit-raised", "servebuild/fsutil.py", '"patch": Limit("a local patch", 8 << 20, 200_000)',
            '"patch": Limit("a local patch", 8 << 30, 200_000)',
@@ -286,8 +295,10 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the table and stop")
     parser.add_argument("--baseline", action="store_true", help="run each mutant's tests on the real code first")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant's tests (default 300)")
+    parser.add_argument("--engine", action="store_true", help="also the mutants whose tests need a Docker engine")
     args = parser.parse_args()
-    chosen = [m for m in MUTANTS if not args.words or any(w in m.id for w in args.words)]
+    chosen = [m for m in MUTANTS if (not args.words or any(w in m.id for w in args.words))
+              and (args.engine or not m.engine)]
     if args.list:
         for m in chosen:
             print(f"{m.id:32} {m.file}\n    - {m.old!r}\n    + {m.new!r}\n    tests: {' '.join(m.tests)}")
@@ -323,6 +334,10 @@ def main() -> int:
             (survived if passed else killed).append(m)
             print(f"{'SURVIVED' if passed else 'killed  '}  {m.id:32} {secs:5.1f}s  {'' if passed else line}")
     total = len(killed) + len(survived)
+    plain = [m for m in killed + survived if not m.engine]
+    if args.engine and len(plain) != total:
+        n = sum(1 for m in killed if not m.engine)
+        print(f"\nwithout an engine: killed {n} of {len(plain)} ({100 * n / max(len(plain), 1):.0f} %)")
     print(f"\nkilled {len(killed)} of {total} ({100 * len(killed) / max(total, 1):.0f} %)"
           + (f"; survived: {', '.join(m.id for m in survived)}" if survived else "")
           + (f"; stale (not counted): {', '.join(m.id for m in stale)}" if stale else ""))

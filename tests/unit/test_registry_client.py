@@ -325,3 +325,24 @@ def test_a_blob_redirect_to_plain_http_on_another_host_is_refused(tmp_path):
     finally:
         registry.stop()
         cdn.stop()
+
+
+def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
+    """Each request of publish's first phase within its own deadline (30 s), the phase itself past its
+    operation's (3 s): one line naming the phase, before any push (publish's engine is never reached)."""
+    import time
+    from hostile_registry import HostileRegistry
+    from servebuild.registry.client import RegistryTimeout
+    from servebuild.release.publish import PlatformBuild, publish
+    registry = HostileRegistry("slow-loris-body")
+    try:
+        client = RegistryClient(registry.address, timeout=30, operation_s=3)
+        build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id="sha256:" + "a" * 64)
+        start = time.monotonic()
+        with pytest.raises(RegistryTimeout, match="checking what v1 of servebuild/toy names now did not finish "
+                                                   "within 3 s"):
+            publish(None, [build], client, "servebuild/toy", "v1")
+        assert time.monotonic() - start < 6
+        assert registry.writes() == []
+    finally:
+        registry.stop()
