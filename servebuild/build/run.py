@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
+from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import inputs_manifest, oci_labels
 from servebuild.errors import DockerError, InputError, RecipeError
@@ -147,7 +148,12 @@ def _host_resources() -> tuple[int, int]:
 def dry_run(plan: BuildPlan) -> tuple[str, bool]:
     """What a build would do, without the engine or the network: the context is rendered with an
     empty source placeholder and the sources that would be fetched are listed; and whether the build
-    would stop before building (an unpinned PR entry)."""
+    would stop before building (an unpinned PR entry). One at a time per build dir, as builds."""
+    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+        return _dry_run(plan)
+
+
+def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
     bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
              for s, r in plan.bases.items()}
     engine = plan.loaded.recipe.engine
@@ -174,7 +180,13 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
 
 
 def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
-    """`echo` takes the live progress (default stderr unless options.echo is off)."""
+    """`echo` takes the live progress (default stderr unless options.echo is off); one build at a
+    time per build dir (a second refuses)."""
+    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+        return _build(plan, docker, echo)
+
+
+def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> BuildResult:
     info = docker.info()
     bases = resolve_bases(plan, docker)
     # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
