@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 from servebuild import procs
 from servebuild.build.docker import DockerClient
+from servebuild.build.farm import engine_for_plans
 from servebuild.build.run import build
 from servebuild.check import plots
 from servebuild.check.container import RunOptions
@@ -359,12 +360,15 @@ class Session:
     built once and measured `repeat` times per profile (interleaved across rows by `measure_all`)."""
 
     def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: dict[str, list[Optional[str]]],
-                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None):
+                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None,
+                 farm_file: Optional[Path] = None):
+        """`farm_file`: build and run on its engine for the platform, as `build --farm` would (None: local)."""
         self.plans = {name: make_plan(root, recipe, o) for name, o in options.items()}
         self.probe, self.profiles, self.repeat = probe, profiles, repeat
         self.urls = urls or {}
-        self.out_dir = make_dir(out_dir or (root / "build" / recipe / "bisect"), "the bisect output")  # before any build
-        self.docker = DockerClient()
+        self.out_dir = out_dir or (root / "build" / recipe / "bisect")
+        self.docker = engine_for_plans(root, list(self.plans.values()), farm_file)
+        make_dir(self.out_dir, "the bisect output")  # before any build: a bisect that cannot report builds nothing
         self.gpus = probe.run.resolved_gpus(self.docker, "every bisect run") if probe else "none"
         if probe:
             print(f"bisect: runs get {'no GPU' if self.gpus == 'none' else 'GPUs ' + self.gpus} "
