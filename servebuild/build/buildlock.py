@@ -1,5 +1,6 @@
-"""One build at a time per build directory: two builds of one recipe (same variant and platform)
-would share one context dir, build log, image-id file and manifest. The first holds an flock(2) on
+"""One build at a time per build directory: a second build of one recipe, variant and platform refuses.
+
+Two such builds would share one context dir, build log, image-id file and manifest. The first holds an flock(2) on
 BUILD_DIR/build.lock for its whole run; a second refuses at once in one line naming the first's pid
 (a build can take hours: waiting would hide that two were started). The kernel drops the lock when
 its holder exits, however it ends, so no stale lock needs clearing."""
