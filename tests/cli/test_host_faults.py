@@ -7,6 +7,7 @@ ro), unmounted in the fixture's finalizer. This needs root (CI and this machine 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -152,3 +153,26 @@ def test_a_full_manifest_dir_is_one_line(mount, tmp_path):
             write_json(out / "manifest.json", {"x": "y" * 10000})
     assert str(caught.value) == f"{out / 'manifest.json'}: cannot write the build manifest: No space left on device"
     assert leftovers(out) == []
+
+
+def test_the_front_door_turns_any_unnamed_host_fault_into_one_line(mount, tmp_path):
+    """The net under fsutil.writing: a write no `writing` block names still ends as one line, exit 2;
+    an OSError that is no host fault (a bug) is not hidden."""
+    from invoke import Exit
+    from servebuild.cli.front import one_line_errors
+    out = mount(tmp_path / "ro", read_only=True)
+
+    @one_line_errors
+    def task(c, path=None):
+        Path(path).write_text("x")
+
+    with pytest.raises(Exit) as caught:
+        task(None, path=str(out / "f"))
+    assert caught.value.code == 2 and caught.value.message == f"error: {out / 'f'}: cannot write: Read-only file system"
+
+    @one_line_errors
+    def buggy(c):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    with pytest.raises(OSError):
+        buggy(None)
