@@ -46,8 +46,8 @@ def one_line_errors(fn):
         except OSError as exc:  # the net under fsutil.writing: a host fault on a path no block names
             if exc.errno not in HOST_FAULTS:
                 raise
-            place = f"{exc.filename}: " if exc.filename else ""
-            raise Exit(f"error: {HostError(place + 'cannot write: ' + (exc.strerror or str(exc)))}", code=2) from None
+            fault = HostError(exc.strerror or str(exc), file=str(exc.filename) if exc.filename else None)  # read or write
+            raise Exit(f"error: {fault}", code=fault.exit_code) from None
         if isinstance(status, int) and status:
             raise Exit(code=status)
     return wrapper

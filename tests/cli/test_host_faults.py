@@ -168,7 +168,7 @@ def test_the_front_door_turns_any_unnamed_host_fault_into_one_line(mount, tmp_pa
 
     with pytest.raises(Exit) as caught:
         task(None, path=str(out / "f"))
-    assert caught.value.code == 2 and caught.value.message == f"error: {out / 'f'}: cannot write: Read-only file system"
+    assert caught.value.code == 2 and caught.value.message == f"error: {out / 'f'}: Read-only file system"
 
     @one_line_errors
     def buggy(c):
