@@ -219,7 +219,8 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
     finally:
         docker.remove_image(base, force=False)  # only this name: the image stays
     tag = req.tag or warm_tag(req.image)
-    with writing(work, "the warm output"):  # before the tag, as a build's manifest: a record that cannot be kept tags nothing
+    # before the tag, as a build's manifest: a record that cannot be kept tags nothing
+    with writing(work, "the warm output"):
         write_json(work / "warm.json", {**record, "warm_image_id": warm_id, "tag": tag, "labels": warm_labels})
     docker.tag(warm_id, tag)
     echo(f"warm: built {tag} ({warm_id[:19]}): {totals['files']} cache files, {totals['bytes']} bytes over {image_id[:19]}")

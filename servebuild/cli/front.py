@@ -46,7 +46,8 @@ def one_line_errors(fn):
         except OSError as exc:  # the net under fsutil.writing: a host fault on a path no block names
             if exc.errno not in HOST_FAULTS:
                 raise
-            fault = HostError(exc.strerror or str(exc), file=str(exc.filename) if exc.filename else None)  # read or write
+            # it cannot know whether the path was being read or written: the path and the errno text
+            fault = HostError(exc.strerror or str(exc), file=str(exc.filename) if exc.filename else None)
             raise Exit(f"error: {fault}", code=fault.exit_code) from None
         if isinstance(status, int) and status:
             raise Exit(code=status)

@@ -55,7 +55,8 @@ R = ["--recipe", "sglang-native-fp8-bookworm"]
     (R + ["--run", "true", "--gpus", "0,0"], "names a GPU twice"),
     (R + ["--run", "true", "--shm-size", "9999999999999g"], "more shared memory than any host has"),
     (R + ["--run", "true", "--repeat", "-1"], "is not a whole number of runs"),
-    (R + ["--run", "true", "--farm", "/nonexistent/farm.yaml"], "--farm: farm file '/nonexistent/farm.yaml' does not exist"),
+    (R + ["--run", "true", "--farm", "/nonexistent/farm.yaml"],
+     "--farm: farm file '/nonexistent/farm.yaml' does not exist"),
     (R + ["--run", "true", "--platform", "linux/amd64,linux/arm64"], "unknown platform 'linux/amd64,linux/arm64'"),
 ])
 def test_bad_bisect_input_is_one_line(args, words):
