@@ -17,7 +17,7 @@ from typing import Optional, TextIO
 from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import inputs_manifest, oci_labels
-from servebuild.errors import DockerError, InputError, RecipeError
+from servebuild.errors import DockerError, RecipeError
 from servebuild.fsutil import make_dir, write_json, writing
 from servebuild.lock.lockfile import unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
@@ -57,11 +57,8 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
     root = checked_cache_dir(plan.options.cache_dir)
-    try:
+    with writing(root, "the source cache"):  # a host fault ($SERVEBUILD_CACHE read-only, full, a file in the way)
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
-    except OSError as exc:
-        raise InputError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
-                          field="$SERVEBUILD_CACHE") from None
     make_dir(plan.build_dir, "the build directory")
     with _FETCH_LOCK, writing(root, "the source cache"), writing(plan.build_dir / "work", "the engine source tree"):
         return prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
