@@ -177,18 +177,21 @@ def warm(c, recipe=None, variant=None, platform=None, image=None, profile=None, 
             "metrics_file": "JSON (or JSONL: its last object) the command writes in the container "
                             "(default: its last JSON line)",
             "volume": "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)",
-            "keep": "a directory in the container copied next to each run's log (--suite: the bench's output)"},
+            "keep": "a directory in the container copied next to each run's log (--suite: the bench's output)",
+            "farm": "farm file mapping platforms to engines, as for build: the variants build and run on the "
+                    "platform's engine (default: farm.yaml at the project root, if any)"},
       iterable=["volume", "env"])
 @one_line_errors
 def bisect(c, recipe=DEFAULT_RECIPE, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
            run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=None,
-           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None, keep=None):
+           metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None, keep=None,
+           farm=None):
     """A/B images: one isolated image per variant (sharing every layer but the engine's), a command (or a
     bench suite) run in each, --repeat times interleaved; one table of medians, every run's full log kept,
     PNGs of TTFT and decode; --search bisects the patch stack for the first patch that changes the result."""
     cli_bisect.bisect(ROOT, recipe, variants, platform, locked, offline, ca_bundle, run, search, metric,
                        threshold, profiles, timeout, network, metrics_file, volume, gpus, env, shm_size, repeat, suite,
-                       keep)
+                       keep, farm)
 
 
 @task(help={"suite": "comma-separated: prefill, decode, story, tail, grid; or ksweep (alone, with --ks and --serve)",

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import InputError, RecipeError
+from servebuild.errors import HostError, InputError, RecipeError
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -48,6 +50,55 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 def write_json(path: Path, data) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@contextmanager
+def writing(path: Path, what: str):
+    """Whatever writes under `path` inside the block: an OSError (a full or read-only file system, a
+    file where a directory goes, no permission) becomes one HostError line
+    "PATH: cannot write WHAT: ERRNO TEXT". A fault that names a file outside `path` is left to an
+    enclosing `writing` (or the front door's net), so nested blocks each name their own path."""
+    try:
+        yield path
+    except OSError as exc:
+        named = Path(exc.filename) if isinstance(exc.filename, (str, Path)) else None
+        if isinstance(exc, BrokenPipeError) or (named and not (_under(named, path) or _under(path, named))):
+            raise
+        raise host_fault(path, what, exc) from None
+
+
+def make_dir(path: Path, what: str) -> Path:
+    """`path` and its parents, made if missing; one HostError line if they cannot be."""
+    with writing(path, what):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def host_fault(path: Path, what: str, exc: OSError) -> HostError:
+    """The one line for an OSError met while writing `what` under `path`."""
+    detail = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _not_a_directory(Path(exc.filename) if exc.filename else path)
+        if blocker is not None:
+            detail = f"{blocker} is a file, not a directory"
+    return HostError(f"cannot write {what}: {detail}", file=str(path))
+
+
+def _under(inner: Path, outer: Path) -> bool:
+    inner, outer = Path(os.path.abspath(inner)), Path(os.path.abspath(outer))
+    return inner == outer or outer in inner.parents
+
+
+def _not_a_directory(path: Path):
+    """The first of `path`'s parents (or `path`) that exists and is not a directory, top down."""
+    for where in [*reversed(path.parents), path]:
+        try:
+            st = where.stat()
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return where
+    return None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import requests.exceptions
 
 from servebuild import procs
 from servebuild.errors import DockerError
+from servebuild.fsutil import writing
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
 
@@ -247,7 +248,8 @@ class DockerClient:
     def build(self, req: BuildRequest, log_path: Path, echo: Optional[TextIO] = sys.stderr) -> str:
         """Build without tagging; stream plain progress to `echo` and the whole log to `log_path`."""
         iidfile = log_path.parent / "image-id.txt"
-        iidfile.unlink(missing_ok=True)
+        with writing(iidfile, "the image id file"):
+            iidfile.unlink(missing_ok=True)
         cmd = [self.client, "build", "--progress=plain", "--platform", req.platform,
                "--iidfile", str(iidfile), "-f", str(req.context / "Dockerfile")]
         for key, value in sorted(req.build_args.items()):
@@ -269,18 +271,24 @@ class DockerClient:
         cmd.append(str(req.context))
         start = time.monotonic()
         tail: list[str] = []
-        with log_path.open("w") as log:
-            log.write("$ " + " ".join(cmd) + "\n")
-            proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1)
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                tail = (tail + [line.rstrip()])[-80:]
-                if echo is not None and _is_progress(line):
-                    echo.write(f"[{time.monotonic() - start:6.0f}s] {line}")
-                    echo.flush()
-            code = proc.wait()
+        proc = None
+        try:
+            with writing(log_path, "the build log"), log_path.open("w") as log:
+                log.write("$ " + " ".join(cmd) + "\n")
+                proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    log.write(line)
+                    tail = (tail + [line.rstrip()])[-80:]
+                    if echo is not None and _is_progress(line):
+                        echo.write(f"[{time.monotonic() - start:6.0f}s] {line}")
+                        echo.flush()
+                code = proc.wait()
+        finally:
+            if proc is not None and proc.poll() is None:  # the log could not be written: stop the build too
+                proc.kill()
+                proc.wait()
         if code != 0:
             raise DockerError(f"build failed (exit {code}): {failure_cause(tail)}; full log: {log_path}",
                               field="build")

@@ -412,3 +412,18 @@ def engine_for_build(root: Path, build_dir: Path, platform: str, farm_option: Op
     if farm_file is None or not manifest_path.exists():
         return DockerClient()
     return engine_of_build(load_farm(farm_file, root), platform, read_json_object(manifest_path, "build manifest"))
+
+
+def engine_for_plans(root: Path, plans: list, farm_file: Optional[Path]) -> DockerClient:
+    """The one engine that builds (and runs) plans of one platform, such as bisect's variants, chosen
+    as `build` chooses: no farm file, the local engine; else the platform's first engine that passes
+    the preflight for the first plan, which must then pass it for every other plan too."""
+    if farm_file is None:
+        return DockerClient()
+    farm = load_farm(farm_file, root)
+    first, *rest = plans
+    node = preflight(farm, {first.platform: first})[first.platform]
+    for plan in rest:
+        check_engine(farm, node.engine, plan, connect=lambda endpoint, timeout: node.client)
+    print(f"[{first.platform}] on {node.name} ({node.client.server_version})", file=sys.stderr)
+    return node.client

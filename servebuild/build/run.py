@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
+from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import inputs_manifest, oci_labels
-from servebuild.errors import DockerError, InputError, RecipeError
-from servebuild.fsutil import write_json
+from servebuild.errors import DockerError, RecipeError
+from servebuild.fsutil import make_dir, write_json, writing
 from servebuild.lock.lockfile import unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
@@ -55,13 +57,10 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
     root = checked_cache_dir(plan.options.cache_dir)
-    try:
+    with writing(root, "the source cache"):  # a host fault ($SERVEBUILD_CACHE read-only, full, a file in the way)
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
-    except OSError as exc:
-        raise InputError(f"cannot use {root} as the source cache: {exc.strerror or exc}",
-                          field="$SERVEBUILD_CACHE") from None
-    plan.build_dir.mkdir(parents=True, exist_ok=True)
-    with _FETCH_LOCK:
+    make_dir(plan.build_dir, "the build directory")
+    with _FETCH_LOCK, writing(root, "the source cache"), writing(plan.build_dir / "work", "the engine source tree"):
         return prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
                                      offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
 
@@ -126,8 +125,15 @@ def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, d
     if engine:
         build_args["ENGINE_VERSION"] = source.version(engine.version) if source else engine.version
     manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, source, build_args)
-    context = write_context(plan.loaded, plan.platform, plan.bases, plan.build_dir / "context", manifest_inputs,
-                            tarball or (source.tarball if source else None))
+    context = plan.build_dir / "context"
+    make_dir(plan.build_dir, "the build directory")
+    try:
+        with writing(context, "the build context"):
+            write_context(plan.loaded, plan.platform, plan.bases, context, manifest_inputs,
+                          tarball or (source.tarball if source else None))
+    except BaseException:  # a full disk or ^C: no half context is left for a later build to trust
+        shutil.rmtree(context, ignore_errors=True)
+        raise
     return Rendered(context=context, build_args=build_args, manifest_inputs=manifest_inputs)
 
 
@@ -139,7 +145,12 @@ def _host_resources() -> tuple[int, int]:
 def dry_run(plan: BuildPlan) -> tuple[str, bool]:
     """What a build would do, without the engine or the network: the context is rendered with an
     empty source placeholder and the sources that would be fetched are listed; and whether the build
-    would stop before building (an unpinned PR entry)."""
+    would stop before building (an unpinned PR entry). One at a time per build dir, as builds."""
+    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+        return _dry_run(plan)
+
+
+def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
     bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
              for s, r in plan.bases.items()}
     engine = plan.loaded.recipe.engine
@@ -152,9 +163,9 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
         lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
         if problem:
             lines.append(f"  would stop: {problem}")
-        placeholder = plan.build_dir / "dry-run-source.tar"
-        placeholder.parent.mkdir(parents=True, exist_ok=True)
-        placeholder.write_bytes(b"")
+        placeholder = make_dir(plan.build_dir, "the build directory") / "dry-run-source.tar"
+        with writing(placeholder, "the dry run's source placeholder"):
+            placeholder.write_bytes(b"")
     rendered = render(plan, None, bases, *_host_resources(), tarball=placeholder if engine else None)
     context = rendered.context
     args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(rendered.build_args.items()))
@@ -166,7 +177,13 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
 
 
 def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
-    """`echo` takes the live progress (default stderr unless options.echo is off)."""
+    """`echo` takes the live progress (default stderr unless options.echo is off); one build at a
+    time per build dir (a second refuses)."""
+    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+        return _build(plan, docker, echo)
+
+
+def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> BuildResult:
     info = docker.info()
     bases = resolve_bases(plan, docker)
     # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
@@ -192,7 +209,8 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
                            "engine": {"server_version": docker.server_version, "client": docker.client,
                                       **({"host": docker.endpoint.host} if docker.endpoint else {})}}
     manifest_path = plan.build_dir / "manifest.json"
-    write_json(manifest_path, manifest)
+    with writing(manifest_path, "the build manifest"):  # before the tag: a manifest that cannot be written tags nothing
+        write_json(manifest_path, manifest)
     docker.tag(image_id, plan.tag)
     if plan.options.cache_to:
         docker.push(image_id, plan.options.cache_to)

@@ -25,11 +25,12 @@ from typing import Callable, Optional
 
 from servebuild import procs
 from servebuild.build.docker import DockerClient
+from servebuild.build.farm import engine_for_plans
 from servebuild.build.run import build
 from servebuild.check import plots
 from servebuild.check.container import RunOptions
 from servebuild.errors import DockerError, InputError, RecipeError
-from servebuild.fsutil import atomic_write, write_json
+from servebuild.fsutil import atomic_write, make_dir, write_json, writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.grammar import NAME
 from servebuild.render.aot import BENCH_COMMAND, CACHE_TOOL
@@ -177,11 +178,9 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
     if url:
         args += ["-e", f"SERVEBUILD_BENCH_URL={url}"]
     args += [tag, "-c", probe.script()]
-    try:
+    with writing(log, "the run log"):
         log.parent.mkdir(parents=True, exist_ok=True)
         out = open(log, "wb")
-    except OSError as exc:
-        raise InputError(f"cannot write the run log {log}: {exc.strerror}", field="--run") from None
     start = time.monotonic()
     try:
         with out:
@@ -196,7 +195,7 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
         if code == 125 and output.lstrip().startswith("docker:"):  # docker run itself failed: no measurement
             raise DockerError(f"docker run of {tag} failed: {output.strip().splitlines()[0]}", field="--run")
         if artifacts is not None and probe.artifacts:
-            artifacts.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(artifacts.parent, "the run's artifacts")
             docker.run("cp", f"{name}:{probe.artifacts}", str(artifacts), check=False)
     finally:
         docker.remove_container(name)
@@ -332,11 +331,12 @@ def human_bytes(n: int) -> str:
 
 def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -> tuple[Path, Path, list[Path]]:
     """bisect.json (every run, every metric), bisect.md (the table) and the PNGs the runs have data for."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     data = {"rows": [asdict(r) for r in rows], **(extra or {})}
-    write_json(out_dir / "bisect.json", data)
-    atomic_write(out_dir / "bisect.md", table(rows))
-    return out_dir / "bisect.json", out_dir / "bisect.md", plots.bisect_plots(data, out_dir)
+    with writing(out_dir, "the bisect report"):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / "bisect.json", data)
+        atomic_write(out_dir / "bisect.md", table(rows))
+        return out_dir / "bisect.json", out_dir / "bisect.md", plots.bisect_plots(data, out_dir)
 
 
 def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional[float]:
@@ -360,12 +360,15 @@ class Session:
     built once and measured `repeat` times per profile (interleaved across rows by `measure_all`)."""
 
     def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: dict[str, list[Optional[str]]],
-                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None):
+                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None,
+                 farm_file: Optional[Path] = None):
+        """`farm_file`: build and run on its engine for the platform, as `build --farm` would (None: local)."""
         self.plans = {name: make_plan(root, recipe, o) for name, o in options.items()}
         self.probe, self.profiles, self.repeat = probe, profiles, repeat
         self.urls = urls or {}
         self.out_dir = out_dir or (root / "build" / recipe / "bisect")
-        self.docker = DockerClient()
+        self.docker = engine_for_plans(root, list(self.plans.values()), farm_file)
+        make_dir(self.out_dir, "the bisect output")  # before any build: a bisect that cannot report builds nothing
         self.gpus = probe.run.resolved_gpus(self.docker, "every bisect run") if probe else "none"
         if probe:
             print(f"bisect: runs get {'no GPU' if self.gpus == 'none' else 'GPUs ' + self.gpus} "

@@ -29,7 +29,7 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import HostError, InputError, IntegrityError
-from servebuild.fsutil import write_json
+from servebuild.fsutil import make_dir, write_json, writing
 from servebuild.render.aot import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
@@ -161,7 +161,7 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         args += ["-e", f"SERVEBUILD_LAUNCHER=/usr/local/bin/{req.profile}"]
     for spec in req.volumes:
         args += ["-v", spec]
-    work.mkdir(parents=True, exist_ok=True)
+    make_dir(work, "the warm output")  # before the container runs (an hour's warmup must not end in ENOSPC unnamed)
     log = work / "warm.log"
     with Container(docker, image_id, args) as box:
         box.exec(PYTHON, CACHE_TOOL, "seed")
@@ -219,8 +219,10 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
     finally:
         docker.remove_image(base, force=False)  # only this name: the image stays
     tag = req.tag or warm_tag(req.image)
+    # before the tag, as a build's manifest: a record that cannot be kept tags nothing
+    with writing(work, "the warm output"):
+        write_json(work / "warm.json", {**record, "warm_image_id": warm_id, "tag": tag, "labels": warm_labels})
     docker.tag(warm_id, tag)
-    write_json(work / "warm.json", {**record, "warm_image_id": warm_id, "tag": tag, "labels": warm_labels})
     echo(f"warm: built {tag} ({warm_id[:19]}): {totals['files']} cache files, {totals['bytes']} bytes over {image_id[:19]}")
     result.bytes, result.tag, result.warm_id, result.record = totals["bytes"], tag, warm_id, record
     return result

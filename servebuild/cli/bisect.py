@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from servebuild import TOOLS_DIR
+from servebuild.build import farm as farms
 from servebuild.check import bisect as ab
 from servebuild.check.container import RunOptions, check_env, check_gpus
 from servebuild.cli.options import build_options, whole_seconds
@@ -39,7 +40,8 @@ def check_suite(suite: str) -> None:
 def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, offline=False, ca_bundle=None,
            run=None, search=False, metric=None, threshold=None, profiles=None, timeout=None, network=None,
            metrics_file=None, volume=None, gpus=None, env=None, shm_size=None, repeat=None, suite=None,
-           keep=None) -> None:
+           keep=None, farm=None) -> None:
+    farm_file = farms.farm_path(root, farm)  # as `build` takes it: --farm FILE, else farm.yaml if any
     threshold = ab.parse_threshold(metric, threshold)
     loaded = load_recipe(recipe, root)
     if run is not None and suite is not None:
@@ -77,7 +79,8 @@ def bisect(root: Path, recipe: str, variants=None, platform=None, locked=False, 
     build_opts = {name: build_options(platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle,
                                       variant=name, stack=stack) for name, stack in jobs}
     session = ab.Session(root, recipe, probe, names, build_opts, repeat=count,
-                         out_dir=root / "build" / loaded.recipe.name / "bisect", urls=urls)  # plans checked first
+                         out_dir=root / "build" / loaded.recipe.name / "bisect", urls=urls,
+                         farm_file=farm_file)  # plans checked first
     if search:
         found = ab.first_change(len(jobs) - 1, lambda i: session.outcome(jobs[i][0], metric, threshold))
         print(session.culprit(jobs, found))

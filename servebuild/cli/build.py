@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.build import bases, farm as farms, run
+from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
 from servebuild.cli.options import build_options, default_ca_bundle, verdict
@@ -86,7 +87,8 @@ def farm_build(root: Path, farm_module, plans: dict, farm_file: Optional[Path]) 
 def fetch(root: Path, recipe: str, offline: bool = False, locked: bool = False) -> None:
     plan = make_plan(root, recipe, build_options(offline=offline, locked=locked))
     start = time.monotonic()
-    source = run.fetch_sources(plan)
+    with build_lock(plan.build_dir, plan.loaded.recipe.name):  # it writes the build dir's work tree
+        source = run.fetch_sources(plan)
     if source is None:
         print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")
         return

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import os
@@ -15,7 +16,12 @@ import sys
 from invoke import Exit, ParseError
 from invoke.program import Program
 
-from servebuild.errors import ServebuildError
+from servebuild.errors import HostError, ServebuildError
+
+# what the host's file systems say when servebuild cannot write where it must (full, read-only, a file
+# in the way, no permission, quota): one line, as every other host fault
+HOST_FAULTS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST, errno.EISDIR,
+               errno.EDQUOT, errno.EIO, errno.ENAMETOOLONG}
 
 
 def one_line_errors(fn):
@@ -37,6 +43,12 @@ def one_line_errors(fn):
         except BrokenPipeError:  # `invoke validate | head`: the reader left; say nothing more
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise Exit(code=141) from None
+        except OSError as exc:  # the net under fsutil.writing: a host fault on a path no block names
+            if exc.errno not in HOST_FAULTS:
+                raise
+            # it cannot know whether the path was being read or written: the path and the errno text
+            fault = HostError(exc.strerror or str(exc), file=str(exc.filename) if exc.filename else None)
+            raise Exit(f"error: {fault}", code=fault.exit_code) from None
         if isinstance(status, int) and status:
             raise Exit(code=status)
     return wrapper

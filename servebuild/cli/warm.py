@@ -13,6 +13,7 @@ from servebuild.check.container import NETWORK, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
+from servebuild.fsutil import writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.load import load_recipe
 
@@ -77,7 +78,8 @@ def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profi
         work = plan.build_dir / "warm"
     else:
         raise InputError("give --recipe NAME (its built image) or --image REF", field="--recipe")
-    result = run_warm(engine, replace(request, image=image, profile=profile), work)
+    with writing(work, "the warm output"):
+        result = run_warm(engine, replace(request, image=image, profile=profile), work)
     if check:
         total = sum(result.new_files.values())
         print(f"warm --check: {total} new cache files while the command ran")

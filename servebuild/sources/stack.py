@@ -91,8 +91,10 @@ def _literal(path: str) -> str:
 
 
 def default_cache_dir() -> Path:
+    """$SERVEBUILD_CACHE (a relative path is taken from the working directory, once, here: git runs in
+    other directories), else ~/.cache/servebuild."""
     env = os.environ.get("SERVEBUILD_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "servebuild"
+    return Path(env).absolute() if env else Path.home() / ".cache" / "servebuild"
 
 
 class SourceCache(GitMirrors):

@@ -3,6 +3,7 @@ recipes; every case fails before the engine is asked for anything)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,9 @@ R = ["--recipe", "sglang-native-fp8-bookworm"]
     (R + ["--run", "true", "--gpus", "0,0"], "names a GPU twice"),
     (R + ["--run", "true", "--shm-size", "9999999999999g"], "more shared memory than any host has"),
     (R + ["--run", "true", "--repeat", "-1"], "is not a whole number of runs"),
+    (R + ["--run", "true", "--farm", "/nonexistent/farm.yaml"],
+     "--farm: farm file '/nonexistent/farm.yaml' does not exist"),
+    (R + ["--run", "true", "--platform", "linux/amd64,linux/arm64"], "unknown platform 'linux/amd64,linux/arm64'"),
 ])
 def test_bad_bisect_input_is_one_line(args, words):
     proc = subprocess.run([INVOKE, "bisect", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -77,3 +81,55 @@ def test_a_metric_the_command_never_printed_stops_the_search():
         Measured().outcome("prefix-1", "ttft", 1.0)
     assert "printed no metric 'ttft'" in str(info.value) and "tok_s" in str(info.value)
     assert Measured().outcome("prefix-1", "tok_s", 2.0) == "pass"
+
+
+
+@pytest.fixture
+def toy(tmp_path):
+    """The toy fixture project (pinned, so plans are made and the farm is what is checked next)."""
+    import shutil
+    from support import fixture_recipe, make_project, make_upstream
+    up = make_upstream(tmp_path)
+    root = make_project(tmp_path, up, fixture_recipe(up, platforms=["linux/amd64"]))
+    shutil.copyfile(REPO_ROOT / "tasks.py", root / "tasks.py")
+    return root
+
+
+def toy_cli(root: Path, *args):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(root.parent / "cache")}
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(root), *args, "--recipe", "toy"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+BISECT = ("bisect", "--variants", "stackless=", "--run", "true")
+
+
+def test_bisect_refuses_a_bad_farm_file_as_build_does(toy, tmp_path):
+    """The same farm file, the same line from `build` and from `bisect`, before anything builds."""
+    bad = tmp_path / "farm.yaml"
+    bad.write_text("platforms:\n  linux/amd64:\n    - host: ftp://node\n")
+    said = {}
+    for command in (("build",), BISECT):
+        proc = toy_cli(toy, *command, "--farm", str(bad))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        said[command[0]] = proc.stderr
+    assert said["bisect"] == said["build"] == (f"error: {bad}:3: platforms.linux/amd64.0.host: 'ftp://node': "
+                                               f"unsupported scheme 'ftp'; an engine is unix:///PATH, "
+                                               f"ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)\n")
+    assert not (toy / "build" / "toy" / "stackless").exists()
+
+
+@pytest.mark.parametrize("farm, line", [
+    ("platforms:\n  linux/arm64:\n    - host: unix:///var/run/docker.sock\n",
+     "error: {farm}: platforms: no engine for linux/amd64; the farm lists linux/arm64"),
+    ("platforms:\n  linux/amd64:\n    - host: unix://{tmp}/dead.sock\n",
+     "error: {farm}:3: platforms.linux/amd64.0: engine unix://{tmp}/dead.sock not reachable: "),
+])
+def test_bisect_preflights_the_farm_as_build_does(toy, tmp_path, farm, line):
+    path = tmp_path / "farm.yaml"
+    path.write_text(farm.format(tmp=tmp_path))
+    for command in (("build",), BISECT):
+        proc = toy_cli(toy, *command, "--farm", str(path))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(line.format(farm=path, tmp=tmp_path)), (command, proc.stderr)
+    assert not (toy / "build" / "toy" / "stackless").exists()

@@ -1,0 +1,41 @@
+"""One build at a time per build directory: a second build of one recipe, variant and platform refuses.
+
+Two such builds would share one context dir, build log, image-id file and manifest. The first holds an flock(2) on
+BUILD_DIR/build.lock for its whole run; a second refuses at once in one line naming the first's pid
+(a build can take hours: waiting would hide that two were started). The kernel drops the lock when
+its holder exits, however it ends, so no stale lock needs clearing."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from servebuild.errors import Refused
+from servebuild.fsutil import make_dir, writing
+
+LOCK_NAME = "build.lock"
+
+
+@contextmanager
+def build_lock(build_dir: Path, recipe: str):
+    """Held for the block; not re-entrant (a second hold, in this process or another, refuses)."""
+    path = make_dir(build_dir, "the build directory") / LOCK_NAME
+    with writing(path, "the build lock"):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise Refused(f"another build of {recipe} is using this build directory (pid {holder})",
+                          hint="wait for it to end, or stop it", file=str(build_dir)) from None
+        try:  # who holds it, for the second build's line; best effort (a full disk fails the build itself)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
