@@ -351,7 +351,7 @@ class RegistryClient:
                                 f"{digest}", field="registry")
         doc = self._json(response, f"manifest {repo}:{_shown(reference)}")
         if not isinstance(doc, dict):
-            raise RegistryError(f"{repo}:{_shown(reference)} is not a JSON manifest", field="registry")
+            raise RegistryError(f"{self.registry}/{repo}:{_shown(reference)} is not a JSON manifest", field="registry")
         media = doc.get("mediaType") or response.headers.get("Content-Type", "").split(";")[0]
         return body, digest, str(media)
 
@@ -369,7 +369,7 @@ class RegistryClient:
 
     def get_blob(self, repo: str, digest: str, limit: int = limits.CONFIG_BYTES) -> bytes:
         if not DIGEST.match(digest):
-            raise RegistryError(f"{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
+            raise RegistryError(f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
                                 field="registry")
         self.blob_limit = limit
         try:
@@ -381,7 +381,7 @@ class RegistryClient:
         body = response.content
         actual = "sha256:" + sha256_bytes(body)
         if actual != digest:
-            raise RegistryError(f"blob {digest} of {repo} was served with content hashing to {actual}",
+            raise RegistryError(f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}",
                                 field="registry")
         return body
 

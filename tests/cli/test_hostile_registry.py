@@ -28,7 +28,7 @@ CASES = {
     "huge-blob": ("is 629145600 bytes (Content-Length); the limit is 8388608", 8),
     "huge-blob-undeclared": ("larger than its limit of 8388608 bytes", 8),
     "wrong-digest": ("with content hashing to", 8),
-    "wrong-blob": ("was served with content hashing to", 8),
+    "wrong-blob": ("served blob sha256:", 8),
     "tag-digest-lie": ("with content hashing to", 8),
     "redirect-loop": ("in a loop", 8),
     "redirect-many": ("more than 5 times", 8),
