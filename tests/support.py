@@ -385,3 +385,13 @@ class EngineSnapshot:
             if not progress:
                 break
         return len(new)
+
+
+def assert_one_line(proc, *words) -> str:
+    """A CLI run that failed as servebuild promises: exit 2, one line on stderr, no traceback, holding `words`."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]

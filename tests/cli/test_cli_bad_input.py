@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import REPO_ROOT
+from support import REPO_ROOT, assert_one_line
 
 INVOKE = str(Path(sys.executable).parent / "invoke")
 
@@ -20,15 +20,6 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 def cli(*args, env=None, cwd=REPO_ROOT, timeout=120):
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
-def assert_one_line(proc, *words):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 @pytest.fixture

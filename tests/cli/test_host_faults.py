@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO_ROOT, fixture_recipe, make_project, make_upstream
+from support import REPO_ROOT, assert_one_line, fixture_recipe, make_project, make_upstream
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
@@ -38,15 +38,6 @@ def run_cli(project: Path, *args, cwd=None, **env):
     full = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(project.parent / "cache"), **env}
     return subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), *args], cwd=cwd or project,
                           env=full, capture_output=True, text=True, timeout=300)
-
-
-def one_line(proc, *words) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 @pytest.fixture
@@ -84,34 +75,34 @@ DRY_RUN = ("build", "--recipe", "toy", "--dry-run")
 
 
 @pytest.mark.parametrize("blocker", ["build", "build/toy", "build/toy/linux-amd64"])
-def test_a_build_dir_that_is_a_file_is_one_line(project, blocker):
+def test_a_build_dir_that_is_a_file_is_assert_one_line(project, blocker):
     (project / blocker).parent.mkdir(parents=True, exist_ok=True)
     (project / blocker).write_text("a file where a directory goes\n")
-    line = one_line(run_cli(project, *DRY_RUN), "not a directory", "cannot write")
+    line = assert_one_line(run_cli(project, *DRY_RUN), "not a directory", "cannot write")
     assert f"{project / blocker}" in line or f"{blocker} " in line or f"{blocker}:" in line, line
 
 
 def test_a_full_build_dir_is_one_line_and_leaves_no_half_context(project, mount):
     build = mount(project / "build", full=True)
-    one_line(run_cli(project, *DRY_RUN), "build/toy", "cannot write the build context", "No space left on device")
+    assert_one_line(run_cli(project, *DRY_RUN), "build/toy", "cannot write the build context", "No space left on device")
     assert not (build / "toy" / "linux-amd64" / "dry-run" / "context").exists()
     assert leftovers(build) == []
 
 
-def test_a_read_only_build_dir_is_one_line(project, mount):
+def test_a_read_only_build_dir_is_assert_one_line(project, mount):
     mount(project / "build", read_only=True)
-    one_line(run_cli(project, *DRY_RUN), "build/toy", "cannot write", "Read-only file system")
+    assert_one_line(run_cli(project, *DRY_RUN), "build/toy", "cannot write", "Read-only file system")
 
 
-def test_a_read_only_cache_is_one_line(project, mount):
+def test_a_read_only_cache_is_assert_one_line(project, mount):
     cache = mount(project.parent / "ro-cache", read_only=True)
-    one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
+    assert_one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
              str(cache), "source cache", "Read-only file system")
 
 
-def test_a_full_cache_is_one_line(project, mount):
+def test_a_full_cache_is_assert_one_line(project, mount):
     cache = mount(project.parent / "full-cache", full=True)
-    one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
+    assert_one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
              str(cache), "No space left on device")
     assert leftovers(cache) == []
 
@@ -125,13 +116,13 @@ def test_a_relative_cache_is_taken_from_the_working_directory(project, tmp_path)
     assert not (project / "rel").exists()
 
 
-def test_a_read_only_bench_output_is_one_line(project, mount):
+def test_a_read_only_bench_output_is_assert_one_line(project, mount):
     out = mount(project.parent / "bench-out", read_only=True)
-    one_line(run_cli(project, "bench", "--suite", "decode", "--url", "http://127.0.0.1:9", "--out", str(out / "x")),
+    assert_one_line(run_cli(project, "bench", "--suite", "decode", "--url", "http://127.0.0.1:9", "--out", str(out / "x")),
              str(out / "x"), "Read-only file system")
 
 
-def test_a_full_bisect_report_dir_is_one_line(mount, tmp_path):
+def test_a_full_bisect_report_dir_is_assert_one_line(mount, tmp_path):
     """bisect's report writer (the last thing a bisect run writes), called directly: a real full tmpfs."""
     from servebuild.check.bisect import Row, write_report
     from servebuild.errors import HostError
@@ -143,7 +134,7 @@ def test_a_full_bisect_report_dir_is_one_line(mount, tmp_path):
     assert leftovers(out) == []
 
 
-def test_a_full_manifest_dir_is_one_line(mount, tmp_path):
+def test_a_full_manifest_dir_is_assert_one_line(mount, tmp_path):
     """The build manifest's writer (fsutil.writing around write_json, as run.build calls it): a real full tmpfs."""
     from servebuild.errors import HostError
     from servebuild.fsutil import write_json, writing
@@ -155,7 +146,7 @@ def test_a_full_manifest_dir_is_one_line(mount, tmp_path):
     assert leftovers(out) == []
 
 
-def test_the_front_door_turns_any_unnamed_host_fault_into_one_line(mount, tmp_path):
+def test_the_front_door_turns_any_unnamed_host_fault_into_assert_one_line(mount, tmp_path):
     """The net under fsutil.writing: a write no `writing` block names still ends as one line, exit 2;
     an OSError that is no host fault (a bug) is not hidden."""
     from invoke import Exit

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import REPO_ROOT, copy_real
+from support import REPO_ROOT, assert_one_line, copy_real
 
 INVOKE = str(Path(sys.executable).parent / "invoke")
 
@@ -33,15 +33,6 @@ def project(tmp_path):
 def cli(project, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(project / "cache")}
     return subprocess.run([INVOKE, *args], cwd=project, capture_output=True, text=True, timeout=120, env=env)
-
-
-def assert_one_line(proc, *words):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 def test_the_copied_project_builds_a_dry_run(project):
