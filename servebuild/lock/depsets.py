@@ -15,14 +15,12 @@ bytes). A set with a CUDA compiler wheel outside the declared CUDA line is never
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import sys
 import tempfile
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +34,9 @@ from servebuild.recipe.requirements import (
 from servebuild.errors import InputError, RecipeError
 from servebuild.fsutil import atomic_write, read_input_text
 from servebuild.platforms import PLATFORMS, machine_of
+from servebuild.registry import index
+from servebuild.registry.bounded import parse_json
+from servebuild.registry.limits import JSON_DEPTH
 from servebuild.yamlfile import load_yaml
 
 CONSTRAINTS_DIR = "constraints"
@@ -407,15 +408,14 @@ def build_target(inputs: Inputs, target: Target, resolved: str) -> dict[str, str
 def _index_files(index_url: str, project: str) -> list[dict] | None:
     """Files of a project from the index's JSON simple API (PEP 691); None when the project does not exist."""
     url = f"{index_url.rstrip('/')}/{normalize(project)}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.load(resp)["files"]
+        doc = parse_json(index.get(url, accept="application/vnd.pypi.simple.v1+json"), url, JSON_DEPTH)
+        return doc["files"]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
         raise RecipeError(f"{url}: HTTP {exc.code}", field="index_url") from None
-    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
         raise RecipeError(f"{url}: {getattr(exc, 'reason', exc)}", field="index_url") from None
 
 

@@ -1,4 +1,5 @@
-"""The registry HTTP API, bounded — one client for `lock` (base digests), `publish` and `verify`.
+"""The registry HTTP API, bounded — one client for `lock` (base digests), `publish` and `verify`; and the
+same bounds for package-index pages and release downloads (index.py).
 
 In: a registry address, credentials (or none), a trust root; requests for manifests, blobs, tags, referrers.
 Out: their bytes, checked against their digests, or one line naming the registry, the object and the bound

@@ -17,21 +17,37 @@ class BadJSON(HostError):
     """An answer is not JSON, or is nested deeper than allowed."""
 
 
-def read_body(response, limit: int, what: str) -> bytes:
-    """The whole body of a `requests` response opened with stream=True, refusing more than `limit`
-    bytes: a declared Content-Length over the limit before reading, a longer body as soon as it passes."""
-    declared = response.headers.get("Content-Length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        response.close()
+def collect(chunks, declared, limit: int, what: str, sink=None) -> bytes:
+    """The bytes of `chunks` (an iterator of bytes), refusing more than `limit`: a `declared` length
+    (Content-Length) over the limit before the first chunk, a longer body as soon as it passes. With
+    `sink` (a binary file), chunks go there instead of memory and b"" is returned."""
+    if declared is not None and str(declared).strip().isdigit() and int(declared) > limit:
         raise TooLarge(f"{what} is {int(declared)} bytes (Content-Length); the limit is {limit}")
     parts, size = [], 0
-    for chunk in response.raw.stream(CHUNK, decode_content=True):
+    for chunk in chunks:
         size += len(chunk)
         if size > limit:
-            response.close()
             raise TooLarge(f"{what} is larger than its limit of {limit} bytes")
-        parts.append(chunk)
+        if sink is not None:
+            sink.write(chunk)
+        else:
+            parts.append(chunk)
     return b"".join(parts)
+
+
+def read_body(response, limit: int, what: str) -> bytes:
+    """The whole body of a `requests` response opened with stream=True, within `limit` bytes."""
+    try:
+        return collect(response.iter_content(CHUNK), response.headers.get("Content-Length"), limit, what)
+    except TooLarge:
+        response.close()
+        raise
+
+
+def read_stream(response, limit: int, what: str, sink=None) -> bytes:
+    """The same for a urllib response (a file object with .headers)."""
+    return collect(iter(lambda: response.read(CHUNK), b""), response.headers.get("Content-Length"), limit, what,
+                   sink)
 
 
 def depth(doc) -> int:

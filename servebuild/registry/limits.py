@@ -28,6 +28,9 @@ REQUEST_S = 60.0              # one request, from connect to the last byte (SERV
 OPERATION_S = 600.0           # one operation: a verify, one phase of a publish, one digest lookup
                               # (SERVEBUILD_REGISTRY_DEADLINE)
 RETRIES = 4                   # further tries after a reset connection or a 5xx answer, within the operation
+INDEX_PAGE_BYTES = 64 * MiB   # a package index's JSON page (torch's lists thousands of files)
+INDEX_PAGE_S = 120.0          # one index page, connect to last byte
+RELEASE_FILE_S = 3600.0       # one release wheel or sdist download (its size: the input limit of its kind)
 
 
 def seconds_from_env(name: str, default: float) -> float:

@@ -1,30 +1,31 @@
 """Release artifacts from PyPI (a wheel or an sdist named by a hashed requirement file), fetched by
 sha256 on the host and cached: the same code as the engine's tag, without GitHub.
 
-Standard library only: the JSON API names each file with its sha256, so the download is checked
+Standard library only (through registry/index.py: bounded in size and time, streamed to disk): the JSON
+API names each file with its sha256, so the download is checked
 against the recipe's hashes whatever the index or proxy in between.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import ssl
-import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Optional
 
 from servebuild.recipe.requirements import parse_hashes
 from servebuild.errors import HostError, InputError, IntegrityError, Refused
-from servebuild.fsutil import check_input, sha256_file
+from servebuild.fsutil import LIMITS, check_input, sha256_file
 from servebuild.platforms import machine_of
+from servebuild.registry import index
+from servebuild.registry.bounded import parse_json
+from servebuild.registry import limits
+from servebuild.registry.limits import JSON_DEPTH
 
 INDEX = os.environ.get("SERVEBUILD_PYPI_URL", "https://pypi.org")
-RETRIES = 4
 
 
 def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
@@ -41,25 +42,6 @@ def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
                           f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc} "
                           f"(a PEM file of certificates)", file=display, field="--ca-bundle") from None
     return context
-
-
-def _get(url: str, timeout: float = 60.0, accept: str = "*/*", context: Optional[ssl.SSLContext] = None) -> bytes:
-    """GET with bounded retries and backoff on connection errors and 5xx."""
-    delay = 2.0
-    request = urllib.request.Request(url, headers={"Accept": accept})
-    for attempt in range(RETRIES):
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == RETRIES - 1:
-                raise
-        except (urllib.error.URLError, TimeoutError, ConnectionError):
-            if attempt == RETRIES - 1:
-                raise
-        time.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
 
 
 def _norm(text: str) -> str:
@@ -100,7 +82,8 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
     context = _context(ca_bundle, display)
     page = f"{INDEX}/simple/{name}/"
     try:  # the simple API as JSON (PEP 691) names every file with its sha256
-        meta = json.loads(_get(page, accept="application/vnd.pypi.simple.v1+json", context=context))
+        meta = parse_json(index.get(page, accept="application/vnd.pypi.simple.v1+json", context=context),
+                          page, JSON_DEPTH)
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
         raise HostError(f"cannot read {name}=={version} from {INDEX} ({exc})", file=display) from None
     files = meta.get("files") if isinstance(meta, dict) else None
@@ -117,7 +100,9 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
                           file=display)
     tmp = target.with_name(f".{target.name}.part{os.getpid()}")
     try:
-        tmp.write_bytes(_get(url, timeout=600.0, context=context))
+        with tmp.open("wb") as sink:  # streamed to disk, never whole in memory; bounded in size and time
+            index.get(url, context=context, limit=LIMITS["artifact"].max_bytes, seconds=limits.RELEASE_FILE_S,
+                      sink=sink)
         if sha256_file(tmp) != digest:
             raise IntegrityError(f"{chosen['filename']} does not hash to {digest}", file=display)
         tmp.replace(target)
