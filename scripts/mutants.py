@@ -229,6 +229,14 @@ MUTANTS = [
     Mutant("publish-read-back-extra-platform", "servebuild/release/publish.py",
            "if set(served) != {b.platform for b in builds}:", "if False:",
            (f"{CLIENT}::test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms",)),
+    Mutant("index-page-no-deadline", "servebuild/registry/index.py", 'with deadline(seconds, f"GET {url}"):',
+           'with deadline(86400, f"GET {url}"):',
+           ("tests/unit/test_index_bounds.py::test_an_index_page_that_trickles_ends_at_its_deadline",)),
+    Mutant("release-file-unlimited", "servebuild/sources/artifacts.py", 'limit=LIMITS["artifact"].max_bytes',
+           "limit=1 << 40", ("tests/unit/test_index_bounds.py::test_a_release_file_declaring_more_than_its_limit_is_"
+                             "refused_before_it_is_read",)),
+    Mutant("release-file-in-memory", "servebuild/registry/bounded.py", "        if sink is not None:\n",
+           "        if False:\n", ("tests/unit/test_index_bounds.py::test_a_large_release_file_is_streamed_to_disk",)),
     # the smoke suite's own checks against tools that would fool them
     Mutant("jit-cext-always-ok", "tests/image/jit_probes.py", "    ok = got == 42", "    ok = True",
            (f"{FOOLED}::test_cext_probe_fails_when_the_built_module_computes_wrong",)),
