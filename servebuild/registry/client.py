@@ -145,7 +145,6 @@ class RegistryClient:
     def _bound(self, session) -> None:
         """Route every request of `session` through `_send` (requests has no default timeout)."""
         plain = session.request
-        session.max_redirects = limits.REDIRECTS
         session.request = lambda method, url, **kwargs: self._send(plain, method, url, **kwargs)
 
     def _limit(self, method: str, url: str) -> tuple[int, str]:
@@ -186,7 +185,7 @@ class RegistryClient:
                     if response.status_code not in REDIRECT_CODES or not location or "/blobs/uploads" in url:
                         response._content = b"" if method == "HEAD" else read_body(response, limit, what)
                         response._content_consumed = True
-                        if limit == limits.TOKEN_BYTES and response.status_code == 200 and self._is_realm(url):
+                        if self._is_realm(url) and response.status_code == 200:
                             parse_json(response._content, what, limits.JSON_DEPTH)  # oras-py parses it unbounded
                         return response
                     response.close()
@@ -229,7 +228,8 @@ class RegistryClient:
             except requests.exceptions.SSLError as exc:
                 raise self._tls_error(exc, url) from None
             except requests.exceptions.Timeout as exc:  # silent for IDLE_S: asking again would only wait again
-                raise RegistryTimeout(f"{self._failed(exc, url)} sent nothing for {min(limits.IDLE_S, self.request_s):g} s "
+                idle = min(limits.IDLE_S, self.request_s)
+                raise RegistryTimeout(f"{self._failed(exc, url)} sent nothing for {idle:g} s "
                                       f"({method} {_shown(_path(url))})", field="registry") from None
             except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
                     requests.exceptions.ContentDecodingError, requests.exceptions.TooManyRedirects) as exc:

@@ -339,10 +339,12 @@ def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
         client = RegistryClient(registry.address, timeout=30, operation_s=3)
         build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id="sha256:" + "a" * 64)
         start = time.monotonic()
-        with pytest.raises(RegistryTimeout, match="checking what v1 of servebuild/toy names now did not finish "
-                                                   "within 3 s"):
+        with pytest.raises(RegistryTimeout) as info:
             publish(None, [build], client, "servebuild/toy", "v1")
-        assert time.monotonic() - start < 6
+        seconds = time.monotonic() - start
+        assert "checking what v1 of servebuild/toy names now did not finish within 3 s" in str(info.value), \
+            (str(info.value), seconds)
+        assert seconds < 10, (seconds, str(info.value))  # the 3 s deadline, not the 30 s request's (or the trickle's)
         assert registry.writes() == []
     finally:
         registry.stop()
