@@ -156,7 +156,7 @@ def test_ssh_config_is_checked_before_anything_connects(project, capsys):
     with pytest.raises(Exit) as info:
         tasks.build(Context(), recipe="toy", platform="linux/amd64", farm=str(farm), tag=TAG)
     assert info.value.message == ("error: farm-bad.yaml:4: platforms.linux/amd64.0.ssh_config: "
-                                  "nope: no such file or directory")
+                                  "nope: cannot read a TLS or ssh_config file: no such file or directory")
     (project / "not-ssh.txt").write_text("just words\n")
     farm.write_text("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
                     "      ssh_config: not-ssh.txt\n")
