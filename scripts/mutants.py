@@ -193,7 +193,7 @@ MUTANTS = [
            'with client.operation(f"verify of {ref}"):', "if True:",
            (f"{HOSTILE}::test_the_operation_deadline_bounds_many_slow_requests",)),
     Mutant("registry-content-length-ignored", "servebuild/registry/bounded.py",
-           "if declared is not None and declared.strip().isdigit() and int(declared) > limit:", "if False:",
+           "if declared is not None and str(declared).strip().isdigit() and int(declared) > limit:", "if False:",
            (h("huge-manifest]"),)),
     Mutant("registry-size-checked-after-read", "servebuild/registry/bounded.py", "        if size > limit:\n",
            "        if False:\n", (h("huge-manifest-undeclared"),)),
