@@ -165,7 +165,8 @@ def read_artifact(client: RegistryClient, repo: str, subject_digest: str, kind: 
     layers = art.get("layers") or []
     if len(layers) != 1 or not isinstance(layers[0], dict):
         raise ArtifactError(f"the {kind} artifact {found[1]} has {len(layers)} layers, want 1")
-    title = (layers[0].get("annotations") or {}).get(TITLE, "") if isinstance(layers[0].get("annotations"), dict) else ""
+    annotations = layers[0].get("annotations")
+    title = annotations.get(TITLE, "") if isinstance(annotations, dict) else ""
     if title and not (isinstance(title, str) and PLAIN_FILE_NAME.fullmatch(title) and ".." not in title):
         raise ArtifactError(f"the {kind} artifact {found[1]} names its file {str(title)[:80]!r}: not a plain file "
                             f"name (a path that could leave the folder it is saved in)")
