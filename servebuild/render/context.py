@@ -25,6 +25,7 @@ from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENC
                                    RECORD_PTH_NAME,
                                    RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
                                    aot_spec, site_packages)
+from servebuild.render.settle import settle
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
 
@@ -59,25 +60,6 @@ def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool 
     return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
 
 
-
-
-
-
-
-
-# An apt layer's bytes depend only on what apt installed, not on when: whichever build (or cache
-# record, or farm node) made it, variants and rebuilds share one blob. What apt writes that varies
-# from run to run: log files (truncated, since the base may hold them), ldconfig's aux-cache, and
-# the mtime of every path it touched (set to TAR_MTIME). The marker is made first in the RUN.
-# This holds where the base carries /etc/hosts and /etc/resolv.conf (BuildKit otherwise creates
-# and removes mount stubs there after the RUN, moving /etc's mtime); bootstrapped bases do.
-LAYER_MARK = "/tmp/.servebuild-layer-start"
-LAYER_SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {LAYER_MARK} -exec truncate -s 0 {{}} + "
-                f"&& find / -xdev -newer {LAYER_MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
-                f"&& rm {LAYER_MARK} && touch -h -d @{TAR_MTIME} /tmp")
-LAYER_START = f"touch {LAYER_MARK}"
-
-
 def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
     engine = recipe.engine
     kind = engine.kind if engine else None
@@ -94,9 +76,6 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                                   + (SERVER_APT if kind else []))),
         "cuda_links": cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
-        "layer_start": LAYER_START,
-        "settled_mtime": TAR_MTIME,
-        "layer_settle": LAYER_SETTLE,
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
                          f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
                          f"{recipe.python}')\""),
@@ -121,14 +100,12 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     }
 
 
-
-
 def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
                       root: Path) -> str:
     """Pure function of its inputs: the same recipe, platform and bases give the same bytes."""
     text = _environment().get_template("Dockerfile.j2").render(
         recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases))
-    return "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
+    return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
 
 
 def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
@@ -178,14 +155,10 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     write_json(context / "manifest.json", manifest_inputs)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
+        # modes as a function of the content too: the builder's umask reaches no layer (0644, 0755 if executable)
+        path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o100 else 0o644)
         os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
     return context
-
-
-
-
-
-
 
 
 def content_mtime(path: Path) -> int:

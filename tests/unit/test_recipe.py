@@ -148,13 +148,14 @@ def test_arch_list_reaches_compiles_and_runtime_has_the_jit_toolchain_but_no_bui
     # -lcuda links against a stub made from the image's cuda.h; the driver's libcuda.so.1 loads at run time
     assert f'LIBRARY_PATH="{home}/lib64/stubs"' in runtime and "LD_LIBRARY_PATH" not in runtime
     assert f"-Wl,-soname,libcuda.so.1 -o {home}/lib/stubs/libcuda.so" in runtime
-    assert runtime.index("--from=deps") < runtime.index("libcuda.so.1") < runtime.index("--from=engine")
+    assert runtime.index("from=deps") < runtime.index("libcuda.so.1") < runtime.index("from=engine")
     for absent in ("ccache", "/tmp/src", "--mount=type=cache,target=/root/.cache/pip"):
         assert absent not in runtime
-    assert "COPY --from=deps /opt/venv /opt/venv" in runtime
-    assert "COPY --from=engine /opt/engine /opt/engine" in runtime
+    # copies are settled RUNs (render/settle.py): a bind of the stage's directory, copied with cp -a
+    assert "--mount=type=bind,from=deps,source=/opt/venv,target=/mnt/src" in runtime
+    assert "--mount=type=bind,from=engine,source=/opt/engine,target=/mnt/src" in runtime
     # the runtime copies the shared deps layer before the variant-specific engine layer
-    assert runtime.index("--from=deps") < runtime.index("--from=engine") < runtime.index("COPY manifest.json")
+    assert runtime.index("from=deps") < runtime.index("from=engine") < runtime.index("source=manifest.json")
 
 
 @pytest.mark.parametrize("name", REAL)

@@ -1,0 +1,120 @@
+"""Settled layers: every RUN and COPY of a rendered Dockerfile rewritten so that the layer it makes is
+a function of what it installs, not of when, where or under which umask it ran (issue 20).
+
+Docker 20.10's BuildKit stamps each file a step writes with the time it ran, and COPY moves the
+mtime of the directories it writes into. One rewrite, applied to the whole rendered text, settles
+every step the same way:
+
+- each RUN runs between a marker and a settle: everything on the image's filesystem newer than the
+  marker gets the fixed mtime TAR_MTIME, log files and ldconfig's cache that the step wrote are
+  truncated; the step runs with SOURCE_DATE_EPOCH (py_compile, hence pip, writes checked-hash .pyc,
+  whose bytes do not hold a time), PYTHONHASHSEED=0 (set and frozenset constants marshal in one
+  order) and PYTHONDONTWRITEBYTECODE=1 (an import during the step writes no timestamped .pyc);
+- each COPY becomes such a RUN: the source is bind-mounted (from the context or a stage) and copied
+  with `cp -a`, files owned by root (as COPY makes them); mtimes come from the source;
+- every bind mount sits under a tmpfs at /mnt, so the mount points BuildKit creates (and removes
+  after the step, moving their parent's mtime) live in the tmpfs, never in the layer.
+
+The templates write plain RUN and COPY; nothing else in them knows about settling.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from servebuild.sources.archives import TAR_MTIME
+
+MARK = "/tmp/.servebuild-layer-start"
+MOUNT_ROOT = "/mnt"
+SOURCE = f"{MOUNT_ROOT}/src"  # where a COPY's source is bind-mounted
+ENV = f"SOURCE_DATE_EPOCH={TAR_MTIME} PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1"
+START = f"touch {MARK} && export {ENV}"
+SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
+          f"&& find / -xdev -newer {MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
+          f"&& rm {MARK} && touch -h -d @{TAR_MTIME} /tmp")
+INDENT = " \\\n    "
+
+
+class SettleError(ValueError):
+    """A rendered instruction that cannot be settled (a template bug, not a user's input)."""
+
+
+def settle(dockerfile: str) -> str:
+    """The Dockerfile with every RUN and COPY settled; other lines as they were."""
+    out = []
+    for instruction in _instructions(dockerfile.splitlines()):
+        keyword = instruction.split(None, 1)[0].upper() if instruction.strip() else ""
+        if keyword == "RUN":
+            out.append(_run(instruction))
+        elif keyword == "COPY":
+            out.append(_copy(instruction))
+        else:
+            out.append(instruction)
+    return "\n".join(out) + "\n"
+
+
+def _instructions(lines: list[str]) -> list[str]:
+    """Physical lines joined into instructions (a line ending in a backslash continues)."""
+    out, current = [], []
+    for line in lines:
+        current.append(line)
+        if not line.endswith("\\") or line.lstrip().startswith("#"):
+            out.append("\n".join(current))
+            current = []
+    if current:
+        out.append("\n".join(current))
+    return out
+
+
+def _split_flags(body: str) -> tuple[list[str], str]:
+    """`--flag ... command` -> ([flags], command), continuations between flags dropped."""
+    flags, rest = [], body
+    while True:
+        rest = re.sub(r"\A(?:\s|\\\n)+", "", rest)
+        flag = re.match(r"--[^\s\\]+", rest)
+        if flag is None:
+            return flags, rest
+        flags.append(flag.group())
+        rest = rest[flag.end():]
+
+
+def _run(instruction: str) -> str:
+    flags, command = _split_flags(instruction.split(None, 1)[1])
+    if command.startswith("["):
+        raise SettleError(f"an exec-form RUN cannot be settled: {instruction[:80]!r}")
+    binds = [f for f in flags if f.startswith("--mount=type=bind")]
+    for flag in binds:
+        target = dict(kv.split("=", 1) for kv in flag.removeprefix("--mount=").split(",") if "=" in kv).get("target", "")
+        if not target.startswith(MOUNT_ROOT + "/"):
+            raise SettleError(f"a bind mount must target {MOUNT_ROOT}/NAME (its mount point then lives in a "
+                              f"tmpfs, not in the layer): {flag!r}")
+    if binds:
+        flags = [f"--mount=type=tmpfs,target={MOUNT_ROOT}", *flags]
+    return _compose(flags, command)
+
+
+def _compose(flags: list[str], command: str) -> str:
+    head = "RUN " + INDENT.join(flags) + INDENT if flags else "RUN "
+    return f"{head}{START} \\\n && ( {command} ) \\\n && {SETTLE}"
+
+
+def _copy(instruction: str) -> str:
+    flags, rest = _split_flags(instruction.split(None, 1)[1])
+    words = shlex.split(rest.replace("\\\n", " "))
+    stage = None
+    for flag in flags:
+        if not flag.startswith("--from="):
+            raise SettleError(f"COPY {flag} cannot be settled (only --from): {instruction[:80]!r}")
+        stage = flag.removeprefix("--from=")
+    if len(words) != 2:
+        raise SettleError(f"a settled COPY takes one source and one destination: {instruction[:80]!r}")
+    source, dest = words
+    bind = f"--mount=type=bind,{f'from={stage},' if stage else ''}source={source},target={SOURCE}"
+    into = dest.rstrip("/") or "/"
+    target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest
+    parent = target.rsplit("/", 1)[0] or "/"
+    q = shlex.quote
+    command = (f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}; "
+               f"else mkdir -p {q(parent)} && cp -a --no-preserve=ownership {SOURCE} {q(target)}; fi")
+    return _compose([f"--mount=type=tmpfs,target={MOUNT_ROOT}", bind], command)
