@@ -16,6 +16,7 @@ from typing import Optional, TextIO
 
 from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
+from servebuild.build.imageconfig import settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
 from servebuild.errors import DockerError, RecipeError
 from servebuild.fsutil import make_dir, write_json, writing
@@ -192,7 +193,7 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
                           f"binfmt; run `invoke binfmt`", field="--platform")
     source = fetch_sources(plan)
     rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
-    created = created_timestamp()
+    created, created_from = created_timestamp(plan.loaded, plan.platform)
     labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"
     request = BuildRequest(context=rendered.context, platform=plan.platform, build_args=rendered.build_args,
@@ -200,9 +201,11 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
                            cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
                            network=docker.endpoint.network if docker.endpoint else None)
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
+    image_id = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
     packages, apt, aot = installed_lists(docker, image_id, plan.platform)
     manifest = dict(rendered.manifest_inputs)
-    manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created, "labels": labels,
+    manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created,
+                           "created_from": created_from, "labels": labels,
                            "packages": sorted(p for p in packages if p.strip()),
                            "apt_packages": sorted(p for p in apt if p.strip()),
                            "aot": aot,

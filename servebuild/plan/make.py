@@ -16,11 +16,13 @@ from typing import Optional
 
 from servebuild.errors import InputError, RecipeError
 from servebuild.fsutil import check_input
+from servebuild.lock.depsets import header_lines
 from servebuild.lock.lockfile import Lock, apply_lock, pin_for_build, read_lock, unpinned_problem
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
 from servebuild.recipe.grammar import HOST, TAG
 from servebuild.recipe.load import LoadedRecipe, load_recipe
+from servebuild.sources.archives import TAR_MTIME
 from servebuild.sources.stack import default_cache_dir
 
 
@@ -173,17 +175,44 @@ def _base_refs(loaded: LoadedRecipe, platform: str, config: Config, options: Bui
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last second an ISO timestamp with a 4-digit year names
 
 
-def created_timestamp() -> str:
-    """The image's creation time: $SOURCE_DATE_EPOCH (whole seconds since 1970, checked) or now."""
+EXCLUDE_NEWER = re.compile(r"# exclude-newer: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z);")
+
+
+def created_timestamp(loaded: Optional[LoadedRecipe] = None, platform: Optional[str] = None) -> tuple[str, str]:
+    """The image's creation time and what it is a fact of: $SOURCE_DATE_EPOCH (whole seconds since
+    1970, checked) if set; else the newest `exclude-newer` cutoff among the hashed sets the image
+    installs for `platform` (their headers, written by `invoke deps`); else a fixed time (TAR_MTIME,
+    the mtime of every settled file). Never the clock: the same inputs give the same config."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    if epoch is None or epoch == "":
-        when = dt.datetime.now(dt.timezone.utc)
-    elif re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH:
-        when = dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
-    else:
-        raise InputError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
-                          field="$SOURCE_DATE_EPOCH")
+    if epoch:
+        if not (re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH):
+            raise InputError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
+                              field="$SOURCE_DATE_EPOCH")
+        return _iso(dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)), "$SOURCE_DATE_EPOCH"
+    dated = sorted(_cutoffs(loaded, platform)) if loaded is not None and platform else []
+    if dated:
+        when, rel = dated[-1]
+        return when, f"exclude-newer of {rel}"
+    return _iso(dt.datetime.fromtimestamp(TAR_MTIME, dt.timezone.utc)), "fixed (no dated input)"
+
+
+def _iso(when: dt.datetime) -> str:
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _cutoffs(loaded: LoadedRecipe, platform: str) -> list[tuple[str, str]]:
+    """(cutoff, file) for each hashed set of the platform whose header names an exclude-newer time."""
+    recipe = loaded.recipe
+    files = [recipe.constraints[platform]] if platform in recipe.constraints else []
+    if recipe.engine:
+        files += list(recipe.engine.mode.context_files(recipe.engine, platform).values())
+    out = []
+    for rel in files:
+        for line in header_lines(loaded.root / rel):
+            match = EXCLUDE_NEWER.match(line)
+            if match:
+                out.append((match.group(1), str(rel)))
+    return out
 
 
 def checked_cache_dir(path: Optional[Path] = None) -> Path:

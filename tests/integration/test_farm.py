@@ -277,6 +277,31 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         print(f"\nfarm build, amd64 on node 1 + arm64 (QEMU) on node 2 concurrently: {took:.1f}s")
 
 
+def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_registry, capsys):
+    """Bit for bit across engines (issue 20): node 2 (its own data root, socket, bridge, and an empty
+    build cache for amd64) builds the amd64 image node 1 built in the test above, with --no-cache and
+    this process's umask at 077 (node 1 built under the usual 022), and gets the same image id: every
+    layer and the config (created times from the inputs). Both push their inline cache, which the
+    config carries, as node 1 did."""
+    amd = TAGS.replace("{arch}", "amd64")
+    want = node1("image", "inspect", "--format", "{{.Id}}", amd, check=False).stdout.strip()
+    assert want, "run with the two-node build test (node 1 builds amd64 there)"
+    assert node2.docker("image", "inspect", amd, check=False).returncode != 0  # node 2 never built it
+    farm = farm_project / "farm-node2.yaml"
+    farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
+    old = os.umask(0o077)
+    try:
+        build(farm, capsys, platform="linux/amd64", tag=amd, no_cache=True,
+              cache_to=CACHE_REF.format(address=cache_registry, arch="node2-amd64"))
+    finally:
+        os.umask(old)
+    got = node2.docker("image", "inspect", "--format", "{{.Id}}", amd).stdout.strip()
+    layers = [json.loads(run("image", "inspect", "--format", "{{json .RootFS.Layers}}", amd).stdout)
+              for run in (node1, node2.docker)]
+    assert layers[0] == layers[1]
+    assert got == want
+
+
 def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, farm_project, tmp_path):
     """After the two-node build above: each platform's smoke suite runs on the node that built it,
     `invoke publish --farm` pushes each from its node to a registry with TLS (private CA) and

@@ -1,0 +1,182 @@
+"""Bit-for-bit parts that need no engine (issue 20): the Dockerfile rewrite that settles every RUN and
+COPY (render/settle.py), the creation time taken from the inputs (plan/make.py), and the config
+rewrite (build/imageconfig.py). The engine-side proof is tests/integration/test_variants.py (a
+--no-cache rebuild is the same image) and tests/integration/test_farm.py (two engines, one image)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from servebuild.build.imageconfig import canonical, settled_config
+from servebuild.errors import InputError
+from servebuild.plan.make import created_timestamp
+from servebuild.recipe.load import load_recipe
+from servebuild.render.context import render_dockerfile
+from servebuild.render.settle import MARK, SETTLE, START, SettleError, settle
+from support import REPO_ROOT
+
+RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith(".lock"))
+
+
+def instructions(text: str) -> list[str]:
+    return re.findall(r"^(?:RUN|COPY|ADD)\b(?:.*\\\n)*.*$", text, re.M)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
+    loaded = load_recipe(name, REPO_ROOT)
+    for platform in loaded.recipe.platforms:
+        text = render_dockerfile(loaded.recipe, loaded.sha256, platform, {"build": "b", "runtime": "r"}, REPO_ROOT)
+        steps = instructions(text)
+        assert steps and not any(s.startswith("COPY") for s in steps)
+        for step in (s for s in steps if s.startswith("RUN")):
+            assert START in step and step.endswith(SETTLE), step[:120]
+            binds = re.findall(r"--mount=type=bind,[^ ]*target=(\S+)", step)
+            assert all(t.startswith("/mnt/") for t in binds), binds
+            assert ("--mount=type=tmpfs,target=/mnt " in step) == bool(binds), step[:200]
+
+
+def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
+    out = settle("FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
+                 "    a && b \\\n && c\nENV A=1\n")
+    assert out.startswith("FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n")
+    assert f"{START} \\\n && ( a && b \\\n && c ) \\\n && {SETTLE}\nENV A=1\n" in out
+    assert "SOURCE_DATE_EPOCH=946684800" in START and "PYTHONHASHSEED=0" in START and MARK in SETTLE
+
+
+def test_the_settled_step_really_settles(tmp_path):
+    """The composed shell, run here under a root of our own: what the step writes gets the fixed time,
+    what was there before keeps its own, and a failing command fails the step (no settle hides it)."""
+    command = settle("RUN echo hi > f\n").removeprefix("RUN ").replace("find / ", f"find {tmp_path} ")
+    old = tmp_path / "old"
+    old.write_text("x")
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, check=True)
+    assert (tmp_path / "f").stat().st_mtime == 946684800 and old.stat().st_mtime == 1_700_000_000
+    failing = settle("RUN false\n").removeprefix("RUN ").replace("find / ", f"find {tmp_path} ")
+    assert subprocess.run(["bash", "-o", "pipefail", "-c", failing], cwd=tmp_path).returncode != 0
+
+
+@pytest.mark.parametrize("copy, bind, into", [
+    ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "/opt/venv"),
+    ("COPY launchers/ /usr/local/bin/", "source=launchers/,target=/mnt/src", "/usr/local/bin"),
+    ("COPY manifest.json /opt/servebuild/manifest.json", "source=manifest.json,target=/mnt/src",
+     "/opt/servebuild/manifest.json"),
+])
+def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, into):
+    out = settle(copy + "\n")
+    assert out.startswith(f"RUN --mount=type=tmpfs,target=/mnt \\\n    --mount=type=bind,{bind} \\\n")
+    assert "cp -a --no-preserve=ownership /mnt/src" in out and into in out and out.rstrip().endswith(SETTLE)
+
+
+def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
+    """The composed copy, run here with /mnt/src and the destination under tmp_path: a directory's
+    contents land in the destination, a file lands at the destination path or inside a dest/."""
+    src = tmp_path / "mnt" / "src"
+    src.mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+
+    def run(copy: str):
+        body = settle(copy + "\n").split("&& ( ", 1)[1].split(" ) \\\n", 1)[0]
+        body = body.replace("/mnt/src", str(src)).replace(" /dst", f" {tmp_path}/dst")
+        subprocess.run(["bash", "-c", body], check=True)
+    run("COPY dir/ /dst/d")
+    assert (tmp_path / "dst" / "d" / "a.txt").read_text() == "a"
+    (src / "a.txt").unlink()
+    src.rmdir()
+    src.write_text("file")
+    run("COPY f.txt /dst/e/f.txt")
+    run("COPY f.txt /dst/g/")
+    assert (tmp_path / "dst" / "e" / "f.txt").read_text() == "file"
+    assert (tmp_path / "dst" / "g" / "f.txt").read_text() == "file"
+
+
+@pytest.mark.parametrize("text, words", [
+    ('RUN ["/bin/sh", "-c", "x"]\n', "exec-form RUN"),
+    ("RUN --mount=type=bind,source=a,target=/tmp/a cat /tmp/a\n", "must target /mnt/NAME"),
+    ("COPY --chown=1:1 a /a\n", "COPY --chown=1:1 cannot be settled"),
+    ("COPY a b /dst/\n", "one source and one destination"),
+])
+def test_what_cannot_be_settled_is_refused(text, words):
+    with pytest.raises(SettleError, match=re.escape(words)):
+        settle(text)
+
+
+def test_created_is_a_fact_of_the_inputs(monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    torch = load_recipe("torch-cu130-bookworm", REPO_ROOT)
+    assert created_timestamp(torch, "linux/amd64") == (
+        "2026-03-24T00:00:00Z", "exclude-newer of constraints/torch-cu130/py3.11-linux-amd64.txt")
+    assert created_timestamp() == ("2000-01-01T00:00:00Z", "fixed (no dated input)")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert created_timestamp(torch, "linux/amd64") == ("2023-11-14T22:13:20Z", "$SOURCE_DATE_EPOCH")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "soon")
+    with pytest.raises(InputError, match="not a number of seconds"):
+        created_timestamp(torch, "linux/amd64")
+
+
+def test_the_settled_config_changes_only_the_times_after_the_base():
+    config = {"architecture": "amd64", "created": "2026-12-01T10:00:00.123Z", "rootfs": {"diff_ids": ["a", "b"]},
+              "history": [{"created": "2026-07-01T00:00:00Z", "created_by": "ADD rootfs.tar /"},
+                          {"created": "2026-12-01T10:00:00.1Z", "created_by": "RUN x"},
+                          {"created": "2026-12-01T10:00:01.5Z", "created_by": "ENV A=1", "empty_layer": True}],
+              "config": {"Labels": {"b": "1", "a": "2"}}}
+    out = settled_config(config, "2000-01-01T00:00:00Z", keep=1)
+    assert out["created"] == "2000-01-01T00:00:00Z"
+    assert [h["created"] for h in out["history"]] == ["2026-07-01T00:00:00Z"] + ["2000-01-01T00:00:00Z"] * 2
+    assert {k: v for k, v in out.items() if k not in ("created", "history")} == \
+        {k: v for k, v in config.items() if k not in ("created", "history")}
+    assert [{k: v for k, v in h.items() if k != "created"} for h in out["history"]] == \
+        [{k: v for k, v in h.items() if k != "created"} for h in config["history"]]
+    # canonical bytes: key order does not matter, so two engines' configs of one image hash alike
+    shuffled = dict(reversed(list(config.items())))
+    shuffled["config"] = {"Labels": {"a": "2", "b": "1"}}
+    assert canonical(settled_config(shuffled, "2000-01-01T00:00:00Z", 1)) == canonical(out)
+
+
+def test_the_inline_cache_records_take_the_settled_time_too():
+    """--cache-to builds carry BuildKit's inline cache in the config, with the clock in each layer record."""
+
+    cache = [{"digest": "sha256:1"}, {"layers": [{"layer": 1, "createdAt": "2026-12-02T00:10:26.419068792Z"}],
+                                      "digest": "sha256:2", "inputs": [[{"link": 0}]]}]
+    config = {"created": "x", "rootfs": {"diff_ids": []},
+              "moby.buildkit.cache.v0": base64.b64encode(json.dumps(cache).encode()).decode()}
+    out = settled_config(config, "2000-01-01T00:00:00Z", 0)
+    records = json.loads(base64.b64decode(out["moby.buildkit.cache.v0"]))
+    assert records[1]["layers"] == [{"layer": 1, "createdAt": "2000-01-01T00:00:00Z"}]
+    assert records[0] == cache[0] and records[1]["inputs"] == cache[1]["inputs"]
+
+
+class StoreDocker:
+    """A stand-in for the engine's CLI in the store read alone, because a real engine cannot be made to
+    answer with other bytes, or with no store, on demand (the real store read runs in every build of
+    tests/integration): it answers `info` and `run` with what it is given."""
+
+    def __init__(self, out: bytes, code: int = 0, info: dict | None = None):
+        self.out, self.code, self.calls = out, code, []
+        self._info = {"DockerRootDir": "/var/lib/docker", "Driver": "overlay2"} if info is None else info
+
+    def info(self):
+        return self._info
+
+    def run(self, *args, check=True):
+        self.calls.append(args)
+        return subprocess.CompletedProcess(args, self.code, self.out.decode(), "")
+
+
+def test_the_image_store_is_trusted_only_for_bytes_that_hash_to_the_image_id():
+    from servebuild.build.imageconfig import config_from_store
+    raw = b'{"created":"x","rootfs":{"type":"layers","diff_ids":[]}}'
+    image_id = "sha256:" + __import__("hashlib").sha256(raw).hexdigest()
+    good = StoreDocker(raw)
+    assert config_from_store(good, image_id, "linux/amd64") == json.loads(raw)
+    assert any(f"/var/lib/docker/image/overlay2/imagedb/content/sha256:/store:ro" in a for a in good.calls[0])
+    assert config_from_store(StoreDocker(raw.replace(b"x", b"y")), image_id, "linux/amd64") is None  # other bytes
+    assert config_from_store(StoreDocker(b"", code=125), image_id, "linux/amd64") is None  # no such store
+    assert config_from_store(StoreDocker(raw, info={}), image_id, "linux/amd64") is None  # an engine that does not say
