@@ -277,7 +277,8 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         print(f"\nfarm build, amd64 on node 1 + arm64 (QEMU) on node 2 concurrently: {took:.1f}s")
 
 
-def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_registry, capsys):
+def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_registry, capsys, tmp_path,
+                                                   monkeypatch):
     """Bit for bit across engines (issue 20): node 2 (its own data root, socket, bridge, and an empty
     build cache for amd64) builds the amd64 image node 1 built in the test above, with --no-cache and
     this process's umask at 077 (node 1 built under the usual 022), and gets the same image id: every
@@ -287,7 +288,11 @@ def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_re
     want = node1("image", "inspect", "--format", "{{.Id}}", amd, check=False).stdout.strip()
     assert want, "run with the two-node build test (node 1 builds amd64 there)"
     assert node2.docker("image", "inspect", amd, check=False).returncode != 0  # node 2 never built it
-    farm = farm_project / "farm-node2.yaml"
+    # a copy of the project: its build/ stays the other tests' (they read which node built amd64 there)
+    project = tmp_path / "project"
+    shutil.copytree(farm_project, project, ignore=shutil.ignore_patterns("build", "farm-*.yaml"))
+    monkeypatch.setattr(tasks, "ROOT", project)
+    farm = project / "farm-node2.yaml"
     farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
     old = os.umask(0o077)
     try:
