@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,9 @@ def fake(folder: Path, name: str, body: str) -> Path:
 
 def probe(name: str, env: dict, *args: str) -> tuple[int, dict]:
     clean = {k: v for k, v in os.environ.items() if k not in ("CC", "CUDA_HOME", "CUDA_PATH")}
-    proc = subprocess.run([sys.executable, str(PROBES), name, *args], env={**clean, **env},
-                          capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory() as where:  # a fake compiler writes its last argument ('--version' too) here
+        proc = subprocess.run([sys.executable, str(PROBES), name, *args], env={**clean, **env}, cwd=where,
+                              capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith('{"probe"')]
     assert lines, (proc.stdout, proc.stderr)
     return proc.returncode, json.loads(lines[-1])
