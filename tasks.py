@@ -252,6 +252,18 @@ def verify(c, ref=None, credentials=None, ca=None, public_key=None):
     cli_release.verify(ROOT, ref, credentials, ca, public_key)
 
 
+@task(help={"check": "HOST[:PORT]/REPOSITORY:TAG of a published image to rebuild and compare",
+            "platform": "the platform of the tag's index to rebuild (default: this host's)",
+            "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
+            "ca": "PEM CA bundle the registry's certificate is checked against",
+            "ca_bundle": "extra CA bundle for pip in the rebuild (a BuildKit secret, in no layer)"})
+@one_line_errors
+def rebuild(c, check=None, platform=None, credentials=None, ca=None, ca_bundle=None):
+    """Rebuild a published image from this checkout (--no-cache) and compare every layer and the config with
+    the registry's; exit 1 naming the first differing layer and its paths."""
+    return cli_release.rebuild_check(ROOT, check, platform, credentials, ca, ca_bundle)
+
+
 @task(help={"stack": "stack to regenerate: a directory constraints/STACK with an inputs.yaml",
             "target": "only this target, e.g. py3.11-linux-amd64 (repeatable; default: all)",
             "check": "regenerate into a temp dir and fail if the committed files differ"},

@@ -12,6 +12,10 @@ from servebuild.release.publish import PUSH_S, gather_builds, publish as publish
 from servebuild.registry.limits import seconds_from_env
 from servebuild.registry.client import RegistryClient
 from servebuild.release.verify import verify as verify_tag
+from servebuild.release import rebuild as rebuilding
+from servebuild.cli.options import default_ca_bundle
+from servebuild.errors import InputError
+from servebuild.platforms import PLATFORMS, host_platform
 
 
 def publish(root: Path, recipe: str, registry=None, platform=None, variant=None, repository=None, tag=None,
@@ -46,3 +50,24 @@ def verify(root: Path, ref=None, credentials_file=None, ca=None, public_key=None
     for p, r in sorted(report["platforms"].items()):
         print(f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
               f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}")
+
+
+def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca=None, ca_bundle=None) -> int:
+    """Rebuild REF's image for one platform (default: this host's) from this checkout with --no-cache and
+    compare it with the registry's: 0 identical, 1 different (the first differing layer and its paths)."""
+    if ref is None:
+        raise InputError("give the published tag: invoke rebuild --check HOST[:PORT]/REPOSITORY:TAG", field="--check")
+    registry, name, tag = split_registry_ref(ref)
+    platform = platform or host_platform()
+    if platform not in PLATFORMS:
+        raise InputError(f"unknown platform {platform!r} (one of {', '.join(PLATFORMS)})", field="--platform")
+    client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
+    report = rebuilding.check(root, client, name, tag, platform, DockerClient(), path(default_ca_bundle(ca_bundle)))
+    if report.identical:
+        print(f"rebuilt {report.ref} {platform}: identical ({report.layers} layers and the config, "
+              f"image {report.registry_id})")
+        return 0
+    print(f"rebuilt {report.ref} {platform}: DIFFERENT (registry image {report.registry_id}, "
+          f"rebuild {report.rebuilt_id})")
+    print("\n".join(report.difference))
+    return 1

@@ -35,10 +35,11 @@ def collect(chunks, declared, limit: int, what: str, sink=None) -> bytes:
     return b"".join(parts)
 
 
-def read_body(response, limit: int, what: str) -> bytes:
-    """The whole body of a `requests` response opened with stream=True, within `limit` bytes."""
+def read_body(response, limit: int, what: str, sink=None) -> bytes:
+    """The whole body of a `requests` response opened with stream=True, within `limit` bytes (into
+    `sink`, a binary file, if given: then b"")."""
     try:
-        return collect(response.iter_content(CHUNK), response.headers.get("Content-Length"), limit, what)
+        return collect(response.iter_content(CHUNK), response.headers.get("Content-Length"), limit, what, sink)
     except TooLarge:
         response.close()
         raise

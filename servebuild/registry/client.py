@@ -15,11 +15,11 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 from urllib.parse import urljoin, urlsplit
 
 from servebuild.errors import HostError
-from servebuild.fsutil import canonical_json, read_input, sha256_bytes
+from servebuild.fsutil import canonical_json, read_input, sha256_bytes, sha256_file
 from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, TooLarge, parse_json, read_body
 from servebuild.registry.deadline import Expired, deadline, remaining
@@ -86,6 +86,7 @@ class RegistryClient:
         self.request_s = timeout or limits.seconds_from_env("SERVEBUILD_REGISTRY_TIMEOUT", limits.REQUEST_S)
         self.operation_s = operation_s or limits.seconds_from_env("SERVEBUILD_REGISTRY_DEADLINE", limits.OPERATION_S)
         self.blob_limit = limits.CONFIG_BYTES
+        self.blob_sink = None  # a file a blob GET streams into (get_blob_into), else the body is held
         if ca is not None:  # the bounded reader: a FIFO, device, directory or huge file is refused unread
             if b"-----BEGIN CERTIFICATE-----" not in read_input(ca, "tls", field="--ca", error=RegistryError):
                 raise RegistryError("CA file holds no PEM certificate", file=str(ca), field="--ca")
@@ -183,7 +184,12 @@ class RegistryClient:
                     response = plain(method, url, **kwargs)
                     location = response.headers.get("Location")
                     if response.status_code not in REDIRECT_CODES or not location or "/blobs/uploads" in url:
-                        response._content = b"" if method == "HEAD" else read_body(response, limit, what)
+                        sink = self.blob_sink if response.status_code == 200 and "/blobs/" in urlsplit(url).path \
+                            else None
+                        if sink is not None:  # a retry starts the file again
+                            sink.seek(0)
+                            sink.truncate()
+                        response._content = b"" if method == "HEAD" else read_body(response, limit, what, sink)
                         response._content_consumed = True
                         if self._is_realm(url) and response.status_code == 200:
                             parse_json(response._content, what, limits.JSON_DEPTH)  # oras-py parses it unbounded
@@ -384,6 +390,26 @@ class RegistryClient:
             raise RegistryError(f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}",
                                 field="registry")
         return body
+
+    def get_blob_into(self, repo: str, digest: str, sink: BinaryIO, limit: int, seconds: float) -> None:
+        """A blob streamed into `sink` (a binary file, never whole in memory) within `limit` bytes and
+        `seconds` for the request (an image layer: limits.LAYER_BYTES, LAYER_S); its bytes must hash to `digest`."""
+        if not DIGEST.match(digest):
+            raise RegistryError(f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
+                                field="registry")
+        saved = self.blob_limit, self.request_s, self.blob_sink
+        self.blob_limit, self.request_s, self.blob_sink = limit, seconds, sink
+        try:
+            response = self.request("GET", f"/v2/{repo}/blobs/{digest}")
+        finally:
+            self.blob_limit, self.request_s, self.blob_sink = saved
+        if response.status_code != 200:
+            raise self._fail(response, f"reading blob {digest[:19]} of {repo}")
+        sink.flush()
+        actual = "sha256:" + sha256_file(Path(sink.name))
+        if actual != digest:
+            raise RegistryError(f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}",
+                                field="registry")
 
     def put_blob(self, repo: str, data: bytes) -> dict:
         """Upload (unless present) and return its descriptor fields (digest, size)."""

@@ -1,0 +1,290 @@
+"""`invoke rebuild --check REF`: build a published image again from this checkout and compare it with
+the registry's, layer by layer (issue 20).
+
+REF's index (or image manifest) -> the platform's image manifest and config (bounded reads) -> the
+config's labels name the recipe, variant and platform -> every layer blob the registry serves is read
+to disk (streamed, within LAYER_BYTES and LAYER_S) and must hash to its descriptor, and its
+uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
+build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
+registry's. On a difference the first differing layer is named with the paths that differ inside it
+(the registry's layer tar and the rebuilt one compared entry by entry), or, when every layer is the
+same, the config fields that differ. The caller exits 0 (identical), 1 (different) or 2 (bad input,
+one line).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from servebuild import procs
+from servebuild.build import run
+from servebuild.build.docker import DockerClient
+from servebuild.build.imageconfig import config_from_store, read_config
+from servebuild.build.manifest import LABEL_PREFIX
+from servebuild.errors import DockerError, InputError
+from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.platforms import arch_of
+from servebuild.registry import limits
+from servebuild.registry.bounded import BadJSON, parse_json
+from servebuild.render.settle import SETTLE, START
+from servebuild.registry.client import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient,
+                                       RegistryError)
+
+PATHS_SHOWN = 20
+READ = 1 << 20
+
+
+@dataclass
+class Published:
+    ref: str
+    platform: str
+    digest: str  # the image manifest's
+    config_digest: str
+    config: dict
+    layers: list[dict]  # the image manifest's layer descriptors
+
+    @property
+    def label(self) -> Callable[[str], str]:
+        labels = (self.config.get("config") or {}).get("Labels") or {}
+        return lambda key: str(labels.get(f"{LABEL_PREFIX}.{key}") or "")
+
+    def created_by(self, index: int) -> str:
+        """The step that made layer `index`, as its history says, without the shell and the settle preamble."""
+        steps = [h for h in self.config.get("history") or [] if isinstance(h, dict) and not h.get("empty_layer")]
+        text = str(steps[index].get("created_by", "")) if index < len(steps) else ""
+        text = " ".join(text.replace("\\\n", " ").split()).replace("/bin/bash -o pipefail -c ", "")
+        text = text.replace(f"{START} && ( ", "").split(f" ) && {SETTLE.split(' ', 1)[0]} ")[0]
+        return text[:120]
+
+
+@dataclass
+class Report:
+    ref: str
+    platform: str
+    registry_id: str
+    rebuilt_id: str
+    layers: int
+    difference: list[str] = field(default_factory=list)  # empty: identical
+
+    @property
+    def identical(self) -> bool:
+        return not self.difference
+
+
+def _json(data: bytes, what: str) -> dict:
+    try:
+        doc = parse_json(data, what, limits.JSON_DEPTH)
+    except BadJSON as exc:
+        raise RegistryError(exc.problem, field="registry") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{what} is not a JSON object", field="registry")
+    return doc
+
+
+def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Published:
+    """The platform's image under REF, its config and layer descriptors (registry reads, bounded)."""
+    ref = f"{client.registry}/{repo}:{tag}"
+    with client.operation(f"reading {ref}"):
+        found = client.get_manifest(repo, tag)
+        if found is None:
+            raise InputError(f"{ref}: no such tag", field="--check")
+        body, digest, media = found
+        if media in (OCI_INDEX, DOCKER_LIST):
+            entries = _json(body, f"{ref} index").get("manifests") or []
+            digests = [e.get("digest", "") for e in entries if isinstance(e, dict) and
+                       f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" == platform]
+            if len(digests) != 1:
+                listed = sorted({f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}"
+                                 for e in entries if isinstance(e, dict)})
+                raise InputError(f"{ref} holds no single {platform} image (it lists {', '.join(listed) or 'none'})",
+                                 field="--platform")
+            found = client.get_manifest(repo, digests[0])
+            if found is None:
+                raise RegistryError(f"{ref}: the index names {digests[0]}, which the registry does not have",
+                                    field="registry")
+            body, digest, media = found
+        if media not in (OCI_MANIFEST, DOCKER_MANIFEST):
+            raise RegistryError(f"{ref} {platform}: {digest} is a {media}, not an image manifest", field="registry")
+        image = _json(body, f"{ref} {platform} manifest")
+        config_digest = str((image.get("config") or {}).get("digest", ""))
+        config = _json(client.get_blob(repo, config_digest), f"{ref} {platform} image config")
+    layers = [d for d in image.get("layers") or [] if isinstance(d, dict)]
+    out = Published(ref, platform, digest, config_digest, config, layers)
+    if f"{config.get('os')}/{config.get('architecture')}" != platform or out.label("platform") != platform:
+        raise InputError(f"{ref}: its {platform} image is labelled {out.label('platform') or 'no platform'} "
+                         f"({config.get('os')}/{config.get('architecture')})", field="--platform")
+    if not out.label("recipe"):
+        raise InputError(f"{ref} {platform}: the image has no {LABEL_PREFIX}.recipe label; it was not built by "
+                         f"servebuild", field="--check")
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    if len(diff_ids) != len(layers):
+        raise RegistryError(f"{ref} {platform}: the manifest names {len(layers)} layers, the config "
+                            f"{len(diff_ids)}", field="registry")
+    return out
+
+
+def registry_layers(client: RegistryClient, repo: str, image: Published, work: Path) -> list[tuple[Path, str]]:
+    """Each registry layer on disk, uncompressed, with what is wrong with it ('' when its blob hashes to
+    its descriptor and its content to the config's diff_id)."""
+    diff_ids = image.config["rootfs"]["diff_ids"]
+    out = []
+    for i, desc in enumerate(image.layers):
+        blob, tar = work / f"registry-{i}.blob", work / f"registry-{i}.tar"
+        problem = ""
+        with blob.open("w+b") as sink:
+            try:
+                client.get_blob_into(repo, str(desc.get("digest", "")), sink, limits.LAYER_BYTES, limits.LAYER_S)
+            except RegistryError as exc:
+                if "served blob" not in exc.problem:  # unreachable, too large, too slow: not an answer to compare
+                    raise
+                problem = exc.problem
+        content = _uncompressed(blob, tar)
+        if not problem and content != diff_ids[i]:
+            problem = (f"the registry's blob {desc.get('digest')} holds {content or 'no readable layer'}, "
+                       f"its config says {diff_ids[i]}")
+        blob.unlink()
+        out.append((tar, problem))
+    return out
+
+
+def _uncompressed(blob: Path, tar: Path) -> str:
+    """Write `blob` uncompressed (gzip, or as it is) to `tar`; the sha256 of what was written ('' if unreadable)."""
+    digest = hashlib.sha256()
+    with blob.open("rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open(blob, "rb") if gzipped else blob.open("rb")) as src, tar.open("wb") as dst:
+            for chunk in iter(lambda: src.read(READ), b""):
+                digest.update(chunk)
+                dst.write(chunk)
+    except (OSError, EOFError, zlib.error):
+        return ""
+    return "sha256:" + digest.hexdigest()
+
+
+def rebuild(root: Path, image: Published, docker: DockerClient, ca_bundle: Optional[Path],
+            echo: bool) -> tuple[str, dict]:
+    """Build the labelled recipe (and variant) again for the platform, --no-cache, beside the user's builds."""
+    variant = image.label("variant") or None
+    options = BuildOptions(platform=image.platform, variant=variant, no_cache=True, ca_bundle=ca_bundle,
+                           tag=f"servebuild-rebuild/{image.label('recipe')}:{variant + '-' if variant else ''}"
+                               f"{arch_of(image.platform)}",
+                           build_root=root / "build" / "rebuild", echo=echo)
+    result = run.build(make_plan(root, image.label("recipe"), options), docker)
+    config = config_from_store(docker, result.image_id, image.platform) or read_config(docker, result.image_id)
+    return result.image_id, config
+
+
+def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str, docker: DockerClient,
+          ca_bundle: Optional[Path] = None, echo: bool = True) -> Report:
+    image = published(client, repo, tag, platform)
+    with tempfile.TemporaryDirectory(prefix="servebuild-rebuild-") as tmp:
+        work = Path(tmp)
+        theirs = registry_layers(client, repo, image, work)
+        rebuilt_id, config = rebuild(root, image, docker, ca_bundle, echo)
+        report = Report(image.ref, platform, image.config_digest, rebuilt_id, len(image.layers))
+        ours = (config.get("rootfs") or {}).get("diff_ids") or []
+        for i in range(max(len(ours), len(theirs))):
+            problem = theirs[i][1] if i < len(theirs) else "the registry's image has no such layer"
+            mine = ours[i] if i < len(ours) else None
+            if not problem and mine == image.config["rootfs"]["diff_ids"][i]:
+                continue
+            registry_id = image.config["rootfs"]["diff_ids"][i] if i < len(theirs) else None
+            problem = problem or f"registry {registry_id}, rebuild {mine}"
+            report.difference.append(f"layer {i} ({image.created_by(i) or 'no history'}) differs: {problem}")
+            ours_tar = _saved_layer(docker, rebuilt_id, mine, work) if mine else None
+            report.difference += paths_differing(theirs[i][0] if i < len(theirs) else None, ours_tar)
+            return report
+        if rebuilt_id != image.config_digest:
+            report.difference.append("every layer is the same; the config differs: "
+                                     + ", ".join(config_differences(image.config, config)))
+    return report
+
+
+def _saved_layer(docker: DockerClient, image_id: str, diff_id: str, work: Path) -> Optional[Path]:
+    """The rebuilt image's layer `diff_id` as a tar file, out of `docker save` (the one whose bytes hash to it)."""
+    target = work / "rebuilt.tar"
+    proc = procs.popen([docker.client, "save", image_id], "engine", env=docker._env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    found = False
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=READ) as tar:
+            for member in tar:
+                if found or not (member.isfile() and member.name.endswith("/layer.tar")):
+                    continue
+                digest, src = hashlib.sha256(), tar.extractfile(member)
+                with target.open("wb") as dst:
+                    for chunk in iter(lambda: src.read(READ), b""):
+                        digest.update(chunk)
+                        dst.write(chunk)
+                found = "sha256:" + digest.hexdigest() == diff_id
+    except tarfile.TarError as exc:
+        raise DockerError(f"docker save of {image_id} on {docker.name} is not a readable archive ({exc})",
+                          field="engine") from None
+    finally:
+        proc.stdout.close()
+        proc.wait()
+    return target if found else None
+
+
+def entries(path: Optional[Path]) -> Optional[dict[str, tuple]]:
+    """A layer tar's entries: path -> (type, mode, uid, gid, size, mtime, link, content sha256); None if unreadable."""
+    if path is None:
+        return None
+    out = {}
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            for m in tar:
+                digest = ""
+                if m.isfile():
+                    h, src = hashlib.sha256(), tar.extractfile(m)
+                    for chunk in iter(lambda: src.read(READ), b""):
+                        h.update(chunk)
+                    digest = h.hexdigest()[:16]
+                out[m.name.rstrip("/")] = (m.type, oct(m.mode & 0o7777), m.uid, m.gid, m.size, int(m.mtime), m.linkname,
+                                           digest)  # the mode's file-type bits (Go's tar writes them) say what type says
+    except (tarfile.TarError, OSError):
+        return None
+    return out
+
+
+FIELDS = ("type", "mode", "uid", "gid", "size", "mtime", "link", "content")
+
+
+def paths_differing(registry_tar: Optional[Path], rebuilt_tar: Optional[Path]) -> list[str]:
+    theirs, ours = entries(registry_tar), entries(rebuilt_tar)
+    if theirs is None or ours is None:
+        return [f"  (no path list: the {'registry' if theirs is None else 'rebuilt'} layer is not a readable tar)"]
+    lines = []
+    for name in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(name), ours.get(name)
+        if a == b:
+            continue
+        if a is None or b is None:
+            lines.append(f"  {name}: only in the {'rebuild' if a is None else 'registry'}")
+        else:
+            lines.append(f"  {name}: " + ", ".join(f"{k} {x} -> {y}" for k, x, y in zip(FIELDS, a, b) if x != y))
+    shown = lines[:PATHS_SHOWN]
+    if len(lines) > PATHS_SHOWN:
+        shown.append(f"  ... and {len(lines) - PATHS_SHOWN} more paths")
+    return shown or ["  (the entries are the same; their order or padding differs)"]
+
+
+def config_differences(theirs: dict, ours: dict) -> list[str]:
+    out = []
+    for key in sorted(set(theirs) | set(ours)):
+        if key == "config":
+            a, b = theirs.get(key) or {}, ours.get(key) or {}
+            out += [f"config.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif json.dumps(theirs.get(key), sort_keys=True) != json.dumps(ours.get(key), sort_keys=True):
+            out.append(key)
+    return out or ["key order or whitespace"]
