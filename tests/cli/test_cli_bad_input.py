@@ -352,3 +352,15 @@ def test_bad_warm_input_is_one_line_before_the_engine(args, words):
 
 def test_warm_needs_a_recipe_or_an_image():
     assert_one_line(cli("warm", "--run", "true"), "--recipe", "give --recipe NAME (its built image) or --image REF")
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), ["--check", "give the published tag"]),
+    (("--check", "not a ref"), ["REF", "not a registry reference"]),
+    (("--check", "127.0.0.1:1/r/x:v1", "--platform", "linux/s390x"), ["--platform", "unknown platform"]),
+    (("--check", "127.0.0.1:1/r/x:v1"), ["127.0.0.1:1"]),  # nothing listens there: one line, no build
+])
+def test_rebuild_check_bad_input_is_one_line(args, words):
+    proc = cli("rebuild", *args, env={"SERVEBUILD_REGISTRY_TIMEOUT": "5"})
+    assert_one_line(proc, *words)
+    assert "built" not in proc.stdout
