@@ -18,12 +18,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Iterator, Optional, TextIO
 
 import docker as docker_sdk
 import docker.errors as sdk_errors
@@ -293,6 +295,39 @@ class DockerClient:
             raise DockerError(f"build failed (exit {code}): {failure_cause(tail)}; full log: {log_path}",
                               field="build")
         return iidfile.read_text().strip()
+
+    @contextmanager
+    def saved(self, image_id: str) -> Iterator[tarfile.TarFile]:
+        """`docker save IMAGE` as a tar stream, read once front to back (members in the engine's order:
+        layers, then the config and manifest.json); an unreadable stream or a failed save is one line."""
+        proc = procs.popen([self.client, "save", image_id], "engine", env=self._env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        failed = None
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=1 << 20) as tar:
+                yield tar
+        except tarfile.TarError as exc:
+            failed = f"is not a readable archive ({exc})"
+        finally:  # our end closed first: a save still writing ends on EPIPE instead of waiting for us
+            proc.stdout.close()
+            stderr = proc.stderr.read().decode(errors="replace")
+            code = proc.wait()
+        if code != 0:  # the engine's own words first: an unreadable stream is what a failed save leaves
+            failed = f"failed: {(stderr.strip().splitlines() or [f'exit {code}'])[-1]}"
+        if failed:
+            raise DockerError(f"docker save of {image_id} on {self.name} {failed}", field="engine")
+
+    def load(self, archive: bytes) -> str:
+        """`docker load` of an archive held in memory (a config and its manifest); what the engine printed."""
+        try:
+            proc = procs.run([self.client, "load"], "engine", env=self._env(), input=archive, capture_output=True,
+                             timeout=self.timeout or 600)
+        except subprocess.TimeoutExpired:
+            raise DockerError(f"engine {self.name} did not answer `docker load` within {self.timeout or 600:.0f}s",
+                              field="engine") from None
+        if proc.returncode != 0:
+            raise DockerError(f"docker load failed on {self.name}: {procs.last_line(proc)}", field="engine")
+        return proc.stdout.decode(errors="replace")
 
     def tag(self, image_id: str, tag: str) -> None:
         if self._api is None:

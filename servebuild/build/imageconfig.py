@@ -19,7 +19,6 @@ import hashlib
 import io
 import json
 import re
-import subprocess
 import tarfile
 from typing import Optional
 
@@ -100,28 +99,14 @@ def config_from_store(docker, image_id: str, platform: str) -> Optional[dict]:
 
 def read_config(docker, image_id: str) -> dict:
     """The raw config of a local image, from the stream of `docker save` (its layers are read past)."""
-    cmd = [docker.client, "save", image_id]
-    proc = procs.popen(cmd, "engine", env=docker._env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL)
     small: dict[str, bytes] = {}
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=READ_BLOCK) as tar:
-            for member in tar:
-                if member.isfile() and "/" not in member.name and member.name.endswith(".json"):
-                    if member.size > CONFIG_LIMIT:
-                        raise DockerError(f"docker save of {image_id} on {docker.name} holds {member.name} of "
-                                          f"{member.size} bytes, over {CONFIG_LIMIT}", field="build")
-                    small[member.name] = tar.extractfile(member).read()
-    except tarfile.TarError as exc:
-        raise DockerError(f"docker save of {image_id} on {docker.name} is not a readable archive ({exc})",
-                          field="build") from None
-    finally:  # our end closed first: a save still writing ends on EPIPE instead of waiting for us
-        proc.stdout.close()
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        code = proc.wait()
-    if code != 0:
-        raise DockerError(f"docker save {image_id} failed on {docker.name}: "
-                          f"{(stderr.strip().splitlines() or [f'exit {code}'])[-1]}", field="build")
+    with docker.saved(image_id) as tar:
+        for member in tar:
+            if member.isfile() and "/" not in member.name and member.name.endswith(".json"):
+                if member.size > CONFIG_LIMIT:
+                    raise DockerError(f"docker save of {image_id} on {docker.name} holds {member.name} of "
+                                      f"{member.size} bytes, over {CONFIG_LIMIT}", field="build")
+                small[member.name] = tar.extractfile(member).read()
     try:
         manifest = json.loads(small["manifest.json"])
         config = json.loads(small[manifest[0]["Config"]])
@@ -153,13 +138,10 @@ def load_config(docker, data: bytes, want: str, layers: int) -> None:
             info.size, info.mtime, info.mode = len(body), 0, 0o644
             tar.addfile(info, io.BytesIO(body))
     try:
-        proc = procs.run([docker.client, "load"], "engine", env=docker._env(), input=buf.getvalue(),
-                         capture_output=True, timeout=docker.timeout or 600)
-    except subprocess.TimeoutExpired:
-        raise DockerError(f"engine {docker.name} did not answer `docker load` of a config within "
-                          f"{docker.timeout or 600:.0f}s", field="build") from None
-    loaded = proc.stdout.decode(errors="replace")
-    if proc.returncode != 0 or want not in loaded:
-        raise DockerError(f"engine {docker.name} did not load the settled config of {want} "
-                          f"({procs.last_line(proc)}); an engine whose image store needs every layer "
-                          f"in a load (the containerd store) cannot settle images yet", field="build")
+        loaded = docker.load(buf.getvalue())
+    except DockerError as exc:
+        loaded = exc.problem
+    if want not in loaded:
+        raise DockerError(f"engine {docker.name} did not load the settled config of {want} ({loaded.strip()[-200:]}); "
+                          f"an engine whose image store needs every layer in a load (the containerd store) "
+                          f"cannot settle images yet", field="build")

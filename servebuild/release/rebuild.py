@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import subprocess
 import tarfile
 import tempfile
 import zlib
@@ -25,12 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from servebuild import procs
 from servebuild.build import run
 from servebuild.build.docker import DockerClient
 from servebuild.build.imageconfig import config_from_store, read_config
 from servebuild.build.manifest import LABEL_PREFIX
-from servebuild.errors import DockerError, InputError
+from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
 from servebuild.registry import limits
@@ -213,26 +211,17 @@ def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str
 def _saved_layer(docker: DockerClient, image_id: str, diff_id: str, work: Path) -> Optional[Path]:
     """The rebuilt image's layer `diff_id` as a tar file, out of `docker save` (the one whose bytes hash to it)."""
     target = work / "rebuilt.tar"
-    proc = procs.popen([docker.client, "save", image_id], "engine", env=docker._env(), stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     found = False
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=READ) as tar:
-            for member in tar:
-                if found or not (member.isfile() and member.name.endswith("/layer.tar")):
-                    continue
-                digest, src = hashlib.sha256(), tar.extractfile(member)
-                with target.open("wb") as dst:
-                    for chunk in iter(lambda: src.read(READ), b""):
-                        digest.update(chunk)
-                        dst.write(chunk)
-                found = "sha256:" + digest.hexdigest() == diff_id
-    except tarfile.TarError as exc:
-        raise DockerError(f"docker save of {image_id} on {docker.name} is not a readable archive ({exc})",
-                          field="engine") from None
-    finally:
-        proc.stdout.close()
-        proc.wait()
+    with docker.saved(image_id) as tar:
+        for member in tar:
+            if found or not (member.isfile() and member.name.endswith("/layer.tar")):
+                continue
+            digest, src = hashlib.sha256(), tar.extractfile(member)
+            with target.open("wb") as dst:
+                for chunk in iter(lambda: src.read(READ), b""):
+                    digest.update(chunk)
+                    dst.write(chunk)
+            found = "sha256:" + digest.hexdigest() == diff_id
     return target if found else None
 
 
