@@ -26,7 +26,6 @@ from servebuild import procs
 from servebuild.errors import DockerError
 
 CONFIG_LIMIT = 8 << 20  # a config (and a save's manifest.json) larger than this is not an image's
-READ_BLOCK = 1 << 20
 INLINE_CACHE = "moby.buildkit.cache.v0"  # BuildKit's inline cache (--cache-to): base64 JSON in the config
 
 
