@@ -6,7 +6,7 @@ mtime of the directories it writes into. One rewrite, applied to the whole rende
 every step the same way:
 
 - each RUN runs between a marker and a settle: everything on the image's filesystem newer than the
-  marker gets the fixed mtime TAR_MTIME, log files and ldconfig's cache that the step wrote are
+  marker gets the step's settled time (STEP_TIME below), log files and ldconfig's cache that the step wrote are
   truncated; the step runs with SOURCE_DATE_EPOCH (py_compile, hence pip, writes checked-hash .pyc,
   whose bytes do not hold a time), PYTHONHASHSEED=0 (set and frozenset constants marshal in one
   order) and PYTHONDONTWRITEBYTECODE=1 (an import during the step writes no timestamped .pyc);
@@ -29,10 +29,19 @@ MARK = "/tmp/.servebuild-layer-start"
 MOUNT_ROOT = "/mnt"
 SOURCE = f"{MOUNT_ROOT}/src"  # where a COPY's source is bind-mounted
 ENV = f"SOURCE_DATE_EPOCH={TAR_MTIME} PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1"
-START = f"touch {MARK} && export {ENV}"
+# The settled time of a step: one second after the newest file under /usr and /opt before it ran (never
+# before TAR_MTIME). What a step builds is then never older than what it was built from: ninja and make
+# rebuild an output older than one of its inputs, and FlashInfer's kernels compiled at build time were
+# found stale at serve time when every output was set to 2000-01-01 under newer system headers. The
+# time is a function of the earlier layers (no mount point BuildKit makes lies under /usr or /opt).
+STEP_TIME = "SERVEBUILD_SETTLED"
+TIMES = "/tmp/.servebuild-layer-times"
+START = (f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
+         f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && rm {TIMES} "
+         f"&& {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))")
 SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
-          f"&& find / -xdev -newer {MARK} -exec touch -h -d @{TAR_MTIME} {{}} + "
-          f"&& rm {MARK} && touch -h -d @{TAR_MTIME} /tmp")
+          f"&& find / -xdev -newer {MARK} -exec touch -h -d \"@${STEP_TIME}\" {{}} + "
+          f"&& rm {MARK} && touch -h -d \"@${STEP_TIME}\" /tmp")
 INDENT = " \\\n    "
 
 

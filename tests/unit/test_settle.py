@@ -51,16 +51,31 @@ def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
 
 
 def test_the_settled_step_really_settles(tmp_path):
-    """The composed shell, run here under a root of our own: what the step writes gets the fixed time,
-    what was there before keeps its own, and a failing command fails the step (no settle hides it)."""
-    command = settle("RUN echo hi > f\n").removeprefix("RUN ").replace("find / ", f"find {tmp_path} ")
-    old = tmp_path / "old"
+    """The composed shell, run here under a root of our own: what the step writes gets one second after
+    the newest file of its inputs (here a folder standing for /usr and /opt, newest at 1,800,000,000.5 s),
+    so no output is older than what it was built from; what was there before keeps its own time; a
+    failing command fails the step (no settle hides it)."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "header.h").write_text("x")
+    os.utime(inputs / "header.h", ns=(1_800_000_000_500_000_000,) * 2)
+    os.utime(inputs, (1_000_000_000, 1_000_000_000))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def local(text: str) -> str:
+        return (settle(text).removeprefix("RUN ").replace("find /usr /opt ", f"find {inputs} ")
+                .replace("find / ", f"find {work} "))
+    old = work / "old"
     old.write_text("x")
     os.utime(old, (1_700_000_000, 1_700_000_000))
-    subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, check=True)
-    assert (tmp_path / "f").stat().st_mtime == 946684800 and old.stat().st_mtime == 1_700_000_000
-    failing = settle("RUN false\n").removeprefix("RUN ").replace("find / ", f"find {tmp_path} ")
-    assert subprocess.run(["bash", "-o", "pipefail", "-c", failing], cwd=tmp_path).returncode != 0
+    subprocess.run(["bash", "-o", "pipefail", "-c", local("RUN echo hi > f\n")], cwd=work, check=True)
+    assert (work / "f").stat().st_mtime == 1_800_000_001 and old.stat().st_mtime == 1_700_000_000
+    (inputs / "header.h").unlink()  # inputs older than 2000: the step's time is 2000-01-01 at the earliest
+    os.utime(inputs, (900_000_000, 900_000_000))
+    subprocess.run(["bash", "-o", "pipefail", "-c", local("RUN echo hi > g\n")], cwd=work, check=True)
+    assert (work / "g").stat().st_mtime == 946684800
+    assert subprocess.run(["bash", "-o", "pipefail", "-c", local("RUN false\n")], cwd=work).returncode != 0
 
 
 @pytest.mark.parametrize("copy, bind, into", [
