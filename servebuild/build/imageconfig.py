@@ -31,7 +31,7 @@ INLINE_CACHE = "moby.buildkit.cache.v0"  # BuildKit's inline cache (--cache-to):
 
 def settle_config(docker, image_id: str, created: str, base_ref: Optional[str], platform: str) -> str:
     """The id of `image_id` with its config's times set to `created` (the same id when they already are)."""
-    config = config_from_store(docker, image_id, platform) or read_config(docker, image_id)
+    config = image_config(docker, image_id, platform)
     keep = base_history_length(docker, base_ref) if base_ref else 0
     settled = settled_config(config, created, keep)
     data = canonical(settled)
@@ -41,6 +41,11 @@ def settle_config(docker, image_id: str, created: str, base_ref: Optional[str], 
     load_config(docker, data, new_id, len(settled["rootfs"]["diff_ids"]))
     docker.remove_image(image_id, force=False)  # BuildKit's copy, untagged; its layers stay (they are shared)
     return new_id
+
+
+def image_config(docker, image_id: str, platform: str) -> dict:
+    """The raw config of a local image: from the engine's image store, else out of `docker save`."""
+    return config_from_store(docker, image_id, platform) or read_config(docker, image_id)
 
 
 def canonical(config: dict) -> bytes:

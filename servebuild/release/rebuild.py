@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from servebuild.build import run
 from servebuild.build.docker import DockerClient
-from servebuild.build.imageconfig import config_from_store, read_config
+from servebuild.build.imageconfig import image_config
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions, make_plan
@@ -178,8 +178,7 @@ def rebuild(root: Path, image: Published, docker: DockerClient, ca_bundle: Optio
                                f"{arch_of(image.platform)}",
                            build_root=root / "build" / "rebuild", echo=echo)
     result = run.build(make_plan(root, image.label("recipe"), options), docker)
-    config = config_from_store(docker, result.image_id, image.platform) or read_config(docker, result.image_id)
-    return result.image_id, config
+    return result.image_id, image_config(docker, result.image_id, image.platform)
 
 
 def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str, docker: DockerClient,
