@@ -2,13 +2,22 @@
 machine's engine (umask 022) and on a second dockerd started here (its own data root, exec root, bridge
 and an empty build cache; umask 077), then print both image ids, the layers side by side and the
 wall time of each build. Too heavy for CI with the engine images (two cold 9 GB builds); CI proves
-the toy fixture on two engines (tests/integration/test_farm.py).
+the toy fixture and the torch pair on two engines (tests/integration/test_farm.py).
 
-    .venv/bin/python scripts/bench_bitforbit.py RECIPE [--variant V]
+    .venv/bin/python scripts/bench_bitforbit.py RECIPE [--variant V] [--other-variant W] [--json F]
 
-The second engine is the farm test's (tests/integration/test_farm.py: SecondEngine); the base images
-are copied to it with docker save | docker load. Needs the disk for two copies of the image; the
-build dir build/RECIPE/linux-amd64 is the second build's afterwards.
+--other-variant W first builds W on this engine the usual way (with the cache), then V with
+--no-cache: the variants share every layer below the engine's when the --no-cache build made the
+same bytes as the cache records W was built from (the case that once gave two copies of the venv).
+
+Afterwards, on node 1's image: the cost of the settle every step pays (the marker and the two scans
+of the image's filesystem, with nothing to touch), the cost of settling the whole venv (every file
+touched), and the import time of the engine (or torch) with the image's checked-hash .pyc, with
+timestamp .pyc, and with none.
+
+The second engine is the farm test's (tests/integration/test_farm.py: SecondEngine, whose farm entry
+builds with the host's network); the base images are copied to it with docker save | docker load.
+Needs the disk for two copies of the image; each build's log is kept in build/bench/.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,28 +37,89 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from integration.test_farm import DOCKER, SecondEngine, tls_entry  # noqa: E402
+from integration.conftest import HOST_CA  # noqa: E402
 from servebuild.cli import build as cli_build  # noqa: E402
 from servebuild.recipe.load import load_recipe  # noqa: E402
+from servebuild.render.settle import SETTLE, START  # noqa: E402
+
+BENCH = ROOT / "build" / "bench"
 
 
 def layers(run, ref: str) -> list[str]:
     return json.loads(run("image", "inspect", "--format", "{{json .RootFS.Layers}}", ref).stdout)
 
 
+def step_times(log: Path) -> list[tuple[float, str]]:
+    """(seconds, step name) of every step BuildKit ran (not CACHED), slowest first."""
+    names, out = {}, []
+    for line in log.read_text(errors="replace").splitlines():
+        if m := re.match(r"#(\d+) (\[.*)", line):
+            names[m.group(1)] = m.group(2)[:90]
+        elif m := re.match(r"#(\d+) DONE ([0-9.]+)s", line):
+            if m.group(1) in names:
+                out.append((float(m.group(2)), names[m.group(1)]))
+    return sorted(out, reverse=True)
+
+
+def in_image(tag: str, script: str) -> tuple[float, str]:
+    """Wall seconds and output of `bash -c script` in a throwaway container of `tag` (no network)."""
+    start = time.monotonic()
+    proc = subprocess.run([DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", tag, "-c", script],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"in {tag}: {script[:80]!r} exited {proc.returncode}: {proc.stderr[-400:]}")
+    return time.monotonic() - start, proc.stdout
+
+
+def costs(tag: str, module: str) -> dict:
+    """What settling costs on this image's filesystem, and what the .pyc policy costs at import (timed
+    inside the container, so the container's start is not counted)."""
+    timed = lambda before, body: int(in_image(tag, f"{before}\nt0=$(date +%s%N); {body}; t1=$(date +%s%N); "  # noqa: E731
+                                             "echo $(( (t1 - t0) / 1000000 ))")[1].split()[-1]) / 1000
+    out = {}
+    # every step pays this: the marker, the scan for the newest input time, the settle's two scans
+    out["settle_fixed_s"] = round(timed("true", f"{START} && true && {SETTLE}"), 2)
+    # a step that wrote the whole venv: a fresh copy (new files in the container's own layer, newer
+    # than the marker, as a pip step's are), then the settle that stamps every one of them
+    out["venv_files"] = int(in_image(tag, "find /opt/venv -xdev | wc -l")[1].strip())
+    out["settle_whole_venv_s"] = round(timed(f"{START} && cp -r /opt/venv /opt/venv-copy", SETTLE), 2)
+    timer = (f"python - <<'PY'\nimport time, importlib\ns = time.perf_counter()\nimportlib.import_module({module!r})\n"
+             f"print(time.perf_counter() - s)\nPY")
+    best = lambda prep: min(float(in_image(tag, prep + timer)[1].split()[-1]) for _ in range(3))  # noqa: E731
+    out["import_checked_hash_pyc_s"] = round(best("export PYTHONDONTWRITEBYTECODE=1\n"), 2)
+    out["import_timestamp_pyc_s"] = round(best(
+        "python -m compileall -q -f --invalidation-mode timestamp /opt/venv /opt/engine/site >/dev/null 2>&1 || true\n"
+        "export PYTHONDONTWRITEBYTECODE=1\n"), 2)
+    out["import_no_pyc_s"] = round(best(
+        "find /opt/venv /opt/engine -name '*.pyc' -delete 2>/dev/null\nexport PYTHONDONTWRITEBYTECODE=1\n"), 2)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("recipe")
     ap.add_argument("--variant")
+    ap.add_argument("--other-variant")
+    ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
     args = ap.parse_args()
+    if args.costs_only:
+        loaded = load_recipe(args.recipe, ROOT)
+        print(json.dumps(costs(args.costs_only, loaded.recipe.engine.name if loaded.recipe.engine else "torch")))
+        return 0
     tag = f"servebuild-bitforbit/{args.recipe}:amd64"
-    bases = sorted({getattr(load_recipe(args.recipe, ROOT).recipe.bases, s).ref.replace("{arch}", "amd64")
-                    for s in ("build", "runtime")})
+    loaded = load_recipe(args.recipe, ROOT)
+    bases = sorted({getattr(loaded.recipe.bases, s).ref.replace("{arch}", "amd64") for s in ("build", "runtime")})
+    module = loaded.recipe.engine.name if loaded.recipe.engine else "torch"
+    variant_dir = f"/{args.variant}" if args.variant else ""
+    BENCH.mkdir(parents=True, exist_ok=True)
 
     def node1(*a, check=True):
         return subprocess.run([DOCKER, *a], check=check, capture_output=True, text=True)
 
     node2 = SecondEngine()
-    timings = {}
+    figures = {"recipe": args.recipe, "variant": args.variant, "builds": {}}
+    other_tag = f"servebuild-bitforbit/{args.recipe}:{args.other_variant}-amd64" if args.other_variant else None
     try:
         node2.start()
         save = subprocess.Popen([DOCKER, "save", *bases], stdout=subprocess.PIPE)
@@ -57,28 +129,63 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             farm = Path(tmp) / "farm.yaml"
             farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
-            for name, umask, farm_file in (("node 1", 0o022, None), ("node 2", 0o077, str(farm))):
+            runs = [("node 1", 0o022, None, True)] + [("node 2", 0o077, str(farm), True)]
+            if other_tag:
+                runs.insert(0, (f"node 1 {args.other_variant}", 0o022, None, False))
+            for name, umask, farm_file, no_cache in runs:
                 old = os.umask(umask)
                 start = time.monotonic()
+                variant = args.other_variant if name.endswith(str(args.other_variant)) and other_tag else args.variant
                 try:
-                    cli_build.build(ROOT, args.recipe, "linux/amd64", tag, no_cache=True, variant=args.variant,
-                                    farm=farm_file)
+                    cli_build.build(ROOT, args.recipe, "linux/amd64", other_tag if variant != args.variant else tag,
+                                    no_cache=no_cache, variant=variant, farm=farm_file,
+                                    ca_bundle=str(HOST_CA) if HOST_CA.exists() else None)
                 finally:
                     os.umask(old)
-                timings[name] = time.monotonic() - start
+                seconds = time.monotonic() - start
+                build_log = ROOT / "build" / args.recipe / (variant or "") / "linux-amd64" / "build.log"
+                kept = BENCH / f"bitforbit-{args.recipe}{variant_dir.replace('/', '-')}-{name.replace(' ', '-')}.log"
+                shutil.copyfile(build_log, kept)
+                figures["builds"][name] = {"umask": oct(umask), "no_cache": no_cache, "seconds": round(seconds),
+                                           "slowest_steps": step_times(kept)[:8], "log": str(kept.relative_to(ROOT))}
         ids = [run("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip() for run in (node1, node2.docker)]
         a, b = layers(node1, tag), layers(node2.docker, tag)
+        figures.update(node1_id=ids[0], node2_id=ids[1], identical=ids[0] == ids[1],
+                       layers_differing=sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)), layers=len(a))
         print(f"\n{args.recipe}{' variant ' + args.variant if args.variant else ''}, linux/amd64, --no-cache:")
-        print(f"  node 1 (umask 022): {ids[0]}  {timings['node 1']:.0f} s")
-        print(f"  node 2 (umask 077): {ids[1]}  {timings['node 2']:.0f} s")
+        print(f"  node 1 (umask 022): {ids[0]}  {figures['builds']['node 1']['seconds']} s")
+        print(f"  node 2 (umask 077): {ids[1]}  {figures['builds']['node 2']['seconds']} s")
         for i in range(max(len(a), len(b))):
             x, y = (a[i] if i < len(a) else "-"), (b[i] if i < len(b) else "-")
             print(f"  layer {i}: {x[:19]} {y[:19]} {'same' if x == y else 'DIFFERENT'}")
         print(f"  identical: {ids[0] == ids[1]}")
+        if other_tag:
+            c = layers(node1, other_tag)
+            shared = [i for i, (x, y) in enumerate(zip(a, c)) if x == y]
+            sizes = json.loads(node1("image", "inspect", "--format", "{{json .Size}}", tag).stdout)
+            figures["other_variant"] = {"variant": args.other_variant, "layers": len(c), "shared_prefix": len(shared),
+                                        "first_difference": next((i for i, (x, y) in enumerate(zip(a, c)) if x != y), None)}
+            print(f"  {args.other_variant} (built first, with the cache) shares {len(shared)} of {len(c)} layers with "
+                  f"{args.variant} --no-cache; first difference at layer {figures['other_variant']['first_difference']}"
+                  f" (image {sizes} bytes)")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+        try:
+            figures["costs"] = costs(tag, module)
+        except SystemExit as exc:  # the builds' figures stand without them
+            figures["costs"] = {"error": str(exc)}
+        print(f"  costs on node 1's image: {json.dumps(figures['costs'])}")
+        for name, build in figures["builds"].items():
+            print(f"  {name}: {build['seconds']} s; slowest steps: " +
+                  "; ".join(f"{s:.1f} s {n}" for s, n in build["slowest_steps"][:5]))
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
         return 0 if ids[0] == ids[1] else 1
     finally:
         node2.remove()
         node1("image", "rm", tag, check=False)
+        if other_tag:
+            node1("image", "rm", other_tag, check=False)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,13 @@
 """Runs inside the image (standard library only): relabel an installed distribution with the
 version that names its patch stack, and (with --package/--tree) first make its package hold exactly
 the patched tree: files the stack deletes are removed, changed files rewritten (and compiled), and
-nothing else is touched, so the layer holds only what the patches change."""
+nothing else is touched, so the layer holds only what the patches change.
+
+With --info-from DIR the release's dist-info is read from DIR (the engine stage keeps it out of the
+shared engine layer) and the relabelled one is written into the site: the step deletes nothing of a
+lower layer for the relabel, and a deletion is a whiteout, which Docker 20.10's BuildKit writes into
+the layer with the clock of the export (so the layer, and every image holding it, would differ
+from one build to the next)."""
 
 from __future__ import annotations
 
@@ -55,11 +61,15 @@ def main() -> int:
     ap.add_argument("--package", help="package directory to replace (with --tree)")
     ap.add_argument("--tree", type=Path, help="the patched package to put in its place")
     ap.add_argument("--version", required=True)
+    ap.add_argument("--info-from", type=Path, help="where the release's dist-info is (read only; not in --site)")
     a = ap.parse_args()
     norm = re.sub(r"[-_.]+", "_", a.dist).lower()
-    infos = [p for p in a.site.glob("*.dist-info") if p.name.lower().startswith(norm + "-")]
+    where = a.info_from or a.site
+    infos = [p for p in where.glob("*.dist-info") if p.name.lower().startswith(norm + "-")]
     if len(infos) != 1:
-        sys.exit(f"overlay: expected one {a.dist} dist-info in {a.site}, found {len(infos)}")
+        sys.exit(f"overlay: expected one {a.dist} dist-info in {where}, found {len(infos)}")
+    if a.info_from and any(p.name.lower().startswith(norm + "-") for p in a.site.glob("*.dist-info")):
+        sys.exit(f"overlay: {a.site} already holds a {a.dist} dist-info (--info-from {a.info_from} gives it)")
     old_info = infos[0]
     old_rows = list(csv.reader((old_info / "RECORD").read_text().splitlines()))
     replaced = []
@@ -70,12 +80,13 @@ def main() -> int:
         changed = sync_tree(a.tree, package)
         print(f"overlay: {len(changed)} file(s) of {a.package} changed by the patch stack")
         replaced = sorted(package.rglob("*"))
-    meta = old_info / "METADATA"
-    meta.write_text(re.sub(r"^Version: .*$", f"Version: {a.version}", meta.read_text(), count=1, flags=re.M))
     new_info = a.site / f"{old_info.name.split('-')[0]}-{a.version}.dist-info"
     if new_info != old_info:  # copy, not rename: overlayfs cannot rename a directory of a lower layer
         shutil.copytree(old_info, new_info)
-        shutil.rmtree(old_info)
+        if not a.info_from:
+            shutil.rmtree(old_info)
+    meta = new_info / "METADATA"
+    meta.write_text(re.sub(r"^Version: .*$", f"Version: {a.version}", meta.read_text(), count=1, flags=re.M))
     gone = (f"{a.package}/", f"{old_info.name}/") if a.package else (f"{old_info.name}/",)
     keep = [r for r in old_rows if r and not r[0].startswith(gone) and (a.site / r[0]).exists()]
     ours = [record_row(a.site, p) for p in replaced + sorted(new_info.iterdir())

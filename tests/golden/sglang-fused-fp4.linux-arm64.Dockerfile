@@ -48,7 +48,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=netrc,target=/root/.netrc \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
- && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt ) \
+ && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt \
+ && mkdir -p /opt/engine-info && mv /opt/engine/site/*.dist-info /opt/engine-info/ ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start && touch -h -d "@$SERVEBUILD_SETTLED" /tmp
 RUN touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( mkdir -p /opt/engine/site \
@@ -105,10 +106,12 @@ RUN --mount=type=tmpfs,target=/mnt \
 ARG ENGINE_VERSION=0.5.16
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=source.tar,target=/mnt/source.tar \
+    --mount=type=bind,from=engine,source=/opt/engine-info,target=/mnt/engine-info \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( tar -xf /mnt/source.tar -C /tmp \
  && /opt/venv/bin/python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
     --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
+    --info-from /mnt/engine-info \
  && rm -rf /tmp/src \
  && /opt/venv/bin/python -m pip list --format=freeze > /opt/servebuild/packages.txt ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start && touch -h -d "@$SERVEBUILD_SETTLED" /tmp

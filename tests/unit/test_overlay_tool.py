@@ -55,3 +55,54 @@ def test_sync_writes_only_what_the_stack_changes(tmp_path):
     assert dist.version == "1.0+sb1.abc"
     recorded = {row[0] for row in csv.reader((site / "demo-1.0+sb1.abc.dist-info" / "RECORD").read_text().splitlines())}
     assert "demo/new.py" in recorded and "demo/gone.py" not in recorded and "demo-1.0.dist-info/METADATA" not in recorded
+
+
+def _tree_of(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+            for p in sorted(root.rglob("*"))}
+
+
+def run_tool(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True)
+
+
+def test_with_info_from_the_relabel_deletes_nothing(tmp_path):
+    """The engine stage keeps the release's dist-info out of the shared layer (--info-from): the
+    relabelled one is written into the site and the site loses nothing but the files the stack deletes
+    (a deletion in a runtime layer is a whiteout, stamped with the clock by Docker 20.10's BuildKit)."""
+    site, tree, info = tmp_path / "site", tmp_path / "tree", tmp_path / "engine-info"
+    make_site(site)
+    info.mkdir()
+    (site / "demo-1.0.dist-info").rename(info / "demo-1.0.dist-info")
+    tree.mkdir()
+    for name in ("__init__.py", "keep.py", "gone.py", "data.cuh"):  # the stack changes one file, deletes none
+        (tree / name).write_bytes((site / "demo" / name).read_bytes())
+    (tree / "__init__.py").write_text("VALUE = 2\n")
+    before_site, before_info = _tree_of(site), _tree_of(info)
+    info.chmod(0o555)  # a read-only bind mount in the image
+    try:
+        out = run_tool("--site", site, "--dist", "demo", "--package", "demo", "--tree", tree,
+                       "--version", "1.0+sb1.abc", "--info-from", info)
+    finally:
+        info.chmod(0o755)
+    assert out.returncode == 0, out.stderr
+    assert _tree_of(info) == before_info  # the release's dist-info as it was
+    after = _tree_of(site)
+    assert set(before_site) <= set(after), set(before_site) - set(after)  # nothing deleted
+    assert after["demo/__init__.py"][1] == b"VALUE = 2\n"
+    assert importlib.metadata.Distribution.at(site / "demo-1.0+sb1.abc.dist-info").version == "1.0+sb1.abc"
+    assert [p.name for p in site.glob("*.dist-info")] == ["demo-1.0+sb1.abc.dist-info"]
+    recorded = {row[0] for row in csv.reader((site / "demo-1.0+sb1.abc.dist-info" / "RECORD").read_text().splitlines())}
+    assert {"demo/keep.py", "demo/gone.py", "demo-1.0+sb1.abc.dist-info/METADATA"} <= recorded
+    assert not any(r.startswith("demo-1.0.dist-info/") for r in recorded)
+
+
+def test_with_info_from_a_dist_info_already_in_the_site_is_refused(tmp_path):
+    site, info = tmp_path / "site", tmp_path / "engine-info"
+    make_site(site)
+    info.mkdir()
+    (info / "demo-1.0.dist-info").mkdir()
+    (info / "demo-1.0.dist-info" / "METADATA").write_text("Name: demo\nVersion: 1.0\n")
+    (info / "demo-1.0.dist-info" / "RECORD").write_text("")
+    out = run_tool("--site", site, "--dist", "demo", "--version", "1.0+sb1.abc", "--info-from", info)
+    assert out.returncode != 0 and "already holds a demo dist-info" in out.stderr, out.stderr
