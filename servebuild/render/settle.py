@@ -34,11 +34,11 @@ ENV = f"SOURCE_DATE_EPOCH={TAR_MTIME} PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1
 # rebuild an output older than one of its inputs, and FlashInfer's kernels compiled at build time were
 # found stale at serve time when every output was set to 2000-01-01 under newer system headers. The
 # time is a function of the earlier layers (no mount point BuildKit makes lies under /usr or /opt).
-STEP_TIME = "SERVEBUILD_SETTLED"
+STEP_TIME = "SERVEBUILD_SETTLED"  # exported: a tool that records times (aot_build's ninja state) writes this one
 TIMES = "/tmp/.servebuild-layer-times"
 START = (f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
          f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && rm {TIMES} "
-         f"&& {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))")
+         f"&& export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))")
 SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
           f"&& find / -xdev -newer {MARK} -exec touch -h -d \"@${STEP_TIME}\" {{}} + "
           f"&& rm {MARK} && touch -h -d \"@${STEP_TIME}\" /tmp")

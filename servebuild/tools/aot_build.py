@@ -7,7 +7,14 @@ a JIT kind, the builder the engine itself calls (`module:function`) and its argu
 runs with the image's own packages and nvcc, for each arch, where the engine's runtime would put it:
 under --cache, the image's cache root, so every path baked into a build file is the one the server
 uses. Then the whole cache tree moves to DIR/cache (the launcher copies what /cache lacks at each
-start, `servebuild-cache seed`) and DIR/aot.json records each kernel's cache keys, seconds and bytes.
+start, `servebuild-cache seed`) and DIR/aot.json records each kernel's cache keys, files and bytes.
+
+The seed is a function of the inputs (issue 20): temporary directories get names from a counter
+(Triton's C helpers keep their source's path in their symbol table), and ninja's state files written
+under the cache (.ninja_log, .ninja_deps) get the step's settled time ($SERVEBUILD_SETTLED, which
+the settle step then gives every file it wrote) in place of the clock's times: ninja compares the
+recorded times with the files' mtimes, which are that settled time too, so it finds nothing to redo.
+The seconds each kernel took are printed, not recorded.
 
 JIT kinds:
   tvm-ffi     SGLang's jit_kernel module builders (`sglang.jit_kernel.M:_jit_X_module`), called under
@@ -27,10 +34,12 @@ import argparse
 import ctypes
 import importlib
 import inspect
+import itertools
 import json
 import os
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -200,9 +209,47 @@ def launcher_stubs(package: str, src, kernel) -> None:
 
 
 BUILDERS = {"tvm-ffi": build_tvm_ffi, "flashinfer": build_flashinfer}
+NINJA_LOGS = ("# ninja log v6", "# ninja log v7")  # start, end, mtime (ns), output, hash: tab-separated
+NINJA_DEPS = b"# ninjadeps\n"  # version 4: records of uint32 size (high bit: deps) + payload
 
 
-def compile_one(entry: dict, archs: list[str], cache: str) -> dict:
+def fixed_temp_names() -> None:
+    """tempfile's names from a counter instead of a random source, for this process."""
+    counter = itertools.count(1)
+    tempfile._get_candidate_names = lambda: (f"servebuild{n:04d}" for n in counter)
+
+
+def settle_ninja_state(cache: str, paths: list[str], settled_ns: int) -> None:
+    """Put `settled_ns` in place of the build's clock in ninja's log (start and end become 0) and in
+    each dependency record of its deps log; other files are left as they are."""
+    for rel in paths:
+        path = os.path.join(cache, rel)
+        name = os.path.basename(rel)
+        if name == ".ninja_log":
+            with open(path, encoding="utf-8") as handle:
+                lines = handle.read().splitlines()
+            if not lines or lines[0] not in NINJA_LOGS:
+                continue
+            rows = [line.split("\t") for line in lines[1:]]
+            rows = [["0", "0", str(settled_ns), *row[3:]] if len(row) == 5 else row for row in rows]
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("\n".join([lines[0]] + ["\t".join(row) for row in rows]) + "\n")
+        elif name == ".ninja_deps":
+            with open(path, "rb") as handle:
+                data = bytearray(handle.read())
+            if data[:len(NINJA_DEPS)] != NINJA_DEPS or struct.unpack_from("<I", data, len(NINJA_DEPS))[0] != 4:
+                continue
+            offset = len(NINJA_DEPS) + 4
+            while offset + 4 <= len(data):
+                head = struct.unpack_from("<I", data, offset)[0]
+                if head & 0x80000000 and offset + 16 <= len(data):  # deps: int32 output id, uint64 mtime, ids
+                    struct.pack_into("<Q", data, offset + 8, settled_ns)
+                offset += 4 + (head & 0x7FFFFFFF)
+            with open(path, "wb") as handle:
+                handle.write(data)
+
+
+def compile_one(entry: dict, archs: list[str], cache: str) -> tuple[dict, float]:
     if entry["jit"] == "triton":
         func = values = None
     else:
@@ -221,12 +268,15 @@ def compile_one(entry: dict, archs: list[str], cache: str) -> dict:
     new = sorted(cache_files(cache) - before)
     if not new:
         raise Refused(f"the builder returned but wrote nothing under {cache} (already built by an earlier entry?)")
+    settled = os.environ.get("SERVEBUILD_SETTLED", "")
+    if settled.isdigit():
+        settle_ninja_state(cache, new, int(settled) * 10**9)
     # the cache key: the directory of each loadable output (.so, .cubin), as the runtime looks it up
     keys = sorted({os.path.dirname(p) for p in new if p.endswith((".so", ".cubin"))}
                   or {"/".join(p.split("/")[:2]) for p in new})
     size = sum(os.path.getsize(os.path.join(cache, p)) for p in new)
     return {"jit": entry["jit"], "builder": entry["builder"], "args": entry.get("args", []), "from": entry["where"],
-            "archs": built, "keys": keys, "files": len(new), "bytes": size, "seconds": round(seconds, 1)}
+            "archs": built, "keys": keys, "files": len(new), "bytes": size}, seconds
 
 
 def main() -> int:
@@ -241,16 +291,17 @@ def main() -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no GPU is consulted, even on a build host that has one
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", " ".join(archs))
     record = {"recipe": spec["recipe"], "arch_list": spec["arch_list"], "kernels": []}
+    fixed_temp_names()
     for entry in spec["kernels"]:
         try:
-            done = compile_one(entry, archs, args.cache)
+            done, seconds = compile_one(entry, archs, args.cache)
         except Refused as exc:
             print(f"servebuild: recipe {spec['recipe']}, {entry['where']} ({entry['jit']} {entry['builder']}): {exc}",
                   flush=True)
             return 1
         record["kernels"].append(done)
         print(f"aot: {done['builder']}{tuple(done['args'])} for {', '.join(done['archs'])}: {done['files']} files, "
-              f"{done['bytes']} bytes in {done['seconds']} s -> {', '.join(done['keys'])}", flush=True)
+              f"{done['bytes']} bytes in {seconds:.1f} s -> {', '.join(done['keys'])}", flush=True)
     total = sum(k["bytes"] for k in record["kernels"])
     if total > spec["max_bytes"]:
         print(f"servebuild: recipe {spec['recipe']}: the ahead-of-time kernels take {total} bytes, above "

@@ -36,7 +36,7 @@ def check_aot_record(manifest: dict) -> list[str]:
     assert [(k["builder"], k["args"]) for k in built] == [(k["builder"], k["args"]) for k in declared], built
     for kernel in built:
         assert kernel["keys"] and kernel["files"] > 0 and kernel["bytes"] > 0, kernel
-    return [f"{k['jit']} {k['builder']}{tuple(k['args'])}: {k['seconds']} s, {k['bytes']} B -> {k['keys'][0]}"
+    return [f"{k['jit']} {k['builder']}{tuple(k['args'])}: {k['files']} files, {k['bytes']} B -> {k['keys'][0]}"
             for k in built]
 
 
