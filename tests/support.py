@@ -341,12 +341,13 @@ class EngineSnapshot:
         return cls._lines("image", "ls", "-aq", "--no-trunc")
 
     @classmethod
-    def cache_records(cls) -> set[str]:
+    def cache_records(cls, kind: str | None = None) -> set[str]:
+        """The engine's build-cache record ids (`kind`: only those of that CacheType, e.g. "regular")."""
         import json
         proc = subprocess.run([cls.DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"],
                               capture_output=True, text=True)
         try:
-            return {r["ID"] for r in json.loads(proc.stdout or "[]") or []}
+            return {r["ID"] for r in json.loads(proc.stdout or "[]") or [] if kind is None or r.get("CacheType") == kind}
         except ValueError:
             return set()
 
@@ -364,12 +365,15 @@ class EngineSnapshot:
             subprocess.run([self.DOCKER, "image", "rm", image], capture_output=True)
         return ours
 
-    def prune_new_cache(self) -> int:
+    def prune_new_cache(self, layers_only: bool = False) -> int:
         """Build-cache records made since the start (the user's own cache stays). BuildKit does not
         say which build made a record: one the user's own concurrent build made during the run
-        would go too (run the suite on a quiet engine, or leave SERVEBUILD_TEST_PRUNE unset)."""
+        would go too (run the suite on a quiet engine, or leave SERVEBUILD_TEST_PRUNE unset).
+        `layers_only`: the layer records only; the cache mounts (pip's and apt's downloads, a few GB)
+        stay for the next engine build of the run, which then downloads only what it does not share."""
         from concurrent.futures import ThreadPoolExecutor
-        new = sorted(self.cache_records() - self.cache)
+        kind = "regular" if layers_only else None
+        new = sorted(self.cache_records(kind) - self.cache)
 
         def prune(record: str) -> None:
             subprocess.run([self.DOCKER, "builder", "prune", "-af", "--filter", f"id={record}"],
@@ -380,7 +384,7 @@ class EngineSnapshot:
         while new:
             with ThreadPoolExecutor(max_workers=4) as pool:
                 list(pool.map(prune, new))
-            left = sorted(self.cache_records() - self.cache)
+            left = sorted(self.cache_records(kind) - self.cache)
             progress, new = len(left) < len(new), left
             if not progress:
                 break

@@ -70,9 +70,23 @@ def test_a_published_image_rebuilds_identical(published, capsys):
     code, out = check(root, ref, capsys)
     assert code == 0, out
     assert f"rebuilt {ref} linux/amd64: identical (" in out
-    manifest = json.loads((root / "build" / "rebuild" / "toy" / "linux-amd64" / "manifest.json").read_text())
+    rebuilt = root / "build" / "rebuild" / "toy" / "linux-amd64"
+    manifest = json.loads((rebuilt / "manifest.json").read_text())
     assert manifest["outputs"]["image_id"] in out  # the rebuild, beside the user's build dir, not over it
     assert (root / "build" / "toy" / "linux-amd64" / "manifest.json").exists()
+    # the rebuild is real (--no-cache on the engine that built the published image): every step ran
+    # again, only the FROM steps are CACHED; and it gave the same image id, config included
+    log = (rebuilt / "build.log").read_text()
+    cached = set(re.findall(r"^#(\d+) CACHED$", log, re.M))
+    bases = set(re.findall(r"^#(\d+) \[[\w-]+ 1/\d+\] FROM ", log, re.M))
+    assert "pip install --require-hashes" in log and cached <= bases, cached - bases
+    # the config's times are a fact of the inputs, never the clock (the fixture has no dated input)
+    assert json.loads(subprocess.run([DOCKER, "image", "inspect", "--format", "{{json .Created}}",
+                                      manifest["outputs"]["image_id"]], check=True, capture_output=True,
+                                     text=True).stdout).startswith("2000-01-01T00:00:00")
+    assert manifest["outputs"]["created"] == "2000-01-01T00:00:00Z"
+    assert manifest["outputs"]["created_from"] == "fixed (no dated input)"
+    assert manifest["outputs"]["labels"]["org.opencontainers.image.created"] == "2000-01-01T00:00:00Z"
 
 
 def test_a_same_size_edit_after_publishing_names_the_layer_and_the_path(published, capsys):

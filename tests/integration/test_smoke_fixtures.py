@@ -7,6 +7,7 @@ H200 separately); everything else is asserted from the suite's JUnit XML, not ey
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -75,6 +76,48 @@ def test_require_gpu_turns_the_skip_into_a_failure(engine, torch_image, tmp_path
     assert code != 0
     assert results["test_gpu_matmul"][0] in ("failure", "error")
     assert "--require-gpu" in results["test_gpu_matmul"][1]
+
+
+def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_path):
+    """Bit for bit across engines on a real recipe (issue 20): a second dockerd (its own data root,
+    exec root, bridge, and an empty build cache, so every wheel is downloaded and installed again)
+    builds the torch pair with --no-cache, with this process's umask at 077 (node 1 built under the
+    usual 022) and minutes later by the clock, and gets node 1's image id: every layer, the 5 GB venv
+    among them, and the config."""
+    import os
+
+    from integration.conftest import HOST_CA
+    from integration.test_farm import SecondEngine
+    from servebuild.build import run
+    from servebuild.build.docker import DockerClient, Endpoint
+    from servebuild.plan import make as pipeline
+
+    want = engine.image_id(torch_image)
+    bases = sorted({getattr(load_recipe("torch-cu130-bookworm", REPO_ROOT).recipe.bases, s).ref.replace("{arch}", "amd64")
+                    for s in ("build", "runtime")})
+    node = SecondEngine()
+    try:
+        node.start()
+        save = subprocess.Popen([DOCKER, "save", *bases], stdout=subprocess.PIPE)
+        node.docker("load", stdin=save.stdout)
+        assert save.wait() == 0
+        node2 = DockerClient(endpoint=Endpoint(f"unix://{node.sock}", network="host"))
+        assert node2.image_id(torch_image) is None  # node 2 never built it
+        old = os.umask(0o077)
+        try:
+            options = pipeline.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
+                                            echo=False, no_cache=True, build_root=tmp_path / "build",
+                                            ca_bundle=HOST_CA if HOST_CA.exists() else None)
+            result = run.build(pipeline.make_plan(REPO_ROOT, "torch-cu130-bookworm", options), node2)
+        finally:
+            os.umask(old)
+        layers = [json.loads(run_("image", "inspect", "--format", "{{json .RootFS.Layers}}", torch_image).stdout)
+                  for run_ in (lambda *a: subprocess.run([DOCKER, *a], capture_output=True, text=True, check=True),
+                               node.docker)]
+        assert layers[0] == layers[1]
+        assert result.image_id == want, (result.image_id, want)
+    finally:
+        node.remove()
 
 
 @pytest.fixture(scope="module")
