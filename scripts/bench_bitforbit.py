@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--variant")
     ap.add_argument("--other-variant")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--smoke", action="store_true", help="then run the smoke suite on node 1's image (its JIT "
+                    "checks: the seed's kernels load with no compile)")
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
     args = ap.parse_args()
     if args.costs_only:
@@ -168,6 +170,13 @@ def main() -> int:
             print(f"  {args.other_variant} (built first, with the cache) shares {len(shared)} of {len(c)} layers with "
                   f"{args.variant} --no-cache; first difference at layer {figures['other_variant']['first_difference']}"
                   f" (image {sizes} bytes)")
+        if args.smoke:
+            from servebuild.build.docker import DockerClient
+            from servebuild.check import smoke
+            out = BENCH / f"bitforbit-{args.recipe}-smoke"
+            loaded_v = loaded.with_variant(args.variant) if args.variant else loaded
+            figures["smoke_exit"] = smoke.test_image(DockerClient(), tag, loaded_v, out)
+            print(f"  smoke suite on node 1's image: exit {figures['smoke_exit']} ({out}/smoke-junit.xml)")
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
         try:
@@ -180,7 +189,7 @@ def main() -> int:
                   "; ".join(f"{s:.1f} s {n}" for s, n in build["slowest_steps"][:5]))
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-        return 0 if ids[0] == ids[1] else 1
+        return 0 if ids[0] == ids[1] and not figures.get("smoke_exit") else 1
     finally:
         node2.remove()
         node1("image", "rm", tag, check=False)
