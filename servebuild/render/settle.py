@@ -11,7 +11,9 @@ every step the same way:
   whose bytes do not hold a time), PYTHONHASHSEED=0 (set and frozenset constants marshal in one
   order) and PYTHONDONTWRITEBYTECODE=1 (an import during the step writes no timestamped .pyc);
 - each COPY becomes such a RUN: the source is bind-mounted (from the context or a stage) and copied
-  with `cp -a`, files owned by root (as COPY makes them); mtimes come from the source;
+  with `cp -a`, files owned by root (as COPY makes them); mtimes come from the source, but for the
+  directories of a context source (BuildKit's context transfer stamps nested ones with its clock),
+  which get the step's settled time;
 - every bind mount sits under a tmpfs at /mnt, so the mount points BuildKit creates (and removes
   after the step, moving their parent's mtime) live in the tmpfs, never in the layer.
 
@@ -124,6 +126,11 @@ def _copy(instruction: str) -> str:
     target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest
     parent = target.rsplit("/", 1)[0] or "/"
     q = shlex.quote
-    command = (f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}; "
+    # from the build context, a directory's mtime is not the one written there: BuildKit's context
+    # transfer stamped nested directories (launchers/.tools) with the time it received them, so each
+    # directory copied from the context gets the step's settled time (files keep theirs)
+    dirs = ("" if stage else f" && find {SOURCE} -type d -exec sh -c "
+            f"'for d; do touch -h -d \"@${STEP_TIME}\" \"$0${{d#{SOURCE}}}\"; done' {q(into)} {{}} +")
+    command = (f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}{dirs}; "
                f"else mkdir -p {q(parent)} && cp -a --no-preserve=ownership {SOURCE} {q(target)}; fi")
     return _compose([f"--mount=type=tmpfs,target={MOUNT_ROOT}", bind], command)

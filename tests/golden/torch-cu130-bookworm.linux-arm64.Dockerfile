@@ -23,7 +23,7 @@ ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=requirements.txt,target=/mnt/src \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/requirements.txt && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/requirements.txt; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/requirements.txt; fi ) \
+ && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/requirements.txt && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/requirements.txt && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/requirements.txt {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/requirements.txt; fi ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start && touch -h -d "@$SERVEBUILD_SETTLED" /tmp
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
@@ -84,7 +84,7 @@ FROM runtime-base AS runtime
 RUN --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=manifest.json,target=/mnt/src \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/manifest.json && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/manifest.json; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/manifest.json; fi ) \
+ && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/manifest.json && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/manifest.json && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/manifest.json {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/manifest.json; fi ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start && touch -h -d "@$SERVEBUILD_SETTLED" /tmp
 WORKDIR /workspace
 # hadolint ignore=DL3002

@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -94,17 +95,24 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     """The composed copy, run here with /mnt/src and the destination under tmp_path: a directory's
     contents land in the destination, a file lands at the destination path or inside a dest/."""
     src = tmp_path / "mnt" / "src"
-    src.mkdir(parents=True)
+    (src / "nested").mkdir(parents=True)
     (src / "a.txt").write_text("a")
+    (src / "nested" / "b.txt").write_text("b")
+    os.utime(src / "a.txt", (1_100_000_000, 1_100_000_000))
+    os.utime(src / "nested", (1_700_000_123.5, 1_700_000_123.5))  # as BuildKit's context transfer left it
 
     def run(copy: str):
         body = settle(copy + "\n").split("&& ( ", 1)[1].split(" ) \\\n", 1)[0]
         body = body.replace("/mnt/src", str(src)).replace(" /dst", f" {tmp_path}/dst")
-        subprocess.run(["bash", "-c", body], check=True)
+        subprocess.run(["bash", "-c", body], check=True, env={"PATH": os.environ["PATH"], "SERVEBUILD_SETTLED": "1000000000"})
     run("COPY dir/ /dst/d")
     assert (tmp_path / "dst" / "d" / "a.txt").read_text() == "a"
-    (src / "a.txt").unlink()
-    src.rmdir()
+    # a file keeps its mtime; every directory of a context source gets the step's settled time
+    assert os.stat(tmp_path / "dst" / "d" / "a.txt").st_mtime == 1_100_000_000
+    assert os.stat(tmp_path / "dst" / "d" / "nested").st_mtime == 1_000_000_000
+    assert os.stat(tmp_path / "dst" / "d").st_mtime == 1_000_000_000
+    shutil.rmtree(src)
+    src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("file")
     run("COPY f.txt /dst/e/f.txt")
     run("COPY f.txt /dst/g/")
