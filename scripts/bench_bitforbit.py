@@ -124,10 +124,7 @@ def main() -> int:
     other_tag = f"servebuild-bitforbit/{args.recipe}:{args.other_variant}-amd64" if args.other_variant else None
     try:
         node2.start()
-        save = subprocess.Popen([DOCKER, "save", *bases], stdout=subprocess.PIPE)
-        node2.docker("load", stdin=save.stdout)
-        if save.wait() != 0:
-            raise SystemExit(f"docker save {' '.join(bases)} failed on this engine")
+        node2.load(*bases)
         with tempfile.TemporaryDirectory() as tmp:
             farm = Path(tmp) / "farm.yaml"
             farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))

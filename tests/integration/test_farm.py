@@ -96,6 +96,13 @@ class SecondEngine:
             time.sleep(0.5)
         raise RuntimeError("second dockerd did not answer within 60 s")
 
+    def load(self, *refs: str) -> None:
+        """Images of the first engine copied here (docker save | docker load)."""
+        save = subprocess.Popen([DOCKER, "save", *refs], stdout=subprocess.PIPE)
+        self.docker("load", stdin=save.stdout)
+        if save.wait() != 0:
+            raise RuntimeError(f"docker save {' '.join(refs)} failed on the first engine")
+
     def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
         return subprocess.run([DOCKER, "-H", f"unix://{self.sock}", *args], env=env, check=check,
@@ -146,9 +153,7 @@ def node2(base_images):
     node = SecondEngine()
     try:
         node.start()
-        save = subprocess.Popen([DOCKER, "save", *BASES], stdout=subprocess.PIPE)
-        node.docker("load", stdin=save.stdout)
-        assert save.wait() == 0
+        node.load(*BASES)
         yield node
     finally:
         node.remove()

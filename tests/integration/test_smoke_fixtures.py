@@ -98,9 +98,7 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
     node = SecondEngine()
     try:
         node.start()
-        save = subprocess.Popen([DOCKER, "save", *bases], stdout=subprocess.PIPE)
-        node.docker("load", stdin=save.stdout)
-        assert save.wait() == 0
+        node.load(*bases)
         node2 = DockerClient(endpoint=Endpoint(f"unix://{node.sock}", network="host"))
         assert node2.image_id(torch_image) is None  # node 2 never built it
         old = os.umask(0o077)
