@@ -64,11 +64,12 @@ def main() -> int:
     ap.add_argument("--info-from", type=Path, help="where the release's dist-info is (read only; not in --site)")
     a = ap.parse_args()
     norm = re.sub(r"[-_.]+", "_", a.dist).lower()
+    infos_in = lambda d: [p for p in d.glob("*.dist-info") if p.name.lower().startswith(norm + "-")]  # noqa: E731
     where = a.info_from or a.site
-    infos = [p for p in where.glob("*.dist-info") if p.name.lower().startswith(norm + "-")]
+    infos = infos_in(where)
     if len(infos) != 1:
         sys.exit(f"overlay: expected one {a.dist} dist-info in {where}, found {len(infos)}")
-    if a.info_from and any(p.name.lower().startswith(norm + "-") for p in a.site.glob("*.dist-info")):
+    if a.info_from and infos_in(a.site):
         sys.exit(f"overlay: {a.site} already holds a {a.dist} dist-info (--info-from {a.info_from} gives it)")
     old_info = infos[0]
     old_rows = list(csv.reader((old_info / "RECORD").read_text().splitlines()))
