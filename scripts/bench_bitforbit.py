@@ -105,15 +105,13 @@ def main() -> int:
                     "checks: the seed's kernels load with no compile)")
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
     args = ap.parse_args()
+    loaded = load_recipe(args.recipe, ROOT)
+    module = loaded.recipe.engine.name if loaded.recipe.engine else "torch"
     if args.costs_only:
-        loaded = load_recipe(args.recipe, ROOT)
-        print(json.dumps(costs(args.costs_only, loaded.recipe.engine.name if loaded.recipe.engine else "torch")))
+        print(json.dumps(costs(args.costs_only, module)))
         return 0
     tag = f"servebuild-bitforbit/{args.recipe}:amd64"
-    loaded = load_recipe(args.recipe, ROOT)
     bases = sorted({getattr(loaded.recipe.bases, s).ref.replace("{arch}", "amd64") for s in ("build", "runtime")})
-    module = loaded.recipe.engine.name if loaded.recipe.engine else "torch"
-    variant_dir = f"/{args.variant}" if args.variant else ""
     BENCH.mkdir(parents=True, exist_ok=True)
 
     def node1(*a, check=True):
@@ -128,22 +126,21 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             farm = Path(tmp) / "farm.yaml"
             farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
-            runs = [("node 1", 0o022, None, True)] + [("node 2", 0o077, str(farm), True)]
+            # (name, umask, farm file, --no-cache, variant, tag)
+            runs = [("node 1", 0o022, None, True, args.variant, tag), ("node 2", 0o077, str(farm), True, args.variant, tag)]
             if other_tag:
-                runs.insert(0, (f"node 1 {args.other_variant}", 0o022, None, False))
-            for name, umask, farm_file, no_cache in runs:
+                runs.insert(0, (f"node 1 {args.other_variant}", 0o022, None, False, args.other_variant, other_tag))
+            for name, umask, farm_file, no_cache, variant, build_tag in runs:
                 old = os.umask(umask)
                 start = time.monotonic()
-                variant = args.other_variant if name.endswith(str(args.other_variant)) and other_tag else args.variant
                 try:
-                    cli_build.build(ROOT, args.recipe, "linux/amd64", other_tag if variant != args.variant else tag,
-                                    no_cache=no_cache, variant=variant, farm=farm_file,
-                                    ca_bundle=str(HOST_CA) if HOST_CA.exists() else None)
+                    cli_build.build(ROOT, args.recipe, "linux/amd64", build_tag, no_cache=no_cache, variant=variant,
+                                    farm=farm_file, ca_bundle=str(HOST_CA) if HOST_CA.exists() else None)
                 finally:
                     os.umask(old)
                 seconds = time.monotonic() - start
                 build_log = ROOT / "build" / args.recipe / (variant or "") / "linux-amd64" / "build.log"
-                kept = BENCH / f"bitforbit-{args.recipe}{variant_dir.replace('/', '-')}-{name.replace(' ', '-')}.log"
+                kept = BENCH / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{name.replace(' ', '-')}.log"
                 shutil.copyfile(build_log, kept)
                 figures["builds"][name] = {"umask": oct(umask), "no_cache": no_cache, "seconds": round(seconds),
                                            "slowest_steps": step_times(kept)[:8], "log": str(kept.relative_to(ROOT))}
