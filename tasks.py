@@ -69,11 +69,14 @@ def fetch(c, recipe=DEFAULT_RECIPE, offline=False, locked=False):
 
 
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "suite": "Debian suite",
-            "tag": "image tag (default servebuild/debian:SUITE-ARCH)"})
+            "tag": "image tag (default servebuild/debian:SUITE-ARCH)",
+            "recipe": "recipe whose lock pins the Debian packages (default: the main job's)",
+            "offline": "use only the artifact cache for the .debs"})
 @one_line_errors
-def bootstrap_base(c, arch=None, suite=DEFAULT_SUITE, tag=None):
-    """Make a Debian minbase image for amd64 or arm64 from distribution packages (no registry)."""
-    cli_test.bootstrap_base(arch, suite, tag)
+def bootstrap_base(c, arch=None, suite=DEFAULT_SUITE, tag=None, recipe=MAIN_RECIPE, offline=False):
+    """Make a Debian minbase image for amd64 or arm64 from the packages a recipe's lock pins (no registry):
+    the same bytes and image id on any machine, any day."""
+    cli_test.bootstrap_base(ROOT, arch, suite, tag, recipe, offline)
 
 
 @task

@@ -1,83 +1,98 @@
-"""Base images without a registry: debootstrap a Debian rootfs and import it for amd64 or arm64."""
+"""Base images without a registry: a Debian rootfs made from the packages a lock pins, imported for amd64
+or arm64, the same bytes and the same image id on any machine and any day (while the mirror or the
+artifact cache still has those packages).
+
+The rootfs is mmdebstrap's, from a one-directory repository of the pinned `.deb`s (each checked against
+the lock's sha256), with SOURCE_DATE_EPOCH the suite's Release date and one normalisation pass
+(sources/rootfs.py); its cached tarball is keyed by everything it is made from (LockedDebian.base_key).
+The image is a BuildKit `FROM scratch` + `ADD` build (it records the real arch), its config's `created`
+and history set to the Release date, and a label carrying the key, so a base made from other pins is
+recognised and made again.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
-from servebuild import procs
 from servebuild.build.docker import BuildRequest, DockerClient
-from servebuild.platforms import host_arch
+from servebuild.build.imageconfig import settle_config
+from servebuild.build.run import BASE_KEY_LABEL
 from servebuild.errors import DockerError, InputError
+from servebuild.lock.debian import LockedDebian, bootstrapped_suite, resolve
+from servebuild.lock.lockfile import lock_display, pin_for_build
+from servebuild.sources import debs, rootfs
 
 ARCHES = ("amd64", "arm64")
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
-# Files every RUN bind-mounts over. debootstrap leaves them out, and then BuildKit makes stubs for
-# them during each RUN and deletes them after, which moves /etc's mtime in every layer that touches
-# /etc: with empty files in the base, an apt layer's bytes are reproducible (render.LAYER_SETTLE).
-MOUNT_TARGETS = ("etc/hosts", "etc/resolv.conf")
-MOUNT_TARGETS_LABEL = "io.servebuild.base.mount-targets"  # on bases that carry them
+MOUNT_TARGETS = rootfs.MOUNT_TARGETS
+KEY_LABEL = BASE_KEY_LABEL  # LockedDebian.base_key() of the pins the base was made from
 
 
 def default_tag(suite: str, arch: str) -> str:
     return f"servebuild/debian:{suite}-{arch}"
 
 
-def _run(cmd: list[str], log) -> None:
-    log.write("$ " + " ".join(cmd) + "\n")
-    log.flush()
-    proc = procs.run(cmd, "bootstrap-base", stdout=log, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise DockerError(f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}); see {log.name}",
-                          field="bootstrap-base")
-
-
-def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT_MIRROR) -> Path:
-    """debootstrap once per (suite, arch); later calls reuse the cached tarball."""
+def check_arch(arch: str) -> None:
     if arch not in ARCHES:
         raise InputError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHES)}", field="--arch")
+
+
+def check_suite(suite: str) -> None:
     if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
         raise InputError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
-    if shutil.which("debootstrap") is None:
-        raise DockerError("debootstrap is not installed (apt-get install debootstrap)", field="bootstrap-base")
-    # v2: the rootfs carries /etc/hosts and /etc/resolv.conf (see MOUNT_TARGETS)
-    out = cache_dir / "rootfs" / f"{suite}-{arch}.v2.tar"
-    if out.exists():
+
+
+def rootfs_tarball(pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, lock_file: str,
+                   offline: bool = False) -> Path:
+    """The normalised rootfs tarball of `pins`, made once per key; later calls reuse the cached one."""
+    check_arch(arch)
+    check_suite(pins.suite)
+    if shutil.which("mmdebstrap") is None:
+        raise DockerError("mmdebstrap is not installed (apt-get install mmdebstrap)", field="bootstrap-base")
+    key = pins.base_key()
+    out = cache_dir / "rootfs" / f"{pins.suite}-{arch}-{key[:16]}.tar"
+    if out.is_file() and not out.is_symlink():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    files = debs.fetch_debs(pins.base, pins.mirror, cache_dir, recipe, lock_file, offline=offline)
+    work = Path(tempfile.mkdtemp(prefix=f"rootfs-{pins.suite}-{arch}.", dir=out.parent))
     log_path = out.with_suffix(".log")
-    work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-{arch}.", dir=out.parent))
     try:
+        repo = debs.flat_repo(pins.base, files, work / "repo", pins.suite, pins.release.date)
         with log_path.open("w") as log:
-            print(f"debootstrap {suite} for {arch} (log: {log_path})", file=sys.stderr)
-            if arch == host_arch():
-                _run(["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(work), mirror], log)
-            else:
-                _run(["debootstrap", "--variant=minbase", f"--arch={arch}", "--foreign", suite, str(work),
-                      mirror], log)
-                _run(["chroot", str(work), "/debootstrap/debootstrap", "--second-stage"], log)
-            for name in MOUNT_TARGETS:
-                target = work / name
-                if not target.exists():
-                    target.touch()
-            tmp = out.with_suffix(".tar.tmp")
-            _run(["tar", "-C", str(work), "--sort=name", "--numeric-owner", "-cf", str(tmp), "."], log)
-            tmp.rename(out)
+            print(f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "
+                  f"{pins.release.date} (log: {log_path})", file=sys.stderr)
+            rootfs.mmdebstrap(pins.suite, arch, work / "raw.tar", [f"deb [trusted=yes] copy://{repo} ./"],
+                              pins.release.epoch, log, include=sorted({p.name for p in pins.base}))
+        tmp = work / "rootfs.tar"
+        rootfs.normalise(work / "raw.tar", tmp, pins.release.epoch, f"deb {pins.mirror} {pins.suite} main\n")
+        got = rootfs.installed(tmp)
+        want = sorted((p.name, p.version, p.arch) for p in pins.base)
+        if got != want:
+            extra = sorted(set(got) - set(want)) or sorted(set(want) - set(got))
+            raise DockerError(f"the rootfs does not hold exactly the pinned packages (first difference: "
+                              f"{' '.join(extra[0]) if extra else '?'})", field="bootstrap-base")
+        tmp.replace(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
 
 
-def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_dir: Path,
-                   mirror: str = DEFAULT_MIRROR) -> str:
-    """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch."""
-    tarball = rootfs_tarball(arch, suite, cache_dir, mirror)
+def created_of(pins: LockedDebian) -> str:
+    return dt.datetime.fromtimestamp(pins.release.epoch, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def bootstrap_base(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, cache_dir: Path,
+                   recipe: str, lock_file: str, offline: bool = False) -> str:
+    """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch; its
+    config's times are the Release date, so the id is a function of the pins."""
+    tarball = rootfs_tarball(pins, arch, cache_dir, recipe, lock_file, offline=offline)
     context = Path(tempfile.mkdtemp(prefix="base-context."))
     try:
         if _same_fs(tarball, context):
@@ -85,38 +100,48 @@ def bootstrap_base(docker: DockerClient, arch: str, suite: str, tag: str, cache_
         else:
             shutil.copyfile(tarball, context / "rootfs.tar")
         (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
+        os.utime(context / "Dockerfile", (0, 0))
         request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},
-                               labels={"io.servebuild.base": f"debian-{suite}-minbase",
-                                       MOUNT_TARGETS_LABEL: " ".join(MOUNT_TARGETS),
+                               labels={"io.servebuild.base": f"debian-{pins.suite}-minbase",
+                                       KEY_LABEL: pins.base_key(),
+                                       "org.opencontainers.image.created": created_of(pins),
                                        "org.opencontainers.image.base.name": "scratch"},
                                secrets={})
-        image_id = docker.build(request, cache_dir / "rootfs" / f"{suite}-{arch}.build.log", echo=None)
+        image_id = docker.build(request, cache_dir / "rootfs" / f"{pins.suite}-{arch}.build.log", echo=None)
+        image_id = settle_config(docker, image_id, created_of(pins), None, f"linux/{arch}")
         docker.tag(image_id, tag)
         return image_id
     finally:
         shutil.rmtree(context, ignore_errors=True)
 
 
-def has_mount_targets(info: dict) -> bool:
-    """Whether an image (docker inspect output) is a base bootstrapped with MOUNT_TARGETS."""
-    labels = (info.get("Config") or {}).get("Labels") or {}
-    return labels.get(MOUNT_TARGETS_LABEL) == " ".join(MOUNT_TARGETS)
+def base_key(info: dict) -> Optional[str]:
+    """The pins key an image (docker inspect output) was bootstrapped from, if it is such a base."""
+    return ((info.get("Config") or {}).get("Labels") or {}).get(KEY_LABEL)
 
 
 def _same_fs(a: Path, b: Path) -> bool:
     return a.stat().st_dev == b.stat().st_dev
 
 
-def missing_bootstrappable(docker: DockerClient, loaded, arch: str) -> list[tuple[str, str]]:
-    """(tag, suite) of each base of the recipe that `bootstrap-base` makes (servebuild/debian:SUITE-...)
-    and the engine does not have yet, once each."""
-    missing = []
+def bootstrappable_refs(loaded, arch: str) -> list[tuple[str, str]]:
+    """(tag, suite) of each base of the recipe that `bootstrap-base` makes (servebuild/debian:SUITE-ARCH), once each."""
+    out = []
     for stage in ("build", "runtime"):
         ref = getattr(loaded.recipe.bases, stage).ref.replace("{arch}", arch)
-        if ref.startswith("servebuild/debian:") and docker.image_id(ref) is None:
+        if ref.startswith("servebuild/debian:"):
             entry = (ref, ref.split(":", 1)[1].split("-", 1)[0])
-            if entry not in missing:
-                missing.append(entry)
+            if entry not in out:
+                out.append(entry)
+    return out
+
+
+def missing_bootstrappable(docker: DockerClient, loaded, arch: str, key: Optional[str]) -> list[tuple[str, str]]:
+    """The bootstrappable bases the engine lacks, or holds made from other pins than `key` (when given)."""
+    missing = []
+    for ref, suite in bootstrappable_refs(loaded, arch):
+        if docker.image_id(ref) is None or (key is not None and base_key(docker.image_inspect(ref)) != key):
+            missing.append((ref, suite))
     return missing
 
 
@@ -128,3 +153,22 @@ def local_ids(loaded) -> dict[str, Optional[str]]:
     except DockerError:
         return {}
     return {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
+
+
+def pins_for(loaded, platform: str, cache_dir: Path, suite: Optional[str] = None) -> LockedDebian:
+    """The Debian packages a base for `platform` is made from: the recipe's current lock's, else (no lock,
+    a stale one, another suite) those the mirror serves today, resolved now and said so on stderr."""
+    suite = suite or bootstrapped_suite(loaded.recipe) or "bookworm"
+    _, lock = pin_for_build(loaded)
+    pins = lock.debian.get(platform) if lock else None
+    if pins is not None and pins.suite == suite:
+        return pins
+    print(f"warning: {lock_display(loaded)} pins no Debian {suite} packages for {platform}: the base is made "
+          f"from what the mirror serves today (run `invoke lock --recipe {loaded.recipe.name}` to pin it)",
+          file=sys.stderr)
+    work = Path(tempfile.mkdtemp(prefix="servebuild-debian."))
+    try:
+        with (work / "resolve.log").open("w") as log:
+            return resolve(suite, platform.split("/", 1)[1], {}, work, log, cache_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

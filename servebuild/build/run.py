@@ -18,14 +18,15 @@ from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
-from servebuild.errors import DockerError, RecipeError
+from servebuild.errors import DockerError, RecipeError, Refused
 from servebuild.fsutil import make_dir, write_json, writing
-from servebuild.lock.lockfile import unpinned_problem
+from servebuild.lock.lockfile import lock_display, unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
 from servebuild.render.aot import SEED
 from servebuild.render.context import write_context
+from servebuild.sources.debs import fetch_debs
 from servebuild.sources.prepare import prepare_engine_source
 from servebuild.sources.stack import PreparedSource, SourceCache
 
@@ -52,6 +53,9 @@ class BuildResult:
 
 
 _FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
+
+
+BASE_KEY_LABEL = "io.servebuild.base.key"  # set by build/bases.py on the bases it bootstraps
 
 
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
@@ -82,6 +86,13 @@ def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
         if info.get("Architecture") != want_arch:
             raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
                               f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
+        if plan.debian is not None and ref.startswith("servebuild/debian:"):
+            made_from = ((info.get("Config") or {}).get("Labels") or {}).get(BASE_KEY_LABEL)
+            if made_from != plan.debian.base_key():
+                raise Refused(f"base image {ref} was not bootstrapped from the Debian packages "
+                              f"{lock_display(plan.loaded)} pins", hint=f"run `invoke bootstrap-base --recipe "
+                              f"{plan.loaded.recipe.name} --arch {want_arch}` (or `invoke main`)",
+                              file=plan.loaded.file, field=f"bases.{stage}")
         locked_id = getattr(plan.lock.bases, stage).local_id if plan.lock else None
         if locked_id and locked_id != info["Id"]:
             raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
@@ -115,8 +126,26 @@ def digest_for_ref(ref: str, repo_digests: list[str]) -> Optional[str]:
                  if "@" in d and repository_of(d) == want), None)
 
 
+def pinned_debs(plan: BuildPlan, fetch: bool = True) -> dict[str, list[tuple[str, Optional[Path]]]]:
+    """stage -> (name:arch=version, the cached .deb) of each package the lock pins for its apt step; the
+    .debs fetched into the artifact cache and checked against the lock's sha256 (not fetched: no paths)."""
+    if plan.debian is None:
+        return {}
+    out = {}
+    root = checked_cache_dir(plan.options.cache_dir)
+    for stage, step in sorted(plan.debian.apt.items()):
+        if fetch:
+            with writing(root, "the artifact cache"):
+                paths = fetch_debs(step.packages, plan.debian.mirror, root, plan.loaded.recipe.name,
+                                   lock_display(plan.loaded), offline=plan.options.offline)
+        else:
+            paths = [None] * len(step.packages)
+        out[stage] = [(p.spec, path) for p, path in zip(step.packages, paths)]
+    return out
+
+
 def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, dict], cpus: int, mem: int,
-           tarball: Optional[Path] = None) -> Rendered:
+           tarball: Optional[Path] = None, debs: Optional[dict] = None) -> Rendered:
     """The build context for the plan: compile parallelism for the engine's host, the inputs manifest
     and the rendered Dockerfile, written under the plan's build dir."""
     recipe = plan.loaded.recipe
@@ -131,7 +160,8 @@ def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, d
     try:
         with writing(context, "the build context"):
             write_context(plan.loaded, plan.platform, plan.bases, context, manifest_inputs,
-                          tarball or (source.tarball if source else None))
+                          tarball or (source.tarball if source else None),
+                          debs if debs is not None else pinned_debs(plan, fetch=False))
     except BaseException:  # a full disk or ^C: no half context is left for a later build to trust
         shutil.rmtree(context, ignore_errors=True)
         raise
@@ -192,7 +222,8 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
         raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
                           f"binfmt; run `invoke binfmt`", field="--platform")
     source = fetch_sources(plan)
-    rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)))
+    debs = pinned_debs(plan)
+    rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)), debs=debs)
     created, created_from = created_timestamp(plan.loaded, plan.platform)
     labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"

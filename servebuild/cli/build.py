@@ -27,7 +27,8 @@ def validate(root: Path, recipe: str) -> None:
 
 def render(root: Path, recipe: str, platform: Optional[str], mirror_map: Optional[str]) -> None:
     plan = make_plan(root, recipe, build_options(platform=platform, mirror_map=mirror_map, fetching=False))
-    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, root))
+    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, root,
+                                       plan.debian.apt_specs() if plan.debian else None))
 
 
 def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional[str] = None, no_cache=False,
@@ -105,9 +106,13 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     loaded = load_recipe(recipe, root)
     platform = platform or host_platform()
     arch = arch_of(platform)
-    for ref, suite in bases.missing_bootstrappable(engine, loaded, arch):
-        print(f"==> bootstrap-base {suite} {arch}")
-        bases.bootstrap_base(engine, arch, suite, ref, checked_cache_dir())
+    missing = bases.bootstrappable_refs(loaded, arch)
+    if missing:
+        pins = bases.pins_for(loaded, platform, checked_cache_dir())
+        for ref, suite in bases.missing_bootstrappable(engine, loaded, arch, pins.base_key()):
+            print(f"==> bootstrap-base {suite} {arch} ({len(pins.base)} pinned packages, Release of "
+                  f"{pins.release.date})")
+            print(f"    {ref} ({bases.bootstrap_base(engine, pins, arch, ref, checked_cache_dir(), loaded.recipe.name, bases.lock_display(loaded))})")
     ca = default_ca_bundle(host_default=True)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
     plan = make_plan(root, recipe, build_options(platform=platform, ca_bundle=ca))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.build import bases
-from servebuild.errors import InputError, IntegrityError
+from servebuild.errors import InputError, IntegrityError, ServebuildError
 from servebuild.lock import compute, depsets, lockfile
 from servebuild.plan.config import load_config
 from servebuild.plan.make import checked_cache_dir
@@ -20,11 +20,18 @@ def lock(root: Path, recipe: str, offline: bool = False) -> None:
     ids = bases.local_ids(loaded)
     cache = SourceCache(checked_cache_dir(), load_config().git_mirrors, offline=offline, recipe=loaded.file)
     start = time.monotonic()
-    data = compute.compute_lock(loaded, cache, ids, root / "build" / loaded.recipe.name / "lock-work")
+    try:
+        old = lockfile.load_lock_file(loaded)
+    except ServebuildError:  # a malformed old lock pins nothing: it is replaced
+        old = None
+    data = compute.compute_lock(loaded, cache, ids, root / "build" / loaded.recipe.name / "lock-work", old=old)
     path = lockfile.lock_path(loaded)
     lockfile.write_lock(path, data)
     print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path} "
           f"in {time.monotonic() - start:.1f}s")
+    for platform, deb in sorted(data.debian.items()):
+        print(f"  debian {platform}: {deb.suite} Release of {deb.release.date}, base {len(deb.base)} packages, "
+              + ", ".join(f"{stage} step {len(step.packages)}" for stage, step in sorted(deb.apt.items())))
     for item in data.unresolved:
         print(f"  unresolved: {item}")
 

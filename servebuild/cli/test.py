@@ -82,11 +82,19 @@ def smoke_expect(root: Path, recipe: str, output: str) -> None:
     print(output)
 
 
-def bootstrap_base(arch: Optional[str], suite: str, tag: Optional[str]) -> None:
+def bootstrap_base(root: Path, arch: Optional[str], suite: str, tag: Optional[str], recipe: str,
+                   offline: bool = False) -> None:
     arch = arch or host_arch()
+    bases.check_arch(arch)
+    bases.check_suite(suite)
     tag = tag or bases.default_tag(suite, arch)
-    image_id = bases.bootstrap_base(DockerClient(), arch, suite, tag, checked_cache_dir())
-    print(f"{tag} ({image_id})")
+    loaded = load_recipe(recipe, root)
+    engine = DockerClient()
+    cache = checked_cache_dir()
+    pins = bases.pins_for(loaded, f"linux/{arch}", cache, suite)
+    image_id = bases.bootstrap_base(engine, pins, arch, tag, cache, loaded.recipe.name,
+                                    bases.lock_display(loaded), offline=offline)
+    print(f"{tag} ({image_id}): {len(pins.base)} packages of {pins.suite}, Release of {pins.release.date}")
 
 
 def binfmt() -> None:

@@ -11,9 +11,11 @@ from typing import Optional
 
 from servebuild.errors import ServebuildError, ToolError
 from servebuild.fsutil import sha256_bytes
+from servebuild.lock import debian
 from servebuild.lock.basedigest import registry_digest
 from servebuild.lock.lockfile import LOCK_VERSION, Lock, file_hashes
 from servebuild.patchfiles import is_native
+from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.recipe.schema import PatchEntry
 from servebuild.sources.prepare import prepare_engine_source
@@ -35,7 +37,7 @@ def resolve_base(ref: str, local_id: Optional[str]) -> dict:
 
 
 def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str, Optional[str]],
-                 work: Path) -> Lock:
+                 work: Path, old: Optional[Lock] = None) -> Lock:
     r = loaded.recipe
     unresolved: list[str] = []
     bases = {}
@@ -50,6 +52,11 @@ def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str,
                   "files": file_hashes(loaded), "bases": bases, "source": None}
     if r.engine:
         lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
+    if debian.bootstrapped_suite(r):
+        work.mkdir(parents=True, exist_ok=True)
+        with (work / "debian.log").open("w") as log:
+            lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", log, cache.root,
+                                                   old.debian if old else {}, unresolved)
     lock["unresolved"] = unresolved
     return Lock.model_validate(lock)
 

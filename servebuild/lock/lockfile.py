@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, sha256_file
+from servebuild.lock.debian import LockedDebian
 from servebuild.recipe.files import named_files
 from servebuild.recipe.grammar import SHA256
 from servebuild.recipe.load import LoadedRecipe, check_link_inside
@@ -81,6 +82,7 @@ class Lock(_Entry):
     source: Optional[LockedSource] = None
     patches: list[LockedPatch] = []
     unresolved: list[str] = []  # one line each: what could not be resolved where the lock was made, and why
+    debian: dict[str, LockedDebian] = {}  # platform -> its Release, base packages and apt steps (bootstrapped bases)
 
     @field_validator("files", "patches", "unresolved", mode="before")
     @classmethod

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import InputError, RecipeError
+from servebuild.errors import InputError, RecipeError, Refused
 from servebuild.fsutil import check_input
 from servebuild.lock.depsets import header_lines
-from servebuild.lock.lockfile import Lock, apply_lock, pin_for_build, read_lock, unpinned_problem
+from servebuild.lock.debian import DEFAULT_MIRROR, LockedDebian, bootstrapped_suite, check_against
+from servebuild.lock.lockfile import Lock, apply_lock, lock_display, pin_for_build, read_lock, unpinned_problem
+from servebuild.recipe.aptsteps import apt_steps
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
 from servebuild.recipe.grammar import HOST, TAG
@@ -63,6 +65,7 @@ class BuildPlan:
     options: BuildOptions
     config: Config
     lock: Optional[Lock] = None  # the lock applied (None: no current lock)
+    debian: Optional[LockedDebian] = None  # the lock's Debian side for the platform (bootstrapped bases)
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -93,9 +96,16 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
     if options.dry_run:  # a dry run never touches a real build's context
         build_dir = build_dir / "dry-run"
+    debian = lock.debian.get(platform) if lock else None
+    if debian is not None:  # the lock's apt steps must be the ones this servebuild renders
+        check_against(debian, apt_steps(recipe), lock_display(loaded))
+    elif options.locked and bootstrapped_suite(recipe):
+        raise Refused(f"the lock pins no Debian packages for {platform}", hint=f"run `invoke lock --recipe "
+                      f"{recipe.name}` where {DEFAULT_MIRROR} is reachable", file=lock_display(loaded),
+                      field=f"debian.{platform}")
     return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
                      build_dir=build_dir, tag=tag,
-                     secrets=secrets, options=options, config=config, lock=lock)
+                     secrets=secrets, options=options, config=config, lock=lock, debian=debian)
 
 
 def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:

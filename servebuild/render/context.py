@@ -20,6 +20,7 @@ from servebuild.engines.base import CACHE_ROOT
 from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
+from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.schema import Recipe
 from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH,
                                    RECORD_PTH_NAME,
@@ -27,15 +28,10 @@ from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENC
                                    aot_spec, site_packages)
 from servebuild.render.settle import settle
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
-from servebuild.render.toolchain import TOOLCHAIN_APT, VENV, cuda_home, cuda_links, runtime_env
+from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
 
 # Dockerfile.j2, stages/, macros/ here; a mode's fragment `modes/NAME.j2` beside its module (servebuild/modes/)
 TEMPLATES = PACKAGE_DIR / "render" / "templates"
-BUILD_APT = ["python3", "python3-venv"]
-RUNTIME_APT = ["python3"]
-# what a GPU host expects of a server image: an init as PID 1 (signals, zombies) and numactl/libnuma
-# (vLLM's NUMA binding runs numactl; both engines' upstream images install it)
-SERVER_APT = ["numactl", "tini"]
 INIT = "/usr/bin/tini"
 
 
@@ -60,7 +56,10 @@ def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool 
     return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
 
 
-def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str]) -> dict:
+def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str],
+                    pinned_apt: Optional[dict[str, list[str]]] = None) -> dict:
+    """Every value the templates print. `pinned_apt`: stage -> the lock's `name:arch=version` of each
+    package its apt step installs (the step then installs those .debs from the context, debs/STAGE/)."""
     engine = recipe.engine
     kind = engine.kind if engine else None
     jit = bool(kind and kind.serve_time_jit)
@@ -71,9 +70,9 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     shared = [d for d in cache_dirs if d == CACHE_ROOT or d.startswith(CACHE_ROOT + "/")]
     return {
         "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
-        "build_apt": sorted(set(BUILD_APT + recipe.apt.build)),
-        "runtime_apt": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else [])
-                                  + (SERVER_APT if kind else []))),
+        "build_apt": apt_steps(recipe)["build"],
+        "runtime_apt": apt_steps(recipe)["runtime"],
+        "pinned_apt": pinned_apt or {},
         "cuda_links": cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
         "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
@@ -101,15 +100,16 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
 
 
 def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
-                      root: Path) -> str:
-    """Pure function of its inputs: the same recipe, platform and bases give the same bytes."""
+                      root: Path, pinned_apt: Optional[dict[str, list[str]]] = None) -> str:
+    """Pure function of its inputs: the same recipe, platform, bases and pins give the same bytes."""
     text = _environment().get_template("Dockerfile.j2").render(
-        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases))
+        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt))
     return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
 
 
 def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
-                  manifest_inputs: dict, source_tarball: Optional[Path]) -> Path:
+                  manifest_inputs: dict, source_tarball: Optional[Path],
+                  debs: Optional[dict[str, list[tuple[str, Path]]]] = None) -> Path:
     """Write a fresh build context directory and return it.
 
     BuildKit skips files whose size and mtime did not change when it transfers a context, so a
@@ -120,7 +120,9 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     if context.exists():
         shutil.rmtree(context)
     context.mkdir(parents=True)
-    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root))
+    pinned = {stage: [spec for spec, _ in files] for stage, files in (debs or {}).items()}
+    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root,
+                                                          pinned))
     files = {"requirements.txt": loaded.root / recipe.constraints[platform]}
     files.update({f"wheels/{Path(rel).name}": loaded.root / rel for rel in recipe.wheels})
     if recipe.engine:
@@ -139,6 +141,8 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     kernels = aot_kernels(recipe, loaded.root)
     if kernels:
         files["aot/aot_build.py"] = TOOLS / "aot_build.py"
+    for stage, pinned_files in sorted((debs or {}).items()):  # checked against the lock's sha256 when fetched
+        files.update({f"debs/{stage}/{path.name}": path for _, path in pinned_files if path is not None})
     for name, src in sorted(files.items()):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)

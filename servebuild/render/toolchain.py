@@ -13,7 +13,6 @@ from servebuild.recipe.requirements import parse_pins
 from servebuild.recipe.schema import Recipe
 
 
-TOOLCHAIN_APT = ["build-essential", "python3-dev"]  # JIT at serve time: C/C++ compiler and Python.h
 
 
 VENV = "/opt/venv"

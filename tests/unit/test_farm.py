@@ -181,7 +181,7 @@ def _plan(platform="linux/amd64"):
                                                      "runtime": "servebuild/debian:bookworm-arm64"},
                            loaded=SimpleNamespace(file="recipes/toy.yaml", recipe=SimpleNamespace(bases=SimpleNamespace(
                                build=SimpleNamespace(ref="base:bookworm-{arch}"),
-                               runtime=SimpleNamespace(ref="base:bookworm-{arch}")))), lock=None)
+                               runtime=SimpleNamespace(ref="base:bookworm-{arch}")))), lock=None, debian=None)
 
 
 def test_unreachable_endpoints_are_one_line(tmp_path):

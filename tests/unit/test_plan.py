@@ -11,6 +11,7 @@ import pytest
 from servebuild.plan.config import load_mirror_map
 from servebuild.errors import InputError, RecipeError
 from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.recipe.load import load_recipe
 from servebuild.recipe.schema import BuildResources
 from servebuild.plan.resources import derive
 from support import REPO_ROOT
@@ -89,8 +90,10 @@ def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
 
 def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
     from servebuild.build.bases import rootfs_tarball
+    from servebuild.lock.lockfile import load_lock_file
+    pins = load_lock_file(load_recipe("torch-cu130-bookworm", REPO_ROOT)).debian["linux/amd64"]
     with pytest.raises(InputError, match=r"--suite: '../../x' is not a Debian suite name"):
-        rootfs_tarball("amd64", "../../x", tmp_path)
+        rootfs_tarball(pins.model_copy(update={"suite": "../../x"}), "amd64", tmp_path, "r", "r.lock.yaml")
     assert not (tmp_path / "rootfs").exists()
 
 

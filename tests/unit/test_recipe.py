@@ -15,6 +15,7 @@ import yaml
 from servebuild.errors import RecipeError
 from servebuild.engines.profiles import launcher_script
 from servebuild.recipe.load import load_recipe
+from servebuild.lock.lockfile import load_lock_file
 from servebuild.render.context import render_dockerfile
 from support import REPO_ROOT
 
@@ -27,7 +28,10 @@ def render(name: str, platform: str) -> str:
     loaded = load_recipe(name, REPO_ROOT)
     bases = {s: getattr(loaded.recipe.bases, s).ref.replace("{arch}", platform.split("/")[1])
              for s in ("build", "runtime")}
-    return render_dockerfile(loaded.recipe, loaded.sha256, platform, bases, REPO_ROOT)
+    lock = load_lock_file(loaded)  # the bookworm recipes' locks pin their apt steps
+    pins = lock.debian.get(platform) if lock else None
+    return render_dockerfile(loaded.recipe, loaded.sha256, platform, bases, REPO_ROOT,
+                             pins.apt_specs() if pins else None)
 
 
 @pytest.mark.parametrize("name", REAL)

@@ -1,0 +1,220 @@
+"""The Debian side of a lock: per platform, the suite's Release (date and hash) and every package the base
+and each apt step install (name, version, architecture, sha256 and pool path from the Packages index).
+
+Resolution uses Debian's own tools, never a resolver of ours: the base is what mmdebstrap installs from
+the mirror (its dpkg status read back), and each apt step is what the host's apt resolves against that
+status (`apt-get -s install --no-install-recommends`), with the mirror's InRelease checked by the host's
+apt against its archive keyring. The Release date is the base's SOURCE_DATE_EPOCH.
+
+Only Debian's normal mirror is reachable from where servebuild is developed, not snapshot.debian.org:
+a lock made today can be rebuilt while the mirror still serves its versions, or from the artifact cache
+(every pinned .deb is kept there by sha256); a version replaced at a point release cannot be fetched
+again, and the build then stops naming the package and `invoke lock`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from debian.deb822 import Deb822
+from pydantic import BaseModel, ConfigDict
+
+from servebuild import procs
+from servebuild.errors import HostError, IntegrityError, Refused, ToolError
+from servebuild.fsutil import atomic_write, canonical_json
+from servebuild.sources import rootfs
+from servebuild.sources.debs import DebPackage
+
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+INST = re.compile(r"^Inst (\S+) (?:\[\S+\] )?\((\S+) .*\[(\S+)\]\)")
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DebRelease(_Entry):
+    """The suite's InRelease as the lock saw it: its Date (the base's SOURCE_DATE_EPOCH) and its sha256."""
+
+    date: str
+    epoch: int
+    sha256: str
+
+
+class AptStep(_Entry):
+    requested: list[str]  # the packages the step names (render's list for the stage)
+    packages: list[DebPackage]  # what apt installs for them on top of the base, dependencies included
+
+
+class LockedDebian(_Entry):
+    """One platform's Debian side."""
+
+    suite: str
+    mirror: str
+    release: DebRelease
+    base: list[DebPackage]
+    apt: dict[str, AptStep] = {}
+
+    def apt_specs(self) -> dict[str, list[str]]:
+        """stage -> `name:arch=version` of each package its apt step installs."""
+        return {stage: [p.spec for p in step.packages] for stage, step in sorted(self.apt.items())}
+
+    def base_key(self) -> str:
+        """What a rootfs made from these pins is a function of (its cache key and its image label)."""
+        data = {"suite": self.suite, "release": self.release.model_dump(), "normalise": rootfs.NORMALISE_VERSION,
+                "base": [p.model_dump() for p in self.base]}
+        return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+class AptView:
+    """The host's apt pointed at one suite and architecture of a mirror, in a directory of its own."""
+
+    def __init__(self, work: Path, mirror: str, suite: str, arch: str):
+        self.work, self.mirror, self.suite, self.arch = work, mirror, suite, arch
+        for sub in ("state/lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d",
+                    "etc/sources.list.d"):
+            (work / sub).mkdir(parents=True, exist_ok=True)
+        self.status = work / "status"
+        self.status.write_text("")
+        (work / "etc/sources.list").write_text(f"deb {mirror} {suite} main\n")
+        w = str(work)
+        self.config = work / "apt.conf"
+        self.config.write_text("\n".join([
+            f'Dir::State "{w}/state";', f'Dir::State::status "{self.status}";', f'Dir::Cache "{w}/cache";',
+            f'Dir::Etc::SourceList "{w}/etc/sources.list";', f'Dir::Etc::SourceParts "{w}/etc/sources.list.d";',
+            f'Dir::Etc::Preferences "{w}/etc/preferences";', f'Dir::Etc::PreferencesParts "{w}/etc/preferences.d";',
+            f'Dir::Etc::Parts "{w}/etc/apt.conf.d";', f'APT::Architecture "{arch}";', f'APT::Architectures "{arch}";',
+            'Acquire::Languages "none";', ""]))
+
+    def run(self, args: list[str]) -> str:
+        cmd = [args[0], "-q", *args[1:]]
+        proc = procs.run(cmd, "lock", capture_output=True, text=True, env=dict(os.environ, APT_CONFIG=str(self.config), LC_ALL="C"))
+        if proc.returncode != 0:
+            raise ToolError(f"`{' '.join(shlex.quote(a) for a in args[:4])} ...` against {self.mirror} {self.suite} "
+                            f"{self.arch} failed: {procs.last_line(proc)}", field="lock")
+        return proc.stdout
+
+    def update(self) -> DebRelease:
+        """apt-get update (the InRelease signature checked by the host's apt), then the Release read back."""
+        self.run(["apt-get", "update"])
+        found = sorted((self.work / "state/lists").glob(f"*_dists_{self.suite}_InRelease"))
+        if not found:
+            raise HostError(f"{self.mirror} gave no signed InRelease for {self.suite}", field="lock")
+        return release_of(found[0].read_bytes(), str(found[0]))
+
+    def simulate(self, packages: list[str]) -> list[tuple[str, str, str]]:
+        """(name, version, arch) of what `apt-get install --no-install-recommends PACKAGES` would install."""
+        out = self.run(["apt-get", "-s", "-o", "Debug::NoLocking=1", "install", "--no-install-recommends",
+                        *packages])
+        return sorted(m.groups() for m in map(INST.match, out.splitlines()) if m)
+
+    def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
+        """Each (name, version, arch) as the Packages index describes it (sha256, size, pool path)."""
+        if not wanted:
+            return []
+        out = self.run(["apt-cache", "show", *sorted({f"{n}={v}" for n, v, _ in wanted})])
+        found = {}
+        for para in Deb822.iter_paragraphs(out.splitlines(keepends=True)):
+            key = (para.get("Package"), para.get("Version"), para.get("Architecture"))
+            if key in set(wanted) and key not in found:
+                found[key] = DebPackage(name=key[0], version=key[1], arch=key[2], sha256=para["SHA256"],
+                                        size=int(para["Size"]), filename=para["Filename"])
+        missing = [w for w in wanted if w not in found]
+        if missing:
+            n, v, a = missing[0]
+            raise HostError(f"{self.mirror} {self.suite} does not list {n}={v} ({a}) (the mirror changed while "
+                            f"locking?); run `invoke lock` again", field="lock")
+        return [found[w] for w in sorted(wanted)]
+
+
+def release_of(data: bytes, where: str) -> DebRelease:
+    text = data.decode(errors="replace")
+    match = re.search(r"^Date: (.+)$", text, re.M)
+    when = email.utils.parsedate_to_datetime(match.group(1).strip()) if match else None
+    if when is None:
+        raise HostError(f"{where} has no Date", field="lock")
+    return DebRelease(date=match.group(1).strip(), epoch=int(when.timestamp()),
+                      sha256=hashlib.sha256(data).hexdigest())
+
+
+def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path, log, cache_dir: Path,
+            mirror: str = DEFAULT_MIRROR, not_before: Optional[DebRelease] = None) -> LockedDebian:
+    """Lock one platform: the Release, the base (what mmdebstrap installs) and each apt step. The base's
+    resolution (one mmdebstrap run) is kept per (mirror, suite, arch, Release) in the cache."""
+    view = AptView(work / "apt", mirror, suite, arch)
+    release = view.update()
+    check_not_older(release, not_before, f"{mirror} {suite}")
+    key = hashlib.sha256(canonical_json([mirror, suite, arch, release.sha256]).encode()).hexdigest()
+    kept = cache_dir / "debian-resolved" / f"{key}.status"
+    if kept.is_file() and not kept.is_symlink():
+        status = kept.read_text()
+    else:
+        tar = work / "base.tar"
+        rootfs.mmdebstrap(suite, arch, tar, [f"deb {mirror} {suite} main"], release.epoch, log)
+        status = rootfs.status_text(tar)
+        tar.unlink()
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(kept, status)
+    base = view.pins(rootfs.installed_from_status(status))
+    view.status.write_text(status)
+    apt = {stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
+           for stage, pkgs in sorted(steps.items())}
+    return LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)
+
+
+def bootstrapped_suite(recipe) -> Optional[str]:
+    """The Debian suite of the recipe's bootstrapped bases (servebuild/debian:SUITE-{arch}), if it has any."""
+    for stage in ("runtime", "build"):
+        ref = getattr(recipe.bases, stage).ref
+        if ref.startswith("servebuild/debian:"):
+            return ref.split(":", 1)[1].split("-", 1)[0]
+    return None
+
+
+def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, log, cache_dir: Path,
+                   old: dict[str, LockedDebian], unresolved: list[str]) -> dict[str, LockedDebian]:
+    """platform -> its Debian side, for a recipe on bootstrapped bases; an unreachable mirror or a missing
+    tool leaves the platform unresolved, in one line."""
+    suite = bootstrapped_suite(recipe)
+    out = {}
+    if suite is None:
+        return out
+    for platform in sorted(recipe.platforms):
+        arch = platform.split("/", 1)[1]
+        prior = old.get(platform)
+        try:
+            out[platform] = resolve(suite, arch, steps, work / platform.replace("/", "-"), log, cache_dir,
+                                    not_before=prior.release if prior and prior.suite == suite else None)
+        except (HostError, ToolError) as exc:
+            unresolved.append(f"debian.{platform}: {exc.problem}")
+    return out
+
+
+def check_not_older(release: DebRelease, locked: Optional[DebRelease], where: str) -> None:
+    """A mirror whose Release is older than the one a lock was made from serves a rolled-back archive."""
+    if locked is not None and release.epoch < locked.epoch:
+        raise Refused(f"{where} serves a Release dated {release.date}, older than the lock's {locked.date} "
+                      f"(a stale or rolled-back mirror)", hint="use a current mirror", field="debian.release")
+
+
+def live_release(mirror: str, suite: str, arch: str) -> DebRelease:
+    with tempfile.TemporaryDirectory(prefix="servebuild-apt.") as tmp:
+        return AptView(Path(tmp), mirror, suite, arch).update()
+
+
+def check_against(lock_debian: LockedDebian, steps: dict[str, list[str]], file: str) -> None:
+    """The lock's apt steps name the packages this servebuild renders for them (else the lock is stale)."""
+    for stage, pkgs in sorted(steps.items()):
+        step = lock_debian.apt.get(stage)
+        if step is None or step.requested != sorted(pkgs):
+            raise IntegrityError(f"lock is stale: the {stage} apt step installs {' '.join(sorted(pkgs))}, the lock "
+                                 f"resolved {' '.join(step.requested) if step else 'nothing'} for it",
+                                 hint="run `invoke lock` again", file=file, field=f"debian.apt.{stage}")
+

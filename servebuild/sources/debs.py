@@ -1,0 +1,156 @@
+"""Debian packages pinned by a lock, fetched by sha256 into servebuild's artifact cache (as wheels are):
+each `.deb` is downloaded from the mirror's pool path the lock records, checked against the lock's
+sha256 before it is kept, and reused from the cache afterwards, so a rebuild works offline.
+
+`flat_repo` lays a set of cached packages out as a one-directory apt repository whose Packages index
+is made from each `.deb`'s own control file (dpkg-deb), so mmdebstrap and apt install exactly those
+files and nothing the mirror serves today.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.error
+from pathlib import Path
+
+from debian.deb822 import Deb822
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from servebuild import procs
+from servebuild.errors import HostError, IntegrityError, Refused
+from servebuild.fsutil import atomic_write, sha256_bytes, sha256_file
+from servebuild.registry import index, limits
+
+DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 1 GiB
+NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{0,99}")
+VERSION = re.compile(r"[0-9A-Za-z.+~:-]{1,100}")
+POOL_PATH = re.compile(r"pool/[A-Za-z0-9+._~/-]{1,400}\.deb")
+
+
+class DebPackage(BaseModel):
+    """One Debian package as a lock pins it: what the mirror's Packages index said of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str
+    version: str
+    arch: str
+    sha256: str
+    size: int
+    filename: str  # the pool path under the mirror
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Debian package name")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not VERSION.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Debian version")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError("is not a sha256 (64 lowercase hex digits)")
+        return v
+
+    @field_validator("filename")
+    @classmethod
+    def _filename(cls, v: str) -> str:
+        if not POOL_PATH.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(f"{v!r} is not a pool path of a .deb")
+        return v
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}:{self.arch}={self.version}"
+
+
+def cached_deb(cache_dir: Path, pkg: DebPackage) -> Path:
+    return cache_dir / "debs" / pkg.sha256 / Path(pkg.filename).name
+
+
+def fetch_debs(pins: list[DebPackage], mirror: str, cache_dir: Path, recipe: str, lock_file: str,
+               offline: bool = False) -> list[Path]:
+    """The cached `.deb` of each pin, downloading what the cache lacks; every file checked against its sha256."""
+    out = []
+    for pkg in pins:
+        path = cached_deb(cache_dir, pkg)
+        if path.is_file() and not path.is_symlink() and sha256_file(path) == pkg.sha256:
+            out.append(path)
+            continue
+        if offline:
+            raise Refused(f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
+                          file=lock_file)
+        out.append(_download(pkg, mirror, path, recipe, lock_file))
+    return out
+
+
+def _download(pkg: DebPackage, mirror: str, path: Path, recipe: str, lock_file: str) -> Path:
+    url = mirror.rstrip("/") + "/" + pkg.filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part{os.getpid()}")
+    try:
+        with tmp.open("wb") as sink:  # streamed to disk, bounded in size and time
+            index.get(url, limit=DEB_LIMIT, seconds=limits.RELEASE_FILE_S, sink=sink)
+        got = sha256_file(tmp)
+        if got != pkg.sha256:
+            raise IntegrityError(f"{pkg.spec} from {url} hashes to {got}, the lock pins {pkg.sha256}",
+                                 hint="the mirror serves other bytes under that name; do not build from it",
+                                 file=lock_file, field=f"debian.{pkg.name}")
+        tmp.replace(path)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise Refused(f"the mirror no longer serves {pkg.spec} ({url}: 404; replaced at a point release?)",
+                          hint=f"run `invoke lock --recipe {recipe}` to pin what it serves now",
+                          file=lock_file, field=f"debian.{pkg.name}") from None
+        raise HostError(f"cannot download {pkg.spec} from {url} (HTTP {exc.code})", file=lock_file) from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise HostError(f"cannot download {pkg.spec} from {url} ({exc})", file=lock_file) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def control(deb: Path) -> Deb822:
+    """The control paragraph of a .deb, read by dpkg-deb."""
+    proc = procs.run(["dpkg-deb", "--field", str(deb)], "debian", capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise IntegrityError(f"{deb} is not a Debian package: {procs.last_line(proc)}")
+    return Deb822(proc.stdout)
+
+
+def flat_repo(pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, date: str) -> Path:
+    """`repo` holding each .deb (hard-linked from the cache where it can be), a Packages index of them and
+    a Release naming the suite (mmdebstrap picks the essential set by suite and codename)."""
+    repo.mkdir(parents=True, exist_ok=True)
+    stanzas = []
+    for pkg, deb in sorted(zip(pins, debs), key=lambda p: (p[0].name, p[0].arch)):
+        target = repo / deb.name
+        try:
+            os.link(deb, target)
+        except OSError:
+            target.write_bytes(deb.read_bytes())
+        fields = control(deb)
+        if (fields.get("Package"), fields.get("Version"), fields.get("Architecture")) != (pkg.name, pkg.version,
+                                                                                         pkg.arch):
+            raise IntegrityError(f"{deb.name} says it is {fields.get('Package')} {fields.get('Version')} "
+                                 f"{fields.get('Architecture')}, the lock pins {pkg.spec}")
+        fields["Filename"] = f"./{deb.name}"
+        fields["Size"] = str(pkg.size)
+        fields["SHA256"] = pkg.sha256
+        stanzas.append(fields.dump())
+    index_text = "\n".join(s.rstrip("\n") + "\n" for s in stanzas).encode()
+    atomic_write(repo / "Packages", index_text)
+    arches = " ".join(sorted({p.arch for p in pins}))
+    atomic_write(repo / "Release", f"Origin: servebuild\nSuite: {suite}\nCodename: {suite}\nDate: {date}\n"
+                                   f"Architectures: {arches}\nSHA256:\n {sha256_bytes(index_text)} "
+                                   f"{len(index_text)} Packages\n")
+    return repo
