@@ -15,6 +15,7 @@ from servebuild import procs
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.platforms import host_arch
 from servebuild.errors import DockerError, InputError
+from servebuild.fsutil import open_host_file
 
 ARCHES = ("amd64", "arm64")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -54,7 +55,7 @@ def rootfs_tarball(arch: str, suite: str, cache_dir: Path, mirror: str = DEFAULT
     log_path = out.with_suffix(".log")
     work = Path(tempfile.mkdtemp(prefix=f"rootfs-{suite}-{arch}.", dir=out.parent))
     try:
-        with log_path.open("w") as log:
+        with os.fdopen(open_host_file(log_path, "the debootstrap log"), "w") as log:  # no link, no FIFO
             print(f"debootstrap {suite} for {arch} (log: {log_path})", file=sys.stderr)
             if arch == host_arch():
                 _run(["debootstrap", "--variant=minbase", f"--arch={arch}", suite, str(work), mirror], log)
