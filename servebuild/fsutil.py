@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import HostError, InputError, RecipeError
+from servebuild.errors import HostError, InputError, RecipeError, _flat
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -109,7 +109,7 @@ def _not_regular(mode: int) -> Optional[str]:
 
 def _refusal(path: Path, what: str, kind: str) -> HostError:
     if kind == "a symbolic link":
-        target = os.readlink(path) if os.path.islink(path) else "?"
+        target = _flat(os.readlink(path)) if os.path.islink(path) else "?"  # its bytes are anyone's: escaped
         return HostError(f"cannot write {what}: it is a symbolic link (to {target}); servebuild writes no "
                          f"file through a link", hint="remove the link", file=str(path))
     return HostError(f"cannot write {what}: it is {kind}, not a regular file", hint="remove it", file=str(path))

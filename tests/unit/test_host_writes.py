@@ -215,3 +215,13 @@ def test_a_fault_on_the_temp_file_of_an_atomic_write_names_the_file_being_writte
         with writing(target, "the dry run's source placeholder"):
             atomic_write(target, b"")
     one_line(caught.value, f"{target}: cannot write the dry run's source placeholder")
+
+
+def test_a_planted_link_target_is_shown_escaped(tmp_path):
+    """The link's target is whatever the planter chose: no control character reaches the terminal."""
+    path = tmp_path / "build.log"
+    path.symlink_to("/tmp/\x1b[2Jx\ry")
+    with pytest.raises(ServebuildError) as caught:
+        os.close(fsutil.open_host_file(path, "the build log"))
+    text = one_line(caught.value, "symbolic link", "\\x1b")
+    assert "\x1b" not in text and "\r" not in text
