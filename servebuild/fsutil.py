@@ -1,4 +1,5 @@
-"""File helpers used by every step: content hashes, canonical JSON, atomic writes, bounded readers."""
+"""File helpers used by every step: content hashes, canonical JSON, atomic writes, host files opened
+without following links, bounded readers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import HostError, InputError, RecipeError
+from servebuild.errors import HostError, InputError, RecipeError, _flat
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -33,12 +34,21 @@ def canonical_json(data) -> str:
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write to a sibling temp file, then rename: readers see the old file or the new one, never half."""
+    """Write to a sibling temp file, then rename: readers see the old file or the new one, never half.
+    The temp file is made new (O_EXCL, no link followed): a link or FIFO planted at its predictable
+    name is removed, never written through; a link planted at `path` itself is replaced, not followed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if isinstance(data, str):
         data = data.encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # a new file: no link, no FIFO
     try:
-        tmp.write_bytes(data)
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:  # a leftover of a killed write by this pid, or a planted link: removed, not followed
+            tmp.unlink()
+            fd = os.open(tmp, flags, 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         tmp.replace(path)
     except BaseException:  # a full disk, a directory in the way, ^C: no temp file is left behind
         try:
@@ -62,7 +72,8 @@ def writing(path: Path, what: str):
         yield path
     except OSError as exc:
         named = Path(exc.filename) if isinstance(exc.filename, (str, Path)) else None
-        if isinstance(exc, BrokenPipeError) or (named and not (_under(named, path) or _under(path, named))):
+        if isinstance(exc, BrokenPipeError) or (named and not (_under(named, path) or _under(path, named)
+                                                               or _atomic_temp_of(named, path))):
             raise
         raise host_fault(path, what, exc) from None
 
@@ -82,6 +93,69 @@ def host_fault(path: Path, what: str, exc: OSError) -> HostError:
         if blocker is not None:
             detail = f"{blocker} is a file, not a directory"
     return HostError(f"cannot write {what}: {detail}", file=str(path))
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int) -> Optional[str]:
+    """What a file of `mode` is, where it is not a regular file ("a FIFO"); None for a regular file."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _refusal(path: Path, what: str, kind: str) -> HostError:
+    if kind == "a symbolic link":
+        target = _flat(os.readlink(path)) if os.path.islink(path) else "?"  # its bytes are anyone's: escaped
+        return HostError(f"cannot write {what}: it is a symbolic link (to {target}); servebuild writes no "
+                         f"file through a link", hint="remove the link", file=str(path))
+    return HostError(f"cannot write {what}: it is {kind}, not a regular file", hint="remove it", file=str(path))
+
+
+def open_host_file(path: Path, what: str, *, read: bool = False, truncate: bool = True, append: bool = False,
+                   exclusive: bool = False, mode: int = 0o666) -> int:
+    """A file descriptor for writing `what` at `path` on the host (the build lock, the build log):
+    made if missing (with `mode`, less the umask, as open() does), opened blocking. Never through a
+    symbolic link at the last component (O_NOFOLLOW), never a FIFO, device, socket or directory: the
+    file is opened non-blocking (a FIFO would block the open), fstat'ed, and refused unless it is
+    regular; only then truncated (`truncate`) and made blocking again. Every refusal and OSError is
+    one HostError line naming `path` and `what`. `read`: read-write; `append`: O_APPEND, no
+    truncation; `exclusive`: O_EXCL (the file must not exist yet). The caller closes the fd."""
+    flags = (os.O_RDWR if read else os.O_WRONLY) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY \
+        | os.O_CLOEXEC | (os.O_APPEND if append else 0) | (os.O_EXCL if exclusive else 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:  # ELOOP (a link), ENXIO (a FIFO with no reader, a socket), EISDIR: say what is there
+        try:
+            kind = _not_regular(os.lstat(path).st_mode)
+        except OSError:
+            kind = None
+        if kind is not None and not (exclusive and exc.errno == errno.EEXIST):
+            raise _refusal(path, what, kind) from None
+        raise host_fault(path, what, exc) from None
+    try:
+        st = os.fstat(fd)
+        kind = _not_regular(st.st_mode)
+        if kind is not None:
+            raise _refusal(path, what, kind)
+        if truncate and not append and not exclusive:
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise host_fault(path, what, exc) from None
+        raise
+    return fd
+
+
+def _atomic_temp_of(named: Path, path: Path) -> bool:
+    """`named` is the temp file atomic_write writes `path` through (.NAME.tmpPID, its sibling)."""
+    named, path = Path(os.path.abspath(named)), Path(os.path.abspath(path))
+    return named.parent == path.parent and named.name.startswith(f".{path.name}.tmp")
 
 
 def _under(inner: Path, outer: Path) -> bool:

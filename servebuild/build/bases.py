@@ -25,6 +25,7 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.run import BASE_KEY_LABEL
 from servebuild.errors import DockerError, InputError
+from servebuild.fsutil import open_host_file
 from servebuild.lock.debian import LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import lock_display, pin_for_build
 from servebuild.sources import debs, rootfs
@@ -65,7 +66,7 @@ def rootfs_tarball(pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, 
     log_path = out.with_suffix(".log")
     try:
         repo = debs.flat_repo(pins.base, files, work / "repo", pins.suite, pins.release.date)
-        with log_path.open("w") as log:
+        with os.fdopen(open_host_file(log_path, "the mmdebstrap log"), "w") as log:  # no link, no FIFO
             print(f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "
                   f"{pins.release.date} (log: {log_path})", file=sys.stderr)
             rootfs.mmdebstrap(pins.suite, arch, work / "raw.tar", [f"deb [trusted=yes] copy://{repo} ./"],

@@ -3,7 +3,8 @@
 Two such builds would share one context dir, build log, image-id file and manifest. The first holds an flock(2) on
 BUILD_DIR/build.lock for its whole run; a second refuses at once in one line naming the first's pid
 (a build can take hours: waiting would hide that two were started). The kernel drops the lock when
-its holder exits, however it ends, so no stale lock needs clearing."""
+its holder exits, however it ends, so no stale lock needs clearing. The lock is opened with
+fsutil.open_host_file: a symlink, FIFO or device planted at its path is refused, never written through."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from servebuild.errors import Refused
-from servebuild.fsutil import make_dir, writing
+from servebuild.fsutil import make_dir, open_host_file
 
 LOCK_NAME = "build.lock"
 
@@ -22,8 +23,8 @@ LOCK_NAME = "build.lock"
 def build_lock(build_dir: Path, recipe: str):
     """Held for the block; not re-entrant (a second hold, in this process or another, refuses)."""
     path = make_dir(build_dir, "the build directory") / LOCK_NAME
-    with writing(path, "the build lock"):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # no link followed, no FIFO or device opened: a planted build.lock is one line, not a write elsewhere
+    fd = open_host_file(path, "the build lock", read=True, truncate=False, mode=0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -33,7 +33,7 @@ import requests.exceptions
 
 from servebuild import procs
 from servebuild.errors import DockerError
-from servebuild.fsutil import writing
+from servebuild.fsutil import open_host_file, writing
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
 
@@ -275,7 +275,8 @@ class DockerClient:
         tail: list[str] = []
         proc = None
         try:
-            with writing(log_path, "the build log"), log_path.open("w") as log:
+            # no link followed, no FIFO opened: a planted build.log is one line, not a write elsewhere
+            with writing(log_path, "the build log"), os.fdopen(open_host_file(log_path, "the build log"), "w") as log:
                 log.write("$ " + " ".join(cmd) + "\n")
                 proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, bufsize=1)

@@ -19,7 +19,7 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
 from servebuild.errors import DockerError, RecipeError, Refused
-from servebuild.fsutil import make_dir, write_json, writing
+from servebuild.fsutil import atomic_write, make_dir, write_json, writing
 from servebuild.lock.lockfile import lock_display, unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
@@ -196,7 +196,7 @@ def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
             lines.append(f"  would stop: {problem}")
         placeholder = make_dir(plan.build_dir, "the build directory") / "dry-run-source.tar"
         with writing(placeholder, "the dry run's source placeholder"):
-            placeholder.write_bytes(b"")
+            atomic_write(placeholder, b"")  # a link planted there is replaced, never written through
     rendered = render(plan, None, bases, *_host_resources(), tarball=placeholder if engine else None)
     context = rendered.context
     args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(rendered.build_args.items()))

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 import statistics
@@ -30,7 +31,7 @@ from servebuild.build.run import build
 from servebuild.check import plots
 from servebuild.check.container import RunOptions
 from servebuild.errors import DockerError, InputError, RecipeError
-from servebuild.fsutil import atomic_write, make_dir, write_json, writing
+from servebuild.fsutil import atomic_write, make_dir, open_host_file, write_json, writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.grammar import NAME
 from servebuild.render.aot import BENCH_COMMAND, CACHE_TOOL
@@ -180,7 +181,7 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
     args += [tag, "-c", probe.script()]
     with writing(log, "the run log"):
         log.parent.mkdir(parents=True, exist_ok=True)
-        out = open(log, "wb")
+        out = os.fdopen(open_host_file(log, "the run log"), "wb")  # no link followed, no FIFO opened
     start = time.monotonic()
     try:
         with out:

@@ -29,7 +29,7 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import HostError, InputError, IntegrityError
-from servebuild.fsutil import make_dir, write_json, writing
+from servebuild.fsutil import atomic_write, make_dir, write_json, writing
 from servebuild.render.aot import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
@@ -172,7 +172,8 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         start = time.monotonic()
         proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
         seconds = time.monotonic() - start
-        log.write_text(f"$ {req.command}\n{proc.stdout}{proc.stderr}")
+        with writing(log, "the warm log"):  # no link or FIFO planted at warm.log is written through
+            atomic_write(log, f"$ {req.command}\n{proc.stdout}{proc.stderr}")
         if proc.returncode != 0:
             raise HostError(f"the command exited {proc.returncode} after {seconds:.0f} s; nothing was built; "
                             f"log: {log}", field="--run")

@@ -341,8 +341,9 @@ def _uv_env() -> dict[str, str]:
 def resolve(inputs: Inputs, target: Target, uv: str, workdir: Path) -> str:
     """uv's output for one target: hashed pins, `# via` annotations, no header."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "requirements.in").write_text("\n".join(inputs.requirements) + "\n")
-    (workdir / "constraints.txt").write_text("\n".join(inputs.constraints) + "\n")
+    # under build/RECIPE/lock-work: a link planted at either name is replaced, never written through
+    atomic_write(workdir / "requirements.in", "\n".join(inputs.requirements) + "\n")
+    atomic_write(workdir / "constraints.txt", "\n".join(inputs.constraints) + "\n")
     proc = procs.run([uv, *uv_args(inputs, target)], "uv", cwd=workdir, capture_output=True, text=True,
                      env=_uv_env())
     if proc.returncode != 0:
