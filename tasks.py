@@ -48,16 +48,17 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
             "cache_to": "REGISTRY/REPO:TAG: push the image with inline BuildKit cache there ({arch} is filled in)",
             "farm": "farm file mapping platforms to engines (default: farm.yaml at the project root, if any)",
             "locked": "build exactly what the lock file next to the recipe pins; refuse if stale",
-            "variant": "build one A/B variant of the recipe (see `invoke bisect`)"},
+            "variant": "build one A/B variant of the recipe (see `invoke bisect`)",
+            "record_id": "write the image's id to RECIPE.ids.yaml as the committed one (else compare with it)"},
       iterable=["cache_from"])
 @one_line_errors
 def build(c, recipe=DEFAULT_RECIPE, platform=None, tag=None, no_cache=False, dry_run=False,
           ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False, variant=None,
-          cache_to=None, farm=None):
+          cache_to=None, farm=None, record_id=False):
     """Build a recipe into an image through the Docker engine with BuildKit (several platforms: each on
     its farm engine, concurrently)."""
     cli_build.build(ROOT, recipe, platform, tag, no_cache, dry_run, ca_bundle, netrc, mirror_map, offline,
-                     cache_from, locked, variant, cache_to, farm)
+                     cache_from, locked, variant, cache_to, farm, record_id)
 
 
 @task(help={"recipe": "recipe name or path", "offline": "do not touch the network",

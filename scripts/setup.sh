@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Install and start what servebuild and its tests need on a Debian/Ubuntu host (root, no systemd
-# needed): a Docker engine with BuildKit, debootstrap, QEMU binfmt for arm64, and the venv.
+# needed): a Docker engine with BuildKit, mmdebstrap, QEMU binfmt for arm64, and the venv.
 # Idempotent: safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v /usr/bin/docker >/dev/null 2>&1 || need_apt+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)  # bases from the lock's Debian packages
 [ -e /usr/bin/qemu-aarch64-static ] || need_apt+=(qemu-user-static binfmt-support)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from servebuild.build import bases, farm as farms, run
+from servebuild.build import bases, committed, farm as farms, run
 from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
@@ -33,7 +33,7 @@ def render(root: Path, recipe: str, platform: Optional[str], mirror_map: Optiona
 
 def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional[str] = None, no_cache=False,
           dry_run=False, ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False,
-          variant=None, cache_to=None, farm=None) -> None:
+          variant=None, cache_to=None, farm=None, record_id=False) -> None:
     """One plan per platform, all checked first; a dry run prints them (and fails if one would stop);
     one platform without a farm builds on the local engine, else each on its farm engine, concurrently."""
     platforms = farms.split_platforms(platform)
@@ -52,9 +52,31 @@ def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional
             raise Refused("the build would stop (see `would stop:` above)")
         return
     if farm_file is None and len(plans) == 1:  # one platform on the local engine: as it always was
-        print_built(run.build(next(iter(plans.values())), DockerClient()))
+        docker = DockerClient()
+        plan = next(iter(plans.values()))
+        result = run.build(plan, docker)
+        print_built(result)
+        print_committed(docker, plan, result.image_id, record_id)
         return
+    if record_id:
+        raise Refused("--record-id records one platform built on the local engine", field="--record-id")
     farm_build(root, farms, plans, farm_file)
+
+
+def print_committed(docker: DockerClient, plan, image_id: str, record_id: bool = False) -> bool:
+    """Say whether the image equals the recipe's committed id (or record it); variants have none."""
+    if plan.options.variant:
+        return False
+    layers, steps = committed.layers_of(docker, image_id, plan.platform)
+    if record_id:
+        base = docker.image_id(plan.bases["runtime"])
+        path = committed.record(plan.loaded, plan.platform, committed.CommittedImage(
+            image=image_id, base=base, layers=layers))
+        print(f"  recorded {image_id} for {plan.platform} in {committed.display(plan.loaded)}")
+        return True
+    same, line = committed.verdict(plan.loaded, plan.platform, image_id, layers, steps)
+    print(f"  {line}")
+    return same
 
 
 def print_built(result, where: str = "") -> None:
@@ -118,6 +140,7 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     plan = make_plan(root, recipe, build_options(platform=platform, ca_bundle=ca))
     result = run.build(plan, engine)
     print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
+    print_committed(engine, plan, result.image_id)
     print(f"==> test-image {result.tag}")
     out_dir = plan.build_dir / "smoke"
     return verdict(smoke.test_image(engine, result.tag, loaded, out_dir), out_dir)

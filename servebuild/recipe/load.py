@@ -81,7 +81,7 @@ def recipe_path(name_or_path: str, recipes_dir: Path) -> Path:
         raise RecipeError(f"{name_or_path!r} is not a recipe name or a .yaml path", field="recipe")
     path = recipes_dir / f"{name_or_path}.yaml"
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml") if not p.stem.endswith(".lock")))
+        known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml") if not p.stem.endswith((".lock", ".ids"))))
         raise RecipeError(f"unknown recipe {name_or_path!r}; known recipes: {known or 'none'}",
                           file=str(recipes_dir), field="recipe")
     return path

@@ -6,13 +6,12 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
-# hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+# pinned by the lock (30 packages): ca-certificates:all=20230311+deb12u1 libexpat1:amd64=2.5.0-1+deb12u2 libgssapi-krb5-2:amd64=1.20.1-2+deb12u5 libk5crypto3:amd64=1.20.1-2+deb12u5 libkeyutils1:amd64=1.6.3-2 libkrb5-3:amd64=1.20.1-2+deb12u5 libkrb5support0:amd64=1.20.1-2+deb12u5 libncursesw6:amd64=6.4-4 libnsl2:amd64=1.3.0-2 libpython3-stdlib:amd64=3.11.2-1+b1 libpython3.11-minimal:amd64=3.11.2-6+deb12u8 libpython3.11-stdlib:amd64=3.11.2-6+deb12u8 libreadline8:amd64=8.2-1.3 libsqlite3-0:amd64=3.40.1-2+deb12u2 libssl3:amd64=3.0.20-1~deb12u2 libtirpc-common:all=1.3.3+ds-1 libtirpc3:amd64=1.3.3+ds-1 media-types:all=10.0.0 openssl:amd64=3.0.20-1~deb12u2 python3:amd64=3.11.2-1+b1 python3-distutils:all=3.11.2-3 python3-lib2to3:all=3.11.2-3 python3-minimal:amd64=3.11.2-1+b1 python3-pip-whl:all=23.0.1+dfsg-1 python3-setuptools-whl:all=66.1.1-1+deb12u2 python3-venv:amd64=3.11.2-1+b1 python3.11:amd64=3.11.2-6+deb12u8 python3.11-minimal:amd64=3.11.2-6+deb12u8 python3.11-venv:amd64=3.11.2-6+deb12u8 readline-common:all=8.2-1.3
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=bind,source=debs/build,target=/mnt/debs \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( rm -f /etc/apt/apt.conf.d/docker-clean \
- && apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
+ && ( apt-get install -y --no-install-recommends /mnt/debs/*.deb \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv ) \
@@ -67,13 +66,12 @@ RUN touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYT
 FROM servebuild/debian:bookworm-amd64 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
-# hadolint ignore=DL3008
-RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
-    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+# pinned by the lock (81 packages): binutils:amd64=2.40-2 binutils-common:amd64=2.40-2 binutils-x86-64-linux-gnu:amd64=2.40-2 build-essential:amd64=12.9 bzip2:amd64=1.0.8-5+b1 ca-certificates:all=20230311+deb12u1 cpp:amd64=4:12.2.0-3 cpp-12:amd64=12.2.0-14+deb12u1 dpkg-dev:all=1.21.23 g++:amd64=4:12.2.0-3 g++-12:amd64=12.2.0-14+deb12u1 gcc:amd64=4:12.2.0-3 gcc-12:amd64=12.2.0-14+deb12u1 libasan8:amd64=12.2.0-14+deb12u1 libatomic1:amd64=12.2.0-14+deb12u1 libbinutils:amd64=2.40-2 libc-dev-bin:amd64=2.36-9+deb12u14 libc6-dev:amd64=2.36-9+deb12u14 libcc1-0:amd64=12.2.0-14+deb12u1 libcrypt-dev:amd64=1:4.4.33-2 libctf-nobfd0:amd64=2.40-2 libctf0:amd64=2.40-2 libdpkg-perl:all=1.21.23 libexpat1:amd64=2.5.0-1+deb12u2 libexpat1-dev:amd64=2.5.0-1+deb12u2 libgcc-12-dev:amd64=12.2.0-14+deb12u1 libgomp1:amd64=12.2.0-14+deb12u1 libgprofng0:amd64=2.40-2 libgssapi-krb5-2:amd64=1.20.1-2+deb12u5 libisl23:amd64=0.25-1.1 libitm1:amd64=12.2.0-14+deb12u1 libjansson4:amd64=2.14-2 libjs-jquery:all=3.6.1+dfsg+~3.5.14-1 libjs-sphinxdoc:all=5.3.0-4 libjs-underscore:all=1.13.4~dfsg+~1.11.4-3 libk5crypto3:amd64=1.20.1-2+deb12u5 libkeyutils1:amd64=1.6.3-2 libkrb5-3:amd64=1.20.1-2+deb12u5 libkrb5support0:amd64=1.20.1-2+deb12u5 liblsan0:amd64=12.2.0-14+deb12u1 libmpc3:amd64=1.3.1-1 libmpfr6:amd64=4.2.0-1 libncursesw6:amd64=6.4-4 libnsl-dev:amd64=1.3.0-2 libnsl2:amd64=1.3.0-2 libnuma1:amd64=2.0.16-1 libpython3-dev:amd64=3.11.2-1+b1 libpython3-stdlib:amd64=3.11.2-1+b1 libpython3.11:amd64=3.11.2-6+deb12u8 libpython3.11-dev:amd64=3.11.2-6+deb12u8 libpython3.11-minimal:amd64=3.11.2-6+deb12u8 libpython3.11-stdlib:amd64=3.11.2-6+deb12u8 libquadmath0:amd64=12.2.0-14+deb12u1 libreadline8:amd64=8.2-1.3 libsqlite3-0:amd64=3.40.1-2+deb12u2 libssl3:amd64=3.0.20-1~deb12u2 libstdc++-12-dev:amd64=12.2.0-14+deb12u1 libtirpc-common:all=1.3.3+ds-1 libtirpc-dev:amd64=1.3.3+ds-1 libtirpc3:amd64=1.3.3+ds-1 libtsan2:amd64=12.2.0-14+deb12u1 libubsan1:amd64=12.2.0-14+deb12u1 linux-libc-dev:amd64=6.1.176-1 make:amd64=4.3-4.1 media-types:all=10.0.0 numactl:amd64=2.0.16-1 openssl:amd64=3.0.20-1~deb12u2 patch:amd64=2.7.6-7 python3:amd64=3.11.2-1+b1 python3-dev:amd64=3.11.2-1+b1 python3-distutils:all=3.11.2-3 python3-lib2to3:all=3.11.2-3 python3-minimal:amd64=3.11.2-1+b1 python3.11:amd64=3.11.2-6+deb12u8 python3.11-dev:amd64=3.11.2-6+deb12u8 python3.11-minimal:amd64=3.11.2-6+deb12u8 readline-common:all=8.2-1.3 rpcsvc-proto:amd64=1.4.3-1 tini:amd64=0.19.0-1+b3 xz-utils:amd64=5.4.1-1+deb12u1 zlib1g-dev:amd64=1:1.2.13.dfsg-1
+RUN --mount=type=tmpfs,target=/mnt \
+    --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=bind,source=debs/runtime,target=/mnt/debs \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( rm -f /etc/apt/apt.conf.d/docker-clean \
- && apt-get update \
- && apt-get install -y --no-install-recommends build-essential ca-certificates numactl python3 python3-dev tini \
+ && ( apt-get install -y --no-install-recommends /mnt/debs/*.deb \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
  && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/tilelang /cache/triton /cache/tvm-ffi /cache/vllm ) \

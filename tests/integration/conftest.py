@@ -13,7 +13,10 @@ from servebuild.build import bases, run
 from servebuild.plan import make as pipeline
 from servebuild.build.docker import DockerClient
 from servebuild.sources.stack import default_cache_dir
-from support import EngineSnapshot, make_project, make_upstream, start_registry
+from servebuild.cli.options import MAIN_RECIPE
+from servebuild.lock.lockfile import load_lock_file
+from servebuild.recipe.load import load_recipe
+from support import REPO_ROOT, EngineSnapshot, make_project, make_upstream, start_registry
 
 HOST_CA = Path(os.environ.get("SERVEBUILD_TEST_CA", "/etc/ssl/certs/ca-certificates.crt"))
 CREATED_TAGS: list[str] = []
@@ -26,15 +29,23 @@ def engine() -> DockerClient:
     return DockerClient()
 
 
+def main_pins(arch: str):
+    """The Debian packages the main job's committed lock pins for `arch` (every bookworm base is made from them)."""
+    loaded = load_recipe(MAIN_RECIPE, REPO_ROOT)
+    return loaded, load_lock_file(loaded).debian[f"linux/{arch}"]
+
+
 @pytest.fixture(scope="session")
 def base_images(engine) -> dict[str, str]:
-    """Debian bookworm minbase images for both arches, made with debootstrap (no registry)."""
+    """Debian bookworm minbase images for both arches, bootstrapped from the main job's lock (no registry);
+    a base made from other pins (or by an older servebuild) is made again."""
     out = {}
     for arch in ("amd64", "arm64"):
         tag = bases.default_tag("bookworm", arch)
-        # a base from before bases.MOUNT_TARGETS would make apt layers irreproducible: make it again
-        if engine.image_id(tag) is None or not bases.has_mount_targets(engine.image_inspect(tag)):
-            bases.bootstrap_base(engine, arch, "bookworm", tag, default_cache_dir())
+        loaded, pins = main_pins(arch)
+        if engine.image_id(tag) is None or bases.base_key(engine.image_inspect(tag)) != pins.base_key():
+            bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name,
+                                 bases.lock_display(loaded))
         out[arch] = tag
     return out
 

@@ -132,7 +132,7 @@ def parse_every_recipe_of_the_engine(engine, tag, engine_name):
     """Every committed recipe of this engine (the derived ones share this image's engine and
     version) has each launch profile parsed by the engine's own parser inside the built image."""
     for path in sorted((REPO_ROOT / "recipes").glob("*.yaml")):
-        if path.stem.endswith(".lock"):
+        if path.stem.endswith((".lock", ".ids")):
             continue
         loaded = load_recipe(path.stem, REPO_ROOT)
         if not loaded.recipe.engine or loaded.recipe.engine.name != engine_name:

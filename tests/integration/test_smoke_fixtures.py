@@ -79,36 +79,41 @@ def test_require_gpu_turns_the_skip_into_a_failure(engine, torch_image, tmp_path
 
 
 def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_path):
-    """Bit for bit across engines on a real recipe (issue 20): a second dockerd (its own data root,
-    exec root, bridge, and an empty build cache, so every wheel is downloaded and installed again)
-    builds the torch pair with --no-cache, with this process's umask at 077 (node 1 built under the
-    usual 022) and minutes later by the clock, and gets node 1's image id: every layer, the 5 GB venv
-    among them, and the config."""
-    from integration.conftest import HOST_CA
+    """Bit for bit across machines on a real recipe (issues 20 and 29): a second dockerd (its own data
+    root, exec root, bridge, and an empty build cache) bootstraps its own base from the lock's Debian
+    packages with an empty artifact cache (every .deb downloaded again, mmdebstrap run again), minutes
+    after node 1's and with this process's umask at 077, then builds the torch pair with --no-cache
+    (every wheel downloaded and installed again): the same base id, the same image id, every layer the
+    same, and both are the id committed in recipes/torch-cu130-bookworm.ids.yaml."""
+    from integration.conftest import HOST_CA, main_pins
     from integration.test_farm import SecondEngine
-    from servebuild.build import run
+    from servebuild.build import bases, committed, run
     from servebuild.build.docker import DockerClient, Endpoint
     from servebuild.plan import make as pipeline
 
     want = engine.image_id(torch_image)
-    bases = sorted({getattr(load_recipe("torch-cu130-bookworm", REPO_ROOT).recipe.bases, s).ref.replace("{arch}", "amd64")
-                    for s in ("build", "runtime")})
+    loaded, pins = main_pins("amd64")
+    base_ref = bases.default_tag("bookworm", "amd64")
     node = SecondEngine()
     try:
         node.start()
-        node.load(*bases)
         node2 = DockerClient(endpoint=Endpoint(f"unix://{node.sock}", network="host"))
-        assert node2.image_id(torch_image) is None  # node 2 never built it
+        assert node2.image_id(torch_image) is None and node2.image_id(base_ref) is None  # node 2 has nothing
         old = os.umask(0o077)
         try:
+            base_id = bases.bootstrap_base(node2, pins, "amd64", base_ref, tmp_path / "cache", loaded.recipe.name,
+                                           bases.lock_display(loaded))
             options = pipeline.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
                                             echo=False, no_cache=True, build_root=tmp_path / "build",
                                             ca_bundle=HOST_CA if HOST_CA.exists() else None)
             result = run.build(pipeline.make_plan(REPO_ROOT, "torch-cu130-bookworm", options), node2)
         finally:
             os.umask(old)
+        assert base_id == engine.image_id(base_ref), (base_id, engine.image_id(base_ref))
         assert node2.image_inspect(torch_image)["RootFS"] == engine.image_inspect(torch_image)["RootFS"]
         assert result.image_id == want, (result.image_id, want)
+        recorded = committed.load_committed(loaded)["linux/amd64"]
+        assert (recorded.image, recorded.base) == (want, base_id), (recorded, want, base_id)
     finally:
         node.remove()
 

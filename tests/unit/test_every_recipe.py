@@ -13,7 +13,7 @@ from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
 from support import RECIPE_CHECKS, REPO_ROOT
 
-RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith(".lock"))
+RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith((".lock", ".ids")))
 # the engines whose images CI builds and parses every profile in (test_engine_images.CASES)
 BUILT_ENGINES = {"sglang": "sglang-native-fp8-bookworm", "vllm": "vllm-dspark-bookworm"}
 

@@ -22,7 +22,7 @@ from servebuild.render.context import render_dockerfile
 from servebuild.render.settle import MARK, SETTLE, START, SettleError, settle
 from support import REPO_ROOT
 
-RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith(".lock"))
+RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith((".lock", ".ids")))
 
 
 def instructions(text: str) -> list[str]:
