@@ -169,7 +169,6 @@ def pins_for(loaded, platform: str, cache_dir: Path, suite: Optional[str] = None
           file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="servebuild-debian."))
     try:
-        with (work / "resolve.log").open("w") as log:
-            return resolve(suite, platform.split("/", 1)[1], {}, work, log, cache_dir)
+        return resolve(suite, platform.split("/", 1)[1], {}, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -6,12 +6,11 @@ unresolved with the reason; nothing is guessed.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import ServebuildError, ToolError
-from servebuild.fsutil import open_host_file, sha256_bytes
+from servebuild.fsutil import sha256_bytes
 from servebuild.lock import debian
 from servebuild.lock.basedigest import registry_digest
 from servebuild.lock.lockfile import LOCK_VERSION, Lock, file_hashes
@@ -54,10 +53,8 @@ def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str,
     if r.engine:
         lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
     if debian.bootstrapped_suite(r):
-        work.mkdir(parents=True, exist_ok=True)
-        with os.fdopen(open_host_file(work / "debian.log", "the lock's Debian log"), "w") as log:
-            lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", log, cache.root,
-                                                   old.debian if old else {}, unresolved)
+        lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", old.debian if old else {},
+                                               unresolved)
     lock["unresolved"] = unresolved
     return Lock.model_validate(lock)
 

@@ -1,10 +1,13 @@
 """The Debian side of a lock: per platform, the suite's Release (date and hash) and every package the base
 and each apt step install (name, version, architecture, sha256 and pool path from the Packages index).
 
-Resolution uses Debian's own tools, never a resolver of ours: the base is what mmdebstrap installs from
-the mirror (its dpkg status read back), and each apt step is what the host's apt resolves against that
-status (`apt-get -s install --no-install-recommends`), with the mirror's InRelease checked by the host's
-apt against its archive keyring. The Release date is the base's SOURCE_DATE_EPOCH.
+Resolution uses Debian's own resolver, never one of ours, and needs no root and no emulation: the host's
+apt, pointed at the suite and architecture in a directory of its own (the mirror's InRelease checked
+against the host's archive keyring), simulates mmdebstrap's minbase set on an empty system (the suite's
+Essential and Priority: required packages, and apt: for bookworm amd64 and arm64 the very 96 packages
+mmdebstrap installs, checked when this was written), then each apt step against that base
+(`apt-get -s install --no-install-recommends`). The bootstrap installs exactly the pinned set and checks
+it. The Release date is the base's SOURCE_DATE_EPOCH.
 
 Only Debian's normal mirror is reachable from where servebuild is developed, not snapshot.debian.org:
 a lock made today can be rebuilt while the mirror still serves its versions, or from the artifact cache
@@ -28,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused, ToolError
-from servebuild.fsutil import atomic_write, canonical_json
+from servebuild.fsutil import canonical_json
 from servebuild.sources import rootfs
 from servebuild.sources.debs import DebPackage
 
@@ -115,23 +118,45 @@ class AptView:
                         *packages])
         return sorted(m.groups() for m in map(INST.match, out.splitlines()) if m)
 
-    def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
-        """Each (name, version, arch) as the Packages index describes it (sha256, size, pool path)."""
+    def stanzas(self, wanted: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Deb822]:
+        """The Packages index's paragraph of each (name, version, arch)."""
         if not wanted:
-            return []
+            return {}
         out = self.run(["apt-cache", "show", *sorted({f"{n}={v}" for n, v, _ in wanted})])
         found = {}
         for para in Deb822.iter_paragraphs(out.splitlines(keepends=True)):
             key = (para.get("Package"), para.get("Version"), para.get("Architecture"))
             if key in set(wanted) and key not in found:
-                found[key] = DebPackage(name=key[0], version=key[1], arch=key[2], sha256=para["SHA256"],
-                                        size=int(para["Size"]), filename=para["Filename"])
+                found[key] = para
         missing = [w for w in wanted if w not in found]
         if missing:
             n, v, a = missing[0]
             raise HostError(f"{self.mirror} {self.suite} does not list {n}={v} ({a}) (the mirror changed while "
                             f"locking?); run `invoke lock` again", field="lock")
-        return [found[w] for w in sorted(wanted)]
+        return found
+
+    def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
+        """Each (name, version, arch) as the Packages index describes it (sha256, size, pool path)."""
+        found = self.stanzas(wanted)
+        return [DebPackage(name=k[0], version=k[1], arch=k[2], sha256=found[k]["SHA256"], size=int(found[k]["Size"]),
+                           filename=found[k]["Filename"]) for k in sorted(found)]
+
+    def install_as_status(self, wanted: list[tuple[str, str, str]]) -> None:
+        """Make `wanted` the installed set apt resolves against (their index paragraphs, marked installed)."""
+        found = self.stanzas(wanted)
+        paras = []
+        for key in sorted(found):
+            para = Deb822(found[key])
+            para["Status"] = "install ok installed"
+            paras.append(para.dump().rstrip("\n") + "\n")
+        self.status.write_text("\n".join(paras))
+
+
+def minbase(suite: str, arch: str) -> list[str]:
+    """What mmdebstrap's minbase variant installs, as apt patterns: the suite's Essential: yes and
+    Priority: required packages of the architecture, and apt."""
+    narrow = f"?narrow(?or(?archive(^{suite}$),?codename(^{suite}$)),?architecture({arch}),"
+    return [narrow + "?essential)", narrow + "?priority(required))", "apt"]
 
 
 def release_of(data: bytes, where: str) -> DebRelease:
@@ -144,26 +169,16 @@ def release_of(data: bytes, where: str) -> DebRelease:
                       sha256=hashlib.sha256(data).hexdigest())
 
 
-def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path, log, cache_dir: Path,
+def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path,
             mirror: str = DEFAULT_MIRROR, not_before: Optional[DebRelease] = None) -> LockedDebian:
-    """Lock one platform: the Release, the base (what mmdebstrap installs) and each apt step. The base's
-    resolution (one mmdebstrap run) is kept per (mirror, suite, arch, Release) in the cache."""
+    """Lock one platform with the host's apt (no root, no emulation): the Release, the base (mmdebstrap's
+    minbase set, resolved on an empty system) and each apt step (resolved against the base)."""
     view = AptView(work / "apt", mirror, suite, arch)
     release = view.update()
     check_not_older(release, not_before, f"{mirror} {suite}")
-    key = hashlib.sha256(canonical_json([mirror, suite, arch, release.sha256]).encode()).hexdigest()
-    kept = cache_dir / "debian-resolved" / f"{key}.status"
-    if kept.is_file() and not kept.is_symlink():
-        status = kept.read_text()
-    else:
-        tar = work / "base.tar"
-        rootfs.mmdebstrap(suite, arch, tar, [f"deb {mirror} {suite} main"], release.epoch, log)
-        status = rootfs.status_text(tar)
-        tar.unlink()
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(kept, status)
-    base = view.pins(rootfs.installed_from_status(status))
-    view.status.write_text(status)
+    installed = view.simulate(minbase(suite, arch))
+    base = view.pins(installed)
+    view.install_as_status(installed)
     apt = {stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
            for stage, pkgs in sorted(steps.items())}
     return LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)
@@ -178,8 +193,8 @@ def bootstrapped_suite(recipe) -> Optional[str]:
     return None
 
 
-def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, log, cache_dir: Path,
-                   old: dict[str, LockedDebian], unresolved: list[str]) -> dict[str, LockedDebian]:
+def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, old: dict[str, LockedDebian],
+                   unresolved: list[str]) -> dict[str, LockedDebian]:
     """platform -> its Debian side, for a recipe on bootstrapped bases; an unreachable mirror or a missing
     tool leaves the platform unresolved, in one line."""
     suite = bootstrapped_suite(recipe)
@@ -190,7 +205,7 @@ def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, log, cache_d
         arch = platform.split("/", 1)[1]
         prior = old.get(platform)
         try:
-            out[platform] = resolve(suite, arch, steps, work / platform.replace("/", "-"), log, cache_dir,
+            out[platform] = resolve(suite, arch, steps, work / platform.replace("/", "-"),
                                     not_before=prior.release if prior and prior.suite == suite else None)
         except (HostError, ToolError) as exc:
             unresolved.append(f"debian.{platform}: {exc.problem}")
