@@ -122,7 +122,25 @@ def main() -> int:
     other_tag = f"servebuild-bitforbit/{args.recipe}:{args.other_variant}-amd64" if args.other_variant else None
     try:
         node2.start()
-        node2.load(*bases)
+        # node 2 bootstraps its own bases from the lock's Debian packages, with an empty artifact cache and
+        # umask 077 (issue 29): nothing of node 1's is handed over
+        from servebuild.build import bases as base_images
+        from servebuild.build.docker import DockerClient, Endpoint
+        client2 = DockerClient(endpoint=Endpoint(f"unix://{node2.sock}", network="host"))
+        old = os.umask(0o077)
+        try:
+            with tempfile.TemporaryDirectory() as empty_cache:
+                pins = base_images.pins_for(loaded, "linux/amd64", Path(empty_cache))
+                for ref in bases:
+                    start = time.monotonic()
+                    made = base_images.bootstrap_base(client2, pins, "amd64", ref, Path(empty_cache),
+                                                      loaded.recipe.name, base_images.lock_display(loaded))
+                    mine = node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+                    figures.setdefault("bases", {})[ref] = {"node1": mine, "node2": made, "identical": mine == made,
+                                                            "node2_seconds": round(time.monotonic() - start)}
+                    print(f"  base {ref}: node 1 {mine}, node 2 (own bootstrap, empty cache) {made}")
+        finally:
+            os.umask(old)
         with tempfile.TemporaryDirectory() as tmp:
             farm = Path(tmp) / "farm.yaml"
             farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
@@ -155,6 +173,12 @@ def main() -> int:
             x, y = (a[i] if i < len(a) else "-"), (b[i] if i < len(b) else "-")
             print(f"  layer {i}: {x[:19]} {y[:19]} {'same' if x == y else 'DIFFERENT'}")
         print(f"  identical: {ids[0] == ids[1]}")
+        from servebuild.build import committed
+        from servebuild.build.docker import DockerClient as _Client
+        diff_ids, steps = committed.layers_of(_Client(), ids[0], "linux/amd64")
+        same, line = committed.verdict(loaded, "linux/amd64", ids[0], diff_ids, steps, args.variant)
+        figures["committed"] = {"matches": same, "line": line}
+        print(f"  node 1's image {line}")
         if other_tag:
             c = layers(node1, other_tag)
             shared = [i for i, (x, y) in enumerate(zip(a, c)) if x == y]

@@ -91,20 +91,27 @@ def layers_of(docker: DockerClient, image_id: str, platform: str) -> tuple[list[
     return list((config.get("rootfs") or {}).get("diff_ids") or []), steps
 
 
-def record(loaded: LoadedRecipe, platform: str, entry: CommittedImage) -> Path:
+def key(platform: str, variant: Optional[str] = None) -> str:
+    """The entry of a platform's build (`linux/amd64`), or of one A/B variant of it (`linux/amd64:release`)."""
+    return f"{platform}:{variant}" if variant else platform
+
+
+def record(loaded: LoadedRecipe, platform: str, entry: CommittedImage, variant: Optional[str] = None) -> Path:
     path = ids_path(loaded)
     data = {p: e.model_dump(exclude_none=True) for p, e in load_committed(loaded).items()}
-    data[platform] = entry.model_dump(exclude_none=True)
+    data[key(platform, variant)] = entry.model_dump(exclude_none=True)
     atomic_write(path, HEADER + yaml.safe_dump(data, sort_keys=True, width=120))
     return path
 
 
-def verdict(loaded: LoadedRecipe, platform: str, image_id: str, layers: list[str], steps: list[str]) -> tuple[bool, str]:
+def verdict(loaded: LoadedRecipe, platform: str, image_id: str, layers: list[str], steps: list[str],
+            variant: Optional[str] = None) -> tuple[bool, str]:
     """(whether it matches, the one line to print) for an image built from `loaded` for `platform`."""
-    committed = load_committed(loaded).get(platform)
+    committed = load_committed(loaded).get(key(platform, variant))
     where = display(loaded)
     if committed is None:
-        return False, f"no committed id for {platform} in {where} (`invoke build --record-id` writes one)"
+        return False, (f"no committed id for {key(platform, variant)} in {where} "
+                       f"(`invoke build --record-id` writes one)")
     if committed.image == image_id:
         return True, f"matches the committed digest {image_id} ({where})"
     for i, (ours, theirs) in enumerate(zip(layers, committed.layers)):

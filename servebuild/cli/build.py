@@ -64,17 +64,18 @@ def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional
 
 
 def print_committed(docker: DockerClient, plan, image_id: str, record_id: bool = False) -> bool:
-    """Say whether the image equals the recipe's committed id (or record it); variants have none."""
-    if plan.options.variant:
+    """Say whether the image equals the recipe's (or the variant's) committed id, or record it."""
+    variant = plan.options.variant
+    if plan.options.stack:  # an ad-hoc stack has no committed id
         return False
     layers, steps = committed.layers_of(docker, image_id, plan.platform)
     if record_id:
         base = docker.image_id(plan.bases["runtime"])
-        path = committed.record(plan.loaded, plan.platform, committed.CommittedImage(
-            image=image_id, base=base, layers=layers))
-        print(f"  recorded {image_id} for {plan.platform} in {committed.display(plan.loaded)}")
+        committed.record(plan.loaded, plan.platform, committed.CommittedImage(image=image_id, base=base, layers=layers),
+                         variant)
+        print(f"  recorded {image_id} for {committed.key(plan.platform, variant)} in {committed.display(plan.loaded)}")
         return True
-    same, line = committed.verdict(plan.loaded, plan.platform, image_id, layers, steps)
+    same, line = committed.verdict(plan.loaded, plan.platform, image_id, layers, steps, variant)
     print(f"  {line}")
     return same
 
