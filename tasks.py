@@ -260,12 +260,15 @@ def verify(c, ref=None, credentials=None, ca=None, public_key=None):
             "platform": "the platform of the tag's index to rebuild (default: this host's)",
             "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
             "ca": "PEM CA bundle the registry's certificate is checked against",
-            "ca_bundle": "extra CA bundle for pip in the rebuild (a BuildKit secret, in no layer)"})
+            "ca_bundle": "extra CA bundle for pip in the rebuild (a BuildKit secret, in no layer)",
+            "committed": "RECIPE: rebuild it and compare with its committed id (RECIPE.ids.yaml), no registry",
+            "variant": "with --committed: the A/B variant's committed id"})
 @one_line_errors
-def rebuild(c, check=None, platform=None, credentials=None, ca=None, ca_bundle=None):
-    """Rebuild a published image from this checkout (--no-cache) and compare every layer and the config with
-    the registry's; exit 1 naming the first differing layer and its paths."""
-    return cli_release.rebuild_check(ROOT, check, platform, credentials, ca, ca_bundle)
+def rebuild(c, check=None, platform=None, credentials=None, ca=None, ca_bundle=None, committed=None, variant=None):
+    """Rebuild a published image (or, --committed, a recipe) from this checkout (--no-cache) and compare
+    every layer and the config with the registry's (or the committed id); exit 1 naming the first
+    differing layer."""
+    return cli_release.rebuild_check(ROOT, check, platform, credentials, ca, ca_bundle, committed, variant)
 
 
 @task(help={"stack": "stack to regenerate: a directory constraints/STACK with an inputs.yaml",

@@ -52,11 +52,28 @@ def verify(root: Path, ref=None, credentials_file=None, ca=None, public_key=None
               f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}")
 
 
-def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca=None, ca_bundle=None) -> int:
+def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca=None, ca_bundle=None,
+                  recipe=None, variant=None) -> int:
     """Rebuild REF's image for one platform (default: this host's) from this checkout with --no-cache and
-    compare it with the registry's: 0 identical, 1 different (the first differing layer and its paths)."""
+    compare it with the registry's: 0 identical, 1 different (the first differing layer and its paths).
+    With `recipe` (--committed), compare with the recipe's committed id instead: no registry."""
+    if recipe is not None:
+        if ref is not None:
+            raise InputError("give --check (a published tag) or --committed (a recipe), not both", field="--committed")
+        platform = platform or host_platform()
+        if platform not in PLATFORMS:
+            raise InputError(f"unknown platform {platform!r} (one of {', '.join(PLATFORMS)})", field="--platform")
+        same, rebuilt, line = rebuilding.check_committed(root, recipe, platform, variant, DockerClient(),
+                                                         path(default_ca_bundle(ca_bundle)))
+        print(f"rebuilt {recipe}{' variant ' + variant if variant else ''} {platform} --no-cache: {rebuilt}")
+        print(f"  {line}")
+        return 0 if same else 1
+    if variant is not None:
+        raise InputError("--variant goes with --committed (a published image's labels name its variant)",
+                         field="--variant")
     if ref is None:
-        raise InputError("give the published tag: invoke rebuild --check HOST[:PORT]/REPOSITORY:TAG", field="--check")
+        raise InputError("give the published tag (--check HOST[:PORT]/REPOSITORY:TAG) or a recipe with a committed "
+                         "id (--committed RECIPE)", field="--check")
     registry, name, tag = split_registry_ref(ref)
     platform = platform or host_platform()
     if platform not in PLATFORMS:

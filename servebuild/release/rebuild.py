@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from servebuild.build import run
+from servebuild.build import committed, run
 from servebuild.build.docker import DockerClient
 from servebuild.build.imageconfig import image_config
 from servebuild.build.manifest import LABEL_PREFIX
@@ -205,6 +205,24 @@ def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str
             report.difference.append("every layer is the same; the config differs: "
                                      + ", ".join(config_differences(image.config, config)))
     return report
+
+
+def check_committed(root: Path, recipe: str, platform: str, variant: Optional[str], docker: DockerClient,
+                    ca_bundle: Optional[Path] = None, echo: bool = True) -> tuple[bool, str, str]:
+    """Rebuild the recipe (and variant) --no-cache and compare it with its committed id, no registry:
+    (identical, the rebuilt id, the verdict line naming the first differing layer)."""
+    plan = make_plan(root, recipe, BuildOptions(
+        platform=platform, variant=variant, no_cache=True, ca_bundle=ca_bundle, echo=echo,
+        tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}{arch_of(platform)}",
+        build_root=root / "build" / "rebuild"))
+    if committed.key(platform, variant) not in committed.load_committed(plan.loaded):
+        raise InputError(f"{committed.display(plan.loaded)} has no committed id for "
+                         f"{committed.key(platform, variant)}", hint="build it with --record-id first",
+                         field="--committed")
+    result = run.build(plan, docker)
+    layers, steps = committed.layers_of(docker, result.image_id, platform)
+    same, line = committed.verdict(plan.loaded, platform, result.image_id, layers, steps, variant)
+    return same, result.image_id, line
 
 
 def _saved_layer(docker: DockerClient, image_id: str, diff_id: str, work: Path) -> Optional[Path]:

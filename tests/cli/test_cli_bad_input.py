@@ -359,6 +359,13 @@ def test_warm_needs_a_recipe_or_an_image():
     (("--check", "not a ref"), ["REF", "not a registry reference"]),
     (("--check", "127.0.0.1:1/r/x:v1", "--platform", "linux/s390x"), ["--platform", "unknown platform"]),
     (("--check", "127.0.0.1:1/r/x:v1"), ["127.0.0.1:1"]),  # nothing listens there: one line, no build
+    (("--committed", "torch-cu130-bookworm", "--check", "127.0.0.1:1/r/x:v1"), ["--committed", "not both"]),
+    (("--committed", "torch-cu130-bookworm", "--platform", "linux/arm64", "--variant", "nope"),
+     ["variants: unknown variant 'nope'"]),
+    (("--committed", "torch-cu130", "--platform", "linux/amd64"), ["--committed", "torch-cu130.ids.yaml has no "
+                                                                   "committed id for linux/amd64"]),
+    (("--committed", "no-such-recipe"), ["no-such-recipe"]),
+    (("--variant", "release", "--check", "127.0.0.1:1/r/x:v1"), ["--variant", "goes with --committed"]),
 ])
 def test_rebuild_check_bad_input_is_one_line(args, words):
     proc = cli("rebuild", *args, env={"SERVEBUILD_REGISTRY_TIMEOUT": "5"})
