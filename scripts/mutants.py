@@ -54,6 +54,8 @@ def t(name: str, file: str = SURVIVORS) -> str:
 HOSTILE = "tests/cli/test_hostile_registry.py"
 CLIENT = "tests/unit/test_registry_client.py"
 FOOLED = "tests/unit/test_smoke_checks_fooled.py"
+DEB = "tests/unit/test_debian_base.py"
+PINS = "tests/cli/test_debian_pins.py"
 
 
 def h(mode: str) -> str:
@@ -260,6 +262,39 @@ MUTANTS = [
     Mutant("recipe-link-out-allowed", "servebuild/recipe/load.py",
            "if absolute.is_relative_to(root.absolute()) and not path.resolve().is_relative_to(root.resolve()):",
            "if False:", ("tests/unit/test_recipe_symlinks.py::test_a_recipe_symlinked_outside_the_project_is_refused",)),
+    # the base as a function of the lock's Debian side (issue 29)
+    Mutant("base-keeps-logs", "servebuild/sources/rootfs.py", "and (member.size > 0 or not member.isreg())",
+           "and False", (f"{DEB}::test_no_log_with_content_stays_but_the_empty_ones_and_the_directories_do",
+                         f"{DEB}::test_two_bootstraps_on_other_hosts_other_days_normalise_to_the_same_bytes")),
+    Mutant("base-keeps-aux-cache", "servebuild/sources/rootfs.py", '"var/cache/ldconfig/aux-cache",\n                 "etc/machine-id"',
+           '"etc/machine-id"', (f"{DEB}::test_the_ldconfig_aux_cache_goes_and_its_directory_stays",)),
+    Mutant("base-keeps-clock-mtimes", "servebuild/sources/rootfs.py", "member.mtime = min(int(member.mtime), epoch)",
+           "member.mtime = int(member.mtime)",
+           (f"{DEB}::test_every_mtime_is_at_most_the_release_date_and_older_ones_are_kept",)),
+    Mutant("base-mtimes-all-epoch", "servebuild/sources/rootfs.py", "member.mtime = min(int(member.mtime), epoch)",
+           "member.mtime = epoch", (f"{DEB}::test_every_mtime_is_at_most_the_release_date_and_older_ones_are_kept",)),
+    Mutant("base-keeps-shadow-day", "servebuild/sources/rootfs.py", "                    data = _shadow_day(data, day)",
+           "                    pass", (f"{DEB}::test_the_shadow_day_is_the_release_day",)),
+    Mutant("base-keeps-hostname", "servebuild/sources/rootfs.py", "                if name in MOUNT_TARGETS:\n                    data = b\"\"",
+           "                if False:\n                    data = b\"\"", (f"{DEB}::test_the_hosts_names_and_resolver_are_not_in_the_base",)),
+    Mutant("base-keeps-debs", "servebuild/sources/rootfs.py", "return any(key.startswith(p) and key != p for p in DROPPED_PREFIXES)",
+           "return False", (f"{DEB}::test_no_deb_apt_list_package_cache_or_debootstrap_leftover_stays",)),
+    Mutant("base-created-now", "servebuild/build/bases.py", "return dt.datetime.fromtimestamp(pins.release.epoch, dt.timezone.utc)",
+           "return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)",
+           (f"{DEB}::test_the_base_image_is_created_at_the_release_date_not_now",)),
+    Mutant("rootfs-key-suite-only", "servebuild/lock/debian.py", '"base": [p.model_dump() for p in self.base]}',
+           '"base": []}', (f"{DEB}::test_the_rootfs_cache_key_is_what_the_rootfs_is_made_of_not_the_suite",)),
+    Mutant("older-release-accepted", "servebuild/lock/debian.py", "release.epoch < locked.epoch", "release.epoch < 0",
+           (f"{DEB}::test_a_release_older_than_the_locks_is_refused_in_one_line",)),
+    Mutant("deb-hash-unchecked", "servebuild/sources/debs.py", "        if got != pkg.sha256:", "        if False:",
+           (f"{PINS}::test_a_deb_whose_bytes_differ_from_the_locks_hash_is_refused_and_not_kept",)),
+    Mutant("deb-cache-unchecked", "servebuild/sources/debs.py",
+           "if path.is_file() and not path.is_symlink() and sha256_file(path) == pkg.sha256:",
+           "if path.is_file():", (f"{PINS}::test_a_cached_deb_that_was_altered_is_not_used_offline",)),
+    Mutant("stale-apt-step-accepted", "servebuild/lock/debian.py", "if step is None or step.requested != sorted(pkgs):",
+           "if step is None:", (f"{DEB}::test_a_lock_whose_apt_step_is_not_what_is_rendered_is_stale_in_one_line",)),
+    Mutant("committed-first-layer-wrong", "servebuild/build/committed.py", "f\"{i + 1} of {len(layers)}",
+           "f\"{i} of {len(layers)}", (f"{DEB}::test_the_verdict_names_the_first_differing_layer",)),
 ]
 
 
