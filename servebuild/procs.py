@@ -1,4 +1,4 @@
-"""Host tools (git, docker, uv, debootstrap, credential helpers) run as subprocesses, with one rule:
+"""Host tools (git, docker, uv, apt, mmdebstrap, dpkg-deb, credential helpers) run as subprocesses, with one rule:
 a tool that cannot be started is a ToolError (a HostError) of one line that names it, never a traceback."""
 
 from __future__ import annotations

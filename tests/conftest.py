@@ -90,3 +90,28 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("recipes checked")
         for line in RECIPE_CHECKS:
             terminalreporter.write_line(line)
+    slowest_and_tiers(terminalreporter)
+
+
+def slowest_and_tiers(terminalreporter) -> None:
+    """Where CI's time goes: the ten slowest tests (setup + call + teardown; session fixtures land on the
+    first test that asks for them) and each tier's total."""
+    per_test: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "nodeid", None) and isinstance(getattr(report, "duration", None), float):
+                per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + report.duration
+    if not per_test:
+        return
+    tiers: dict[str, list[float]] = {}
+    for nodeid, seconds in per_test.items():
+        parts = nodeid.split("/")
+        tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+        tiers.setdefault(tier, []).append(seconds)
+    terminalreporter.section("where the time went")
+    terminalreporter.write_line("ten slowest tests (s):")
+    for nodeid, seconds in sorted(per_test.items(), key=lambda kv: -kv[1])[:10]:
+        terminalreporter.write_line(f"  {seconds:8.1f}  {nodeid}")
+    terminalreporter.write_line("tiers (tests, s):")
+    for tier, times in sorted(tiers.items()):
+        terminalreporter.write_line(f"  {tier:12s} {len(times):5d} {sum(times):9.1f}")
