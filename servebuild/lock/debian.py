@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused, ToolError
-from servebuild.fsutil import canonical_json
+from servebuild.fsutil import atomic_write, canonical_json
 from servebuild.sources import rootfs
 from servebuild.sources.debs import DebPackage
 
@@ -85,11 +85,11 @@ class AptView:
                     "etc/sources.list.d"):
             (work / sub).mkdir(parents=True, exist_ok=True)
         self.status = work / "status"
-        self.status.write_text("")
-        (work / "etc/sources.list").write_text(f"deb {mirror} {suite} main\n")
+        atomic_write(self.status, "")  # under build/: never through a planted link
+        atomic_write(work / "etc/sources.list", f"deb {mirror} {suite} main\n")
         w = str(work)
         self.config = work / "apt.conf"
-        self.config.write_text("\n".join([
+        atomic_write(self.config, "\n".join([
             f'Dir::State "{w}/state";', f'Dir::State::status "{self.status}";', f'Dir::Cache "{w}/cache";',
             f'Dir::Etc::SourceList "{w}/etc/sources.list";', f'Dir::Etc::SourceParts "{w}/etc/sources.list.d";',
             f'Dir::Etc::Preferences "{w}/etc/preferences";', f'Dir::Etc::PreferencesParts "{w}/etc/preferences.d";',
@@ -149,7 +149,7 @@ class AptView:
             para = Deb822(found[key])
             para["Status"] = "install ok installed"
             paras.append(para.dump().rstrip("\n") + "\n")
-        self.status.write_text("\n".join(paras))
+        atomic_write(self.status, "\n".join(paras))
 
 
 def minbase(suite: str, arch: str) -> list[str]:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused
-from servebuild.fsutil import atomic_write, sha256_bytes, sha256_file
+from servebuild.fsutil import atomic_write, open_host_file, sha256_bytes, sha256_file
 from servebuild.registry import index, limits
 
 DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 1 GiB
@@ -98,7 +98,7 @@ def _download(pkg: DebPackage, mirror: str, path: Path, recipe: str, lock_file: 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.part{os.getpid()}")
     try:
-        with tmp.open("wb") as sink:  # streamed to disk, bounded in size and time
+        with os.fdopen(open_host_file(tmp, "a .deb download"), "wb") as sink:  # no link; bounded in size and time
             index.get(url, limit=DEB_LIMIT, seconds=limits.RELEASE_FILE_S, sink=sink)
         got = sha256_file(tmp)
         if got != pkg.sha256:
