@@ -15,7 +15,7 @@ import urllib.error
 from pathlib import Path
 
 from debian.deb822 import Deb822
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused
@@ -26,6 +26,9 @@ DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 
 NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{0,99}")
 VERSION = re.compile(r"[0-9A-Za-z.+~:-]{1,100}")
 POOL_PATH = re.compile(r"pool/[A-Za-z0-9+._~/-]{1,400}\.deb")
+GRAMMAR = {"name": (NAME, "a Debian package name"), "version": (VERSION, "a Debian version"),
+           "sha256": (re.compile(r"[0-9a-f]{64}"), "a sha256 (64 lowercase hex digits)"),
+           "filename": (POOL_PATH, "a pool path of a .deb")}
 
 
 class DebPackage(BaseModel):
@@ -40,32 +43,12 @@ class DebPackage(BaseModel):
     size: int
     filename: str  # the pool path under the mirror
 
-    @field_validator("name")
+    @field_validator("name", "version", "sha256", "filename")
     @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Debian package name")
-        return v
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: str) -> str:
-        if not VERSION.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Debian version")
-        return v
-
-    @field_validator("sha256")
-    @classmethod
-    def _sha256(cls, v: str) -> str:
-        if not re.fullmatch(r"[0-9a-f]{64}", v):
-            raise ValueError("is not a sha256 (64 lowercase hex digits)")
-        return v
-
-    @field_validator("filename")
-    @classmethod
-    def _filename(cls, v: str) -> str:
-        if not POOL_PATH.fullmatch(v) or ".." in v.split("/"):
-            raise ValueError(f"{v!r} is not a pool path of a .deb")
+    def _grammar(cls, v: str, info: ValidationInfo) -> str:
+        pattern, what = GRAMMAR[info.field_name]
+        if not pattern.fullmatch(v) or ".." in v.split("/"):
+            raise ValueError(f"{v!r} is not {what}" if info.field_name != "sha256" else f"is not {what}")
         return v
 
     @property
