@@ -28,7 +28,7 @@ from typing import Optional
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.check.smoke import has_nvidia_runtime
-from servebuild.errors import HostError, InputError, IntegrityError
+from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityError
 from servebuild.fsutil import atomic_write, make_dir, write_json, writing
 from servebuild.render.aot import CACHE_TOOL
 from servebuild.render.toolchain import VENV
@@ -170,7 +170,11 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         shown = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
         echo(f"warm: {req.image} ({image_id[:19]}): running {shown!r}")
         start = time.monotonic()
-        proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
+        try:  # on every engine kind: the client is stopped, and the container goes with the `with`
+            proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
+        except DockerTimeout:
+            raise HostError(f"the command ran past --timeout {req.timeout} s and was stopped; nothing was built",
+                            field="--timeout") from None
         seconds = time.monotonic() - start
         with writing(log, "the warm log"):  # no link or FIFO planted at warm.log is written through
             atomic_write(log, f"$ {req.command}\n{proc.stdout}{proc.stderr}")

@@ -69,12 +69,15 @@ def platform_list(value: Optional[str]) -> list[Optional[str]]:
     return platforms
 
 
-def whole_seconds(value: Optional[str], default: int, option: str = "--timeout") -> int:
-    """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds."""
+def whole_seconds(value: Optional[str], default: int, option: str = "--timeout", positive: bool = False) -> int:
+    """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds
+    (`positive`: at least 1, for a limit that 0 would make expire before anything ran)."""
     if value is None:
         return default
     if not re.fullmatch(r"[0-9]{1,9}", value):
         raise InputError(f"{value!r} is not a whole number of seconds", field=option)
+    if positive and int(value) < 1:
+        raise InputError(f"{value!r} is not a whole number of seconds above 0", field=option)
     return int(value)
 
 

@@ -52,7 +52,7 @@ def checked_request(image: Optional[str], run: Optional[str], profile: Optional[
             raise InputError(str(exc), field="--volume") from None
     limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
     return WarmRequest(image=image or "", command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
-                       network=network, timeout=whole_seconds(timeout, 3600), max_bytes=limit,
+                       network=network, timeout=whole_seconds(timeout, 3600, positive=True), max_bytes=limit,
                        tag=image_ref(tag, "--tag") if tag else None, check_only=check)
 
 

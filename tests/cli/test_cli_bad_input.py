@@ -340,6 +340,8 @@ def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
     (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
     (["--run", "true", "--max-bytes", "16T"], ["--max-bytes", "is not a size in bytes"]),
     (["--run", "true", "--timeout", "soon"], ["--timeout", "whole number of seconds"]),
+    (["--run", "true", "--timeout", "0"], ["--timeout", "whole number of seconds above 0"]),
+    (["--run", "true", "--timeout=-5"], ["--timeout", "whole number of seconds"]),
     (["--run", "true", "--tag", "Bad Tag"], ["--tag", "is not an image reference"]),
     (["--run", "true", "--profile", "nope"], ["--profile", "has no launch profile 'nope' (it has: sglang-native-fp8, sglang-native-fp8-fixed-prefill)"]),
     (["--run", "true", "--variant", "nope"], ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"]),
