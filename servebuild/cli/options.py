@@ -10,7 +10,7 @@ from typing import Optional
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions
 from servebuild.platforms import PLATFORMS
-from servebuild.recipe.grammar import HOST, TAG
+from servebuild.recipe.grammar import HOST, IMAGE_ID, TAG
 
 DEFAULT_RECIPE = "sglang-native-fp8"  # what most commands act on without --recipe
 MAIN_RECIPE = "torch-cu130-bookworm"  # the main job: needs no registry
@@ -26,7 +26,7 @@ def path(value: Optional[str]) -> Optional[Path]:
 
 def image_ref(value: Optional[str], option: str = "--image") -> str:
     """An image reference or id as docker takes it; it reaches docker as an argument, never an option."""
-    ok = value is not None and (bool(re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value)) or (
+    ok = value is not None and (bool(IMAGE_ID.match(value)) or (
         len(value) <= 255 and not value.startswith("-")
         and bool(TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)))))
     if not ok:

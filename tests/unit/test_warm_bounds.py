@@ -102,3 +102,49 @@ def test_warm_timeout_must_be_a_positive_whole_number(value, words):
     with pytest.raises(InputError, match=words) as err:
         checked_request("servebuild/x:amd64", "true", None, "none", None, None, value, None, None, False)
     assert err.value.field == "--timeout"
+
+
+# ------------------------------------------------------------------ point 8: checked before anything runs
+
+def engine_calls(log) -> list[str]:
+    """What the fake client was asked beyond finding and pinging it (DockerClient's own start)."""
+    return [c for c in calls(log) if c not in ("build --help", "version --format {{.Server.Version}}")]
+
+
+@pytest.mark.parametrize("image, tag, words", [
+    (IMAGE_ID, None, "is an image id: there is no tag to add -warm to; give --tag"),
+    ("a" * 64, None, "is an image id: there is no tag to add -warm to; give --tag"),
+    ("servebuild/x:" + "t" * 125, None, "is not a tag docker takes"),
+    ("servebuild/x@sha256:" + "b" * 64, None, "is not a tag docker takes"),
+    ("servebuild/x:amd64", "servebuild/x@sha256:" + "b" * 64, "is not a tag docker takes"),
+    ("servebuild/x:amd64", "c" * 64, "is not a tag docker takes"),
+])
+def test_warm_refuses_a_tag_docker_would_refuse_before_anything_runs(fake_engine, tmp_path, image, tag, words):
+    """A fake runner: the warm image's tag (--tag, else IMAGE-warm) is checked before the engine is
+    asked anything (point 8: it failed at `docker tag`, after the run and the build)."""
+    engine, log = fake_engine
+    with pytest.raises(InputError, match=words) as err:
+        run_warm(engine, WarmRequest(image=image, command="true", gpus="none", tag=tag), tmp_path / "warm",
+                 echo=lambda *_: None)
+    assert err.value.field == "--tag" and "\n" not in str(err.value)
+    assert engine_calls(log) == []
+
+
+def test_warm_check_of_an_image_given_by_id_needs_no_tag(fake_engine, tmp_path):
+    """A fake runner: --check builds and tags nothing, so an image id without --tag is fine."""
+    engine, _ = fake_engine
+    result = run_warm(engine, WarmRequest(image=IMAGE_ID, command="true", gpus="none", check_only=True),
+                      tmp_path / "warm", echo=lambda *_: None)
+    assert result.new_files == {} and result.tag is None
+
+
+@pytest.mark.parametrize("profile", ["p\nSERVEBUILD_X=1", "../../bin/sh", "Upper", "", "sh", "p" * 64])
+def test_warm_refuses_a_profile_that_is_not_a_profile_name_before_anything_runs(fake_engine, tmp_path, profile):
+    """A fake runner: --profile reaches a label and SERVEBUILD_LAUNCHER=/usr/local/bin/PROFILE; with
+    --image no recipe lists the profiles, so the name grammar holds it (point 8: a newline got through)."""
+    engine, log = fake_engine
+    with pytest.raises(InputError, match="is not a launch profile name") as err:
+        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="true", gpus="none", profile=profile),
+                 tmp_path / "warm", echo=lambda *_: None)
+    assert err.value.field == "--profile"
+    assert engine_calls(log) == []
