@@ -90,6 +90,10 @@ class DockerError(HostError):
     """The Docker engine is missing, unreachable or lacks BuildKit, or a build failed."""
 
 
+class DockerTimeout(DockerError):
+    """A docker command given a time limit did not end within it (the client was stopped)."""
+
+
 class SmokeError(HostError):
     """The smoke suite could not be started."""
 

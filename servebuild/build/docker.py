@@ -32,7 +32,7 @@ import docker.errors as sdk_errors
 import requests.exceptions
 
 from servebuild import procs
-from servebuild.errors import DockerError
+from servebuild.errors import DockerError, DockerTimeout
 from servebuild.fsutil import open_host_file, writing
 
 DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
@@ -205,14 +205,18 @@ class DockerClient:
         self.server_version = proc.stdout.strip()
 
     def run(self, *args: str, check: bool = True, timeout: Optional[float] = None) -> subprocess.CompletedProcess:
+        """One docker command; `timeout` (seconds) bounds it on every engine kind, local included: past
+        it the client is stopped and DockerTimeout is raised. An endpoint's own timeout bounds the rest."""
         extra = {}
         if self.endpoint is not None:  # never wait on a prompt (ssh) or a silent host for ever
             extra = {"stdin": subprocess.DEVNULL, "timeout": timeout or self.timeout, "start_new_session": True}
+        elif timeout is not None:
+            extra = {"timeout": timeout}
         try:
             proc = procs.run([self.client, *args], "engine", env=self._env(), capture_output=True, text=True, **extra)
         except subprocess.TimeoutExpired:
-            raise DockerError(f"engine {self.endpoint} did not answer `docker {args[0]}` within "
-                              f"{timeout or self.timeout:.0f}s", field="engine") from None
+            raise DockerTimeout(f"engine {self.name} did not answer `docker {args[0]}` within "
+                                f"{timeout or self.timeout:.0f}s", field="engine") from None
         if check and proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")

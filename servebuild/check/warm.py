@@ -28,8 +28,9 @@ from typing import Optional
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.check.smoke import has_nvidia_runtime
-from servebuild.errors import HostError, InputError, IntegrityError
+from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityError
 from servebuild.fsutil import atomic_write, make_dir, write_json, writing
+from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, RESERVED_COMMANDS, SHA256, TAG, shown
 from servebuild.render.aot import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
@@ -67,6 +68,31 @@ class WarmResult:
 def warm_tag(image: str) -> str:
     name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
     return f"{name}:{tag}-warm"
+
+
+def result_tag(image: str, tag: Optional[str]) -> str:
+    """The warm image's tag: `tag` (--tag), else IMAGE's with -warm; one line before anything runs where
+    `docker tag` would refuse it at the end, after the run and the build (an image id has no tag to extend)."""
+    given = tag is not None
+    if tag is None:
+        if IMAGE_ID.match(image):
+            raise InputError(f"{shown(image)} is an image id: there is no tag to add -warm to; give --tag",
+                             field="--tag")
+        tag = warm_tag(image)
+    if len(tag) > MAX_REFERENCE or not TAG.match(tag) or SHA256.match(tag):  # docker takes no 64-hex name
+        raise InputError(f"{'' if given else 'the default '}{shown(tag)} is not a tag docker takes "
+                         f"([HOST[:PORT]/]NAME[:TAG], TAG at most 128 characters, no digest)"
+                         + ("" if given else "; give --tag"), field="--tag")
+    return tag
+
+
+def launcher_name(profile: Optional[str]) -> Optional[str]:
+    """--profile names the launcher /usr/local/bin/PROFILE (SERVEBUILD_LAUNCHER and a label): a launch
+    profile's name as a recipe may declare it, whatever image it is checked against."""
+    if profile is not None and (not NAME.match(profile) or profile in RESERVED_COMMANDS):
+        raise InputError(f"{shown(profile)} is not a launch profile name (lowercase letters, digits, '-', "
+                         f"not a system command)", field="--profile")
+    return profile
 
 
 def gpu_args(docker: DockerClient, gpus: str) -> list[str]:
@@ -153,6 +179,8 @@ def unpack_cache(tar_path: Path, dest: Path) -> None:
 
 
 def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> WarmResult:
+    tag = None if req.check_only else result_tag(req.image, req.tag)  # before the hour of work that ends in it
+    launcher_name(req.profile)
     info = servebuild_image(docker, req.image)
     image_id = info["Id"]
     labels = info.get("Config", {}).get("Labels") or {}
@@ -170,7 +198,11 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         shown = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
         echo(f"warm: {req.image} ({image_id[:19]}): running {shown!r}")
         start = time.monotonic()
-        proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
+        try:  # on every engine kind: the client is stopped, and the container goes with the `with`
+            proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
+        except DockerTimeout:
+            raise HostError(f"the command ran past --timeout {req.timeout} s and was stopped; nothing was built",
+                            field="--timeout") from None
         seconds = time.monotonic() - start
         with writing(log, "the warm log"):  # no link or FIFO planted at warm.log is written through
             atomic_write(log, f"$ {req.command}\n{proc.stdout}{proc.stderr}")
@@ -219,7 +251,6 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
                                             secrets={}), work / "build.log", echo=None)
     finally:
         docker.remove_image(base, force=False)  # only this name: the image stays
-    tag = req.tag or warm_tag(req.image)
     # before the tag, as a build's manifest: a record that cannot be kept tags nothing
     with writing(work, "the warm output"):
         write_json(work / "warm.json", {**record, "warm_image_id": warm_id, "tag": tag, "labels": warm_labels})

@@ -10,7 +10,7 @@ from typing import Optional
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions
 from servebuild.platforms import PLATFORMS
-from servebuild.recipe.grammar import HOST, TAG
+from servebuild.recipe.grammar import HOST, IMAGE_ID, TAG
 
 DEFAULT_RECIPE = "sglang-native-fp8"  # what most commands act on without --recipe
 MAIN_RECIPE = "torch-cu130-bookworm"  # the main job: needs no registry
@@ -26,7 +26,7 @@ def path(value: Optional[str]) -> Optional[Path]:
 
 def image_ref(value: Optional[str], option: str = "--image") -> str:
     """An image reference or id as docker takes it; it reaches docker as an argument, never an option."""
-    ok = value is not None and (bool(re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", value)) or (
+    ok = value is not None and (bool(IMAGE_ID.match(value)) or (
         len(value) <= 255 and not value.startswith("-")
         and bool(TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)))))
     if not ok:
@@ -69,12 +69,15 @@ def platform_list(value: Optional[str]) -> list[Optional[str]]:
     return platforms
 
 
-def whole_seconds(value: Optional[str], default: int, option: str = "--timeout") -> int:
-    """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds."""
+def whole_seconds(value: Optional[str], default: int, option: str = "--timeout", positive: bool = False) -> int:
+    """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds
+    (`positive`: at least 1, for a limit that 0 would make expire before anything ran)."""
     if value is None:
         return default
     if not re.fullmatch(r"[0-9]{1,9}", value):
         raise InputError(f"{value!r} is not a whole number of seconds", field=option)
+    if positive and int(value) < 1:
+        raise InputError(f"{value!r} is not a whole number of seconds above 0", field=option)
     return int(value)
 
 

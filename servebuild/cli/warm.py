@@ -10,7 +10,7 @@ from typing import Optional
 from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
 from servebuild.check.container import NETWORK, check_volume
-from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, run_warm
+from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, launcher_name, result_tag, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
 from servebuild.fsutil import writing
@@ -52,7 +52,7 @@ def checked_request(image: Optional[str], run: Optional[str], profile: Optional[
             raise InputError(str(exc), field="--volume") from None
     limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
     return WarmRequest(image=image or "", command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
-                       network=network, timeout=whole_seconds(timeout, 3600), max_bytes=limit,
+                       network=network, timeout=whole_seconds(timeout, 3600, positive=True), max_bytes=limit,
                        tag=image_ref(tag, "--tag") if tag else None, check_only=check)
 
 
@@ -61,6 +61,9 @@ def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profi
     request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
     if image is not None:
         image_ref(image)
+        launcher_name(profile)  # no recipe lists the image's profiles: the name's grammar, before the engine
+        if not check:  # the tag the hour of work ends in, before it starts
+            request = replace(request, tag=result_tag(image, request.tag))
         engine, work = DockerClient(), root / "build" / "images" / re.sub(r"[/:@]", "_", image) / "warm"
     elif recipe:
         loaded = load_recipe(recipe, root)
@@ -73,6 +76,8 @@ def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profi
                              field="--profile")
         profile = profile or default
         plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
+        if not check:  # the recipe's tag with -warm (a farm build's image is named by id: not that)
+            request = replace(request, tag=result_tag(plan.tag, request.tag))
         engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
         image = farms.image_of_build(root, plan.build_dir, farm) or plan.tag
         work = plan.build_dir / "warm"

@@ -21,6 +21,7 @@ REFERENCE = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-
 
 
 MAX_REFERENCE = 255  # characters of a docker reference, as --tag and --cache-from take it
+IMAGE_ID = re.compile(r"\A(sha256:)?[0-9a-f]{12,64}\Z")  # an image id, whole or its first 12+ digits
 
 
 class _ImageRef:

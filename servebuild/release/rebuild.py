@@ -2,7 +2,8 @@
 the registry's, layer by layer (issue 20).
 
 REF's index (or image manifest) -> the platform's image manifest and config (bounded reads) -> the
-config's labels name the recipe, variant and platform -> every layer blob the registry serves is read
+config's labels name the recipe, variant and platform (recipe and variant by the recipe-name grammar: never a
+path, checked before any layer is read) -> every layer blob the registry serves is read
 to disk (streamed, within LAYER_BYTES and LAYER_S) and must hash to its descriptor, and its
 uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
 build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
@@ -30,6 +31,7 @@ from servebuild.build.imageconfig import image_config
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.recipe.grammar import NAME, shown
 from servebuild.platforms import arch_of
 from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, parse_json
@@ -123,6 +125,12 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
     if not out.label("recipe"):
         raise InputError(f"{ref} {platform}: the image has no {LABEL_PREFIX}.recipe label; it was not built by "
                          f"servebuild", field="--check")
+    for key in ("recipe", "variant"):  # they choose what is built: names as --recipe takes them, never a path
+        value = out.label(key)
+        if value and not NAME.match(value):
+            named = "a recipe of this checkout" if key == "recipe" else "a variant of the labelled recipe"
+            raise InputError(f"{ref} {platform}: its {LABEL_PREFIX}.{key} label {shown(value)} is not a {key} name "
+                             f"(lowercase letters, digits, '-': {named}, never a file)", field="--check")
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
     if len(diff_ids) != len(layers):
         raise RegistryError(f"{ref} {platform}: the manifest names {len(layers)} layers, the config "

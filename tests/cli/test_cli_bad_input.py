@@ -340,6 +340,8 @@ def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
     (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
     (["--run", "true", "--max-bytes", "16T"], ["--max-bytes", "is not a size in bytes"]),
     (["--run", "true", "--timeout", "soon"], ["--timeout", "whole number of seconds"]),
+    (["--run", "true", "--timeout", "0"], ["--timeout", "whole number of seconds above 0"]),
+    (["--run", "true", "--timeout=-5"], ["--timeout", "whole number of seconds"]),
     (["--run", "true", "--tag", "Bad Tag"], ["--tag", "is not an image reference"]),
     (["--run", "true", "--profile", "nope"], ["--profile", "has no launch profile 'nope' (it has: sglang-native-fp8, sglang-native-fp8-fixed-prefill)"]),
     (["--run", "true", "--variant", "nope"], ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"]),
@@ -348,6 +350,26 @@ def test_bad_warm_input_is_one_line_before_the_engine(args, words):
     """DOCKER_HOST points nowhere: a message that needed the engine would name it instead."""
     proc = cli("warm", "--recipe", "sglang-native-fp8-bookworm", *args, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_line(proc, *words)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--image", "sha256:" + "a" * 64], ["--tag", "is an image id: there is no tag to add -warm to; give --tag"]),
+    (["--image", "servebuild/x:" + "t" * 125], ["--tag", "is not a tag docker takes"]),
+    (["--image", "servebuild/x:amd64", "--tag", "servebuild/x@sha256:" + "b" * 64], ["--tag", "is not a tag docker takes"]),
+    (["--image", "servebuild/x:amd64", "--profile", "p\nSERVEBUILD_X=1"], ["--profile", "is not a launch profile name"]),
+])
+def test_warm_image_tag_and_profile_are_checked_before_the_engine(args, words):
+    """Point 8 of issue 31: the warm image's tag failed at `docker tag` after an hour's run and build,
+    and --profile with --image was not checked. DOCKER_HOST points nowhere: an engine message would show."""
+    proc = cli("warm", *args, "--run", "true", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_one_line(proc, *words)
+
+
+def test_warm_check_of_an_image_given_by_id_asks_no_tag():
+    """--check tags nothing: an image id without --tag goes on to the engine (here: none)."""
+    proc = cli("warm", "--image", "sha256:" + "a" * 64, "--check", "--run", "true",
+               env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_one_line(proc, "engine", "not reachable")
 
 
 def test_warm_needs_a_recipe_or_an_image():

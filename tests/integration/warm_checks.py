@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
 from servebuild.check.warm import WarmRequest, run_warm
-from servebuild.errors import InputError, IntegrityError
+from servebuild.errors import HostError, InputError, IntegrityError
 from support import REPO_ROOT
 
 # a JIT path that needs no GPU: SGLang's own module builder under its arch override (what the aot stage does)
@@ -104,6 +105,19 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
                                          check_only=True), work / "vol2", echo=lambda *_: None)
     finally:
         subprocess.run(["/usr/bin/docker", "volume", "rm", "-f", volume], capture_output=True)
+    # --timeout on this (local) engine: the command is stopped, one line, nothing tagged, the container gone
+    late_tag = f"{tag}-warm-late-{uuid.uuid4().hex[:6]}"
+    containers = lambda: subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", "name=servebuild-warm-"],  # noqa: E731
+                                        capture_output=True, text=True).stdout.split()
+    before = containers()
+    start = time.monotonic()
+    with pytest.raises(HostError, match="the command ran past --timeout 2 s and was stopped; nothing was built"):
+        run_warm(engine, WarmRequest(image=tag, command="sleep 40", gpus="none", timeout=2, tag=late_tag),
+                 work / "late", echo=lambda *_: None)
+    assert time.monotonic() - start < 30 and engine.image_id(late_tag) is None and containers() == before
+    proc = cli("warm", "--image", tag, "--gpus", "none", "--timeout", "2", "--tag", late_tag, "--run", "sleep 40")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--timeout" in proc.stderr, proc.stderr
+    assert engine.image_id(late_tag) is None and containers() == before
     # a layer above the limit: one line, nothing tagged
     small_tag = f"{tag}-warm-small-{uuid.uuid4().hex[:6]}"
     with pytest.raises(InputError, match="above the limit 1000; raise --max-bytes"):
