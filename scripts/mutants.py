@@ -293,6 +293,8 @@ MUTANTS = [
            "if path.is_file():", (f"{PINS}::test_a_cached_deb_that_was_altered_is_not_used_offline",)),
     Mutant("stale-apt-step-accepted", "servebuild/lock/debian.py", "if step is None or step.requested != sorted(pkgs):",
            "if step is None:", (f"{DEB}::test_a_lock_whose_apt_step_is_not_what_is_rendered_is_stale_in_one_line",)),
+    Mutant("nvcc-temp-names-kept", "servebuild/tools/aot_build.py", "        fixed = NVCC_TEMP_NAME.sub(CANONICAL_TEMP_NAME, data)",
+           "        fixed = data", ("tests/unit/test_aot_settled.py::test_nvccs_temporary_names_are_made_one_so_two_compiles_are_the_same_bytes",)),
     Mutant("committed-first-layer-wrong", "servebuild/build/committed.py", "f\"{i + 1} of {len(layers)}",
            "f\"{i} of {len(layers)}", (f"{DEB}::test_the_verdict_names_the_first_differing_layer",)),
 ]

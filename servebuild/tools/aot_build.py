@@ -10,7 +10,8 @@ uses. Then the whole cache tree moves to DIR/cache (the launcher copies what /ca
 start, `servebuild-cache seed`) and DIR/aot.json records each kernel's cache keys, files and bytes.
 
 The seed is a function of the inputs (issue 20): temporary directories get names from a counter
-(Triton's C helpers keep their source's path in their symbol table), and ninja's state files written
+(Triton's C helpers keep their source's path in their symbol table), nvcc's tmpxft_PID names in the
+objects are made one (canonical_nvcc_names), and ninja's state files written
 under the cache (.ninja_log, .ninja_deps) get the step's settled time ($SERVEBUILD_SETTLED, which
 the settle step then gives every file it wrote) in place of the clock's times: ninja compares the
 recorded times with the files' mtimes, which are that settled time too, so it finds nothing to redo.
@@ -249,6 +250,35 @@ def settle_ninja_state(cache: str, paths: list[str], settled_ns: int) -> None:
                 handle.write(data)
 
 
+NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+CANONICAL_TEMP_NAME = b"tmpxft_00000000_00000000"
+
+
+def canonical_nvcc_names(cache: str, paths: list[str]) -> int:
+    """nvcc names its intermediate files tmpxft_PID_COUNTER, and the name stays in each object's symbol
+    table (`_GLOBAL__sub_I_tmpxft_..._renorm.cudafe1.cpp` and the `.file` entry): with ninja running
+    nvcc jobs in parallel, which job gets which PID changes from build to build (measured: the same
+    three FlashInfer sampling objects with PIDs 0x11 and 0x12 swapped), and the PIDs also count every
+    thread the build started before. The name is rewritten in place to one of the same length (as
+    Debian's strip-nondeterminism rewrites archive timestamps): each object keeps its own source name
+    after it, so the local symbols stay distinct, and no offset in the file moves. Returns the count."""
+    changed = 0
+    for rel in paths:
+        path = os.path.join(cache, rel)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if b"tmpxft_" not in data:
+            continue
+        fixed = NVCC_TEMP_NAME.sub(CANONICAL_TEMP_NAME, data)
+        if fixed != data:
+            with open(path, "r+b") as handle:  # same length: written over in place, the mode kept
+                handle.write(fixed)
+            changed += 1
+    return changed
+
+
 def compile_one(entry: dict, archs: list[str], cache: str) -> tuple[dict, float]:
     if entry["jit"] == "triton":
         func = values = None
@@ -268,6 +298,7 @@ def compile_one(entry: dict, archs: list[str], cache: str) -> tuple[dict, float]
     new = sorted(cache_files(cache) - before)
     if not new:
         raise Refused(f"the builder returned but wrote nothing under {cache} (already built by an earlier entry?)")
+    canonical_nvcc_names(cache, new)
     settled = os.environ.get("SERVEBUILD_SETTLED", "")
     if settled.isdigit():
         settle_ninja_state(cache, new, int(settled) * 10**9)

@@ -95,3 +95,22 @@ def test_temporary_directories_are_named_from_a_counter(tmp_path):
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / run)], check=True, capture_output=True, text=True)
         names.append([Path(line).name for line in out.stdout.split()])
     assert names[0] == names[1] and len(set(names[0])) == 3, names
+
+
+NVCC_OBJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "nvcc"
+
+
+def test_nvccs_temporary_names_are_made_one_so_two_compiles_are_the_same_bytes(tmp_path):
+    """Two real nvcc 13.0.88 compiles of static_init.cu (`nvcc -c -arch=sm_90a`, kept in tests/fixtures/nvcc:
+    this machine's nvcc, not CI's) differ only in nvcc's tmpxft_PID name; after canonical_nvcc_names they are
+    the same bytes, the same size, and the object still names its own source."""
+    tool = aot_build()
+    for name in ("static_init.pid-a.o", "static_init.pid-b.o"):
+        shutil.copyfile(NVCC_OBJECTS / name, tmp_path / name)
+    a, b = (tmp_path / "static_init.pid-a.o").read_bytes(), (tmp_path / "static_init.pid-b.o").read_bytes()
+    assert a != b and len(a) == len(b)
+    assert tool.canonical_nvcc_names(str(tmp_path), ["static_init.pid-a.o", "static_init.pid-b.o", "missing.o"]) == 2
+    fixed = (tmp_path / "static_init.pid-a.o").read_bytes()
+    assert fixed == (tmp_path / "static_init.pid-b.o").read_bytes() and len(fixed) == len(a)
+    assert fixed[:4] == b"\x7fELF" and b"tmpxft_00000000_00000000-6_static_init.compute_90a.cudafe1.cpp" in fixed
+    assert tool.canonical_nvcc_names(str(tmp_path), ["static_init.pid-a.o"]) == 0  # already canonical
