@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--variant")
     ap.add_argument("--other-variant")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--record-id", action="store_true", help="when both engines built one image, record it as the "
+                    "committed id (RECIPE.ids.yaml): an id is committed only once two engines agree")
     ap.add_argument("--smoke", action="store_true", help="then run the smoke suite on node 1's image (its JIT "
                     "checks: the seed's kernels load with no compile)")
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
@@ -179,6 +181,11 @@ def main() -> int:
         same, line = committed.verdict(loaded, "linux/amd64", ids[0], diff_ids, steps, args.variant)
         figures["committed"] = {"matches": same, "line": line}
         print(f"  node 1's image {line}")
+        if args.record_id and ids[0] == ids[1]:
+            base_id = node1("image", "inspect", "--format", "{{.Id}}", loaded.recipe.bases.runtime.ref.replace("{arch}", "amd64")).stdout.strip()
+            committed.record(loaded, "linux/amd64", committed.CommittedImage(image=ids[0], base=base_id,
+                                                                            layers=diff_ids), args.variant)
+            print(f"  recorded {ids[0]} as the committed id of {committed.key('linux/amd64', args.variant)}")
         if other_tag:
             c = layers(node1, other_tag)
             shared = [i for i, (x, y) in enumerate(zip(a, c)) if x == y]
