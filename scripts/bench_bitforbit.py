@@ -132,7 +132,7 @@ def main() -> int:
         old = os.umask(0o077)
         try:
             with tempfile.TemporaryDirectory() as empty_cache:
-                pins = base_images.pins_for(loaded, "linux/amd64", Path(empty_cache))
+                pins = base_images.pins_for(loaded, "linux/amd64")
                 for ref in bases:
                     start = time.monotonic()
                     made = base_images.bootstrap_base(client2, pins, "amd64", ref, Path(empty_cache),

@@ -24,7 +24,7 @@ from typing import Optional
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.run import BASE_KEY_LABEL
-from servebuild.errors import DockerError, InputError
+from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import open_host_file
 from servebuild.lock.debian import LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import lock_display, pin_for_build
@@ -156,7 +156,7 @@ def local_ids(loaded) -> dict[str, Optional[str]]:
     return {b.ref: engine.image_id(b.ref) for b in (loaded.recipe.bases.build, loaded.recipe.bases.runtime)}
 
 
-def pins_for(loaded, platform: str, cache_dir: Path, suite: Optional[str] = None) -> LockedDebian:
+def pins_for(loaded, platform: str, suite: Optional[str] = None, offline: bool = False) -> LockedDebian:
     """The Debian packages a base for `platform` is made from: the recipe's current lock's, else (no lock,
     a stale one, another suite) those the mirror serves today, resolved now and said so on stderr."""
     suite = suite or bootstrapped_suite(loaded.recipe) or "bookworm"
@@ -164,6 +164,10 @@ def pins_for(loaded, platform: str, cache_dir: Path, suite: Optional[str] = None
     pins = lock.debian.get(platform) if lock else None
     if pins is not None and pins.suite == suite:
         return pins
+    if offline:
+        raise Refused(f"{lock_display(loaded)} pins no Debian {suite} packages for {platform} and --offline forbids "
+                      f"asking the mirror", hint=f"run `invoke lock --recipe {loaded.recipe.name}` where the mirror "
+                      f"is reachable", field="--offline")
     print(f"warning: {lock_display(loaded)} pins no Debian {suite} packages for {platform}: the base is made "
           f"from what the mirror serves today (run `invoke lock --recipe {loaded.recipe.name}` to pin it)",
           file=sys.stderr)

@@ -129,13 +129,15 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     loaded = load_recipe(recipe, root)
     platform = platform or host_platform()
     arch = arch_of(platform)
-    missing = bases.bootstrappable_refs(loaded, arch)
-    if missing:
-        pins = bases.pins_for(loaded, platform, checked_cache_dir())
+    if bases.bootstrappable_refs(loaded, arch):
+        cache = checked_cache_dir()
+        pins = bases.pins_for(loaded, platform)
         for ref, suite in bases.missing_bootstrappable(engine, loaded, arch, pins.base_key()):
             print(f"==> bootstrap-base {suite} {arch} ({len(pins.base)} pinned packages, Release of "
                   f"{pins.release.date})")
-            print(f"    {ref} ({bases.bootstrap_base(engine, pins, arch, ref, checked_cache_dir(), loaded.recipe.name, bases.lock_display(loaded))})")
+            image_id = bases.bootstrap_base(engine, pins, arch, ref, cache, loaded.recipe.name,
+                                            bases.lock_display(loaded))
+            print(f"    {ref} ({image_id})")
     ca = default_ca_bundle(host_default=True)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))
     plan = make_plan(root, recipe, build_options(platform=platform, ca_bundle=ca))

@@ -91,7 +91,7 @@ def bootstrap_base(root: Path, arch: Optional[str], suite: str, tag: Optional[st
     loaded = load_recipe(recipe, root)
     engine = DockerClient()
     cache = checked_cache_dir()
-    pins = bases.pins_for(loaded, f"linux/{arch}", cache, suite)
+    pins = bases.pins_for(loaded, f"linux/{arch}", suite, offline=offline)
     image_id = bases.bootstrap_base(engine, pins, arch, tag, cache, loaded.recipe.name,
                                     bases.lock_display(loaded), offline=offline)
     print(f"{tag} ({image_id}): {len(pins.base)} packages of {pins.suite}, Release of {pins.release.date}")
