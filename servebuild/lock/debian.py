@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from debian.deb822 import Deb822
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused, ToolError
@@ -64,6 +64,20 @@ class LockedDebian(_Entry):
     release: DebRelease
     base: list[DebPackage]
     apt: dict[str, AptStep] = {}
+
+    @field_validator("suite")
+    @classmethod
+    def _suite(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", v):
+            raise ValueError(f"{v!r} is not a Debian suite name")
+        return v
+
+    @field_validator("mirror")
+    @classmethod
+    def _mirror(cls, v: str) -> str:  # the .debs are fetched from it: http(s) only, never file:// or a path
+        if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)*/?", v):
+            raise ValueError(f"{v!r} is not an http(s) mirror URL")
+        return v
 
     def apt_specs(self) -> dict[str, list[str]]:
         """stage -> `name:arch=version` of each package its apt step installs."""

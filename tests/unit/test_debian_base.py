@@ -233,6 +233,18 @@ def test_a_lock_with_a_malformed_debian_entry_is_one_line(tmp_path):
     assert "\n" not in str(info.value) and "malformed lock" in str(info.value) and "debian" in str(info.value)
 
 
+@pytest.mark.parametrize("edit", [("mirror: http://deb.debian.org/debian", "mirror: file:///etc"),
+                                  ("mirror: http://deb.debian.org/debian", "mirror: /srv/mirror"),
+                                  ("suite: bookworm", "suite: ../../x")])
+def test_a_lock_whose_debian_mirror_or_suite_is_not_one_is_refused(tmp_path, edit):
+    root = copy_project(tmp_path)
+    path = root / "recipes" / "torch-cu130-bookworm.lock.yaml"
+    path.write_text(path.read_text().replace(*edit, 1))
+    with pytest.raises(ServebuildError) as info:
+        load_lock_file(load_recipe("torch-cu130-bookworm", root))
+    assert "\n" not in str(info.value) and "malformed lock" in str(info.value) and "debian" in str(info.value)
+
+
 def test_a_malformed_ids_file_is_one_line(tmp_path):
     root = copy_project(tmp_path)
     (root / "recipes" / "torch-cu130-bookworm.ids.yaml").write_text("linux/amd64: {image: sha256:abc, layers: []}\n")
