@@ -88,13 +88,17 @@ def _client_candidates() -> list[str]:
     return [c for c in found if Path(c).exists()]
 
 
+FIND_CLIENT_SECONDS = 120  # `docker build --help` (it pings the engine) when the caller gave no bound
+
+
 class DockerClient:
     """One Docker engine reached through a client that builds with BuildKit."""
 
     def __init__(self, client: Optional[str] = None, endpoint: Optional[Endpoint] = None,
                  timeout: Optional[float] = None):
         """No endpoint: the engine the caller's environment names (DOCKER_HOST or the local socket).
-        An endpoint: that engine only; `timeout` bounds every non-build command (the ping included)."""
+        An endpoint: that engine only. `timeout`, where given, bounds every non-build command (the ping
+        included) on either."""
         self.endpoint = endpoint
         self.timeout = timeout
         self._endpoint_env = self._endpoint_variables(endpoint) if endpoint else {}
@@ -185,8 +189,12 @@ class DockerClient:
         if self.endpoint is not None:  # `build --help` needs no engine; a silent endpoint must not stall it
             env = {k: v for k, v in env.items() if k not in _ENDPOINT_VARS}
         for client in candidates:
-            try:
-                proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True)
+            try:  # the client asks the engine (DOCKER_HOST) here too: one that never answers must not stall it
+                proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True,
+                                      timeout=self.timeout or FIND_CLIENT_SECONDS)
+            except subprocess.TimeoutExpired:
+                raise DockerTimeout(f"engine {self.name} did not answer `docker build --help` through {client} "
+                                    f"within {self.timeout or FIND_CLIENT_SECONDS:.0f}s", field="engine") from None
             except OSError as exc:  # not executable after all (a bad interpreter line, a format it cannot run)
                 raise DockerError(f"cannot run docker client {client}: {exc.strerror or exc}", field="engine") from None
             if proc.returncode == 0 and "--secret" in proc.stdout:
@@ -210,8 +218,8 @@ class DockerClient:
         extra = {}
         if self.endpoint is not None:  # never wait on a prompt (ssh) or a silent host for ever
             extra = {"stdin": subprocess.DEVNULL, "timeout": timeout or self.timeout, "start_new_session": True}
-        elif timeout is not None:
-            extra = {"timeout": timeout}
+        elif timeout is not None or self.timeout is not None:  # a local engine given a bound (doctor's probes)
+            extra = {"timeout": timeout or self.timeout}
         try:
             proc = procs.run([self.client, *args], "engine", env=self._env(), capture_output=True, text=True, **extra)
         except subprocess.TimeoutExpired:

@@ -22,6 +22,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.errors import ServebuildError
 
 MIN_DRIVER = 580        # CUDA 13.0 needs an R580 driver or newer
+PROBE_SECONDS = 10      # each engine probe (ping, API version, info): an engine that accepts and never answers fails
 FREE_GB = 40            # an engine image is ~10 GB, its build cache as much again (README: Prerequisites)
 
 
@@ -35,23 +36,38 @@ class Check:
         return f"{self.status:4} {self.name}: {self.detail}"
 
 
+DRIVER_VERSION = re.compile(r"\d{1,6}(?:\.\d{1,6}){1,3}")  # 580.95.05; never a 5,000-digit "version"
+
+
 def driver_version() -> Optional[str]:
-    """The NVIDIA driver's version, from nvidia-smi or the kernel module; None without a driver."""
+    """The NVIDIA driver's version, from nvidia-smi or the kernel module; None without a driver (or where
+    neither prints a version: binary bytes, a number no driver has)."""
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
             proc = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                                  text=True, timeout=30)
+                                  timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             proc = None  # a hung or broken nvidia-smi: the kernel module still says its version
-        if proc is not None and proc.returncode == 0 and re.match(r"\d+\.", proc.stdout.strip()):
-            return proc.stdout.split()[0]
+        words = proc.stdout[:4096].decode(errors="replace").split() if proc is not None else []
+        if proc is not None and proc.returncode == 0 and words and DRIVER_VERSION.fullmatch(words[0]):
+            return words[0]
     try:
-        text = Path("/proc/driver/nvidia/version").read_text()
+        text = Path("/proc/driver/nvidia/version").read_bytes()[:65536].decode(errors="replace")
     except OSError:
         return None
     found = re.search(r"Kernel Module\s+([0-9.]+)", text) or re.search(r"\b(\d{3}\.\d+(?:\.\d+)?)\b", text)
-    return found.group(1) if found else None
+    return found.group(1) if found and DRIVER_VERSION.fullmatch(found.group(1)) else None
+
+
+def driver_check(version: Optional[str], gpu_fail: str) -> Check:
+    if version is None:
+        return Check("driver", gpu_fail, f"no NVIDIA driver found (nvidia-smi, /proc/driver/nvidia); serving "
+                                         f"CUDA 13.0 images needs driver >= {MIN_DRIVER}")
+    major = int(version.split(".")[0])
+    return Check("driver", "ok" if major >= MIN_DRIVER else "FAIL",
+                 f"NVIDIA driver {version}" + ("" if major >= MIN_DRIVER else
+                                               f": CUDA 13.0 needs >= {MIN_DRIVER}; upgrade the driver"))
 
 
 def buildkit_secret_build(docker: DockerClient) -> Check:
@@ -81,10 +97,10 @@ def run_checks(serve: bool = False, disk_path: Optional[Path] = None) -> list[Ch
     gpu_fail = "FAIL" if serve else "warn"
     checks = [Check("host", "ok", f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores")]
     try:
-        docker = DockerClient()
+        docker = DockerClient(timeout=PROBE_SECONDS)
+        info = docker.info()
     except ServebuildError as exc:
         return checks + [Check("docker", "FAIL", f"{exc}; install docker.io (Debian/Ubuntu) and start dockerd")]
-    info = docker.info()
     checks.append(Check("docker", "ok", f"client {docker.client}, engine {info.get('ServerVersion', '?')} "
                                         f"({info.get('OSType', '?')}/{info.get('Architecture', '?')})"))
     checks.append(buildkit_secret_build(docker))
@@ -95,15 +111,7 @@ def run_checks(serve: bool = False, disk_path: Optional[Path] = None) -> list[Ch
         checks.append(Check("nvidia runtime", gpu_fail, "the engine has no `nvidia` runtime: images build here but "
                             "`docker run --gpus` cannot; install nvidia-container-toolkit and run "
                             "`nvidia-ctk runtime configure --runtime=docker`"))
-    version = driver_version()
-    if version is None:
-        checks.append(Check("driver", gpu_fail, f"no NVIDIA driver found (nvidia-smi, /proc/driver/nvidia); serving "
-                                                f"CUDA 13.0 images needs driver >= {MIN_DRIVER}"))
-    else:
-        major = int(version.split(".")[0])
-        checks.append(Check("driver", "ok" if major >= MIN_DRIVER else "FAIL",
-                            f"NVIDIA driver {version}" + ("" if major >= MIN_DRIVER else
-                                                          f": CUDA 13.0 needs >= {MIN_DRIVER}; upgrade the driver")))
+    checks.append(driver_check(driver_version(), gpu_fail))
     root = Path(info.get("DockerRootDir") or "/var/lib/docker")
     where = disk_path or root
     try:
