@@ -38,6 +38,12 @@ def _sm(arch: str) -> int:
     return int(m.group(1)) * 10 + int(m.group(2)) if m else -1
 
 
+def _short(value) -> str:
+    """A recorded value in a message: its repr, cut to 100 characters."""
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
 def _fail(rel: str, line: int, field: str, problem: str) -> RecipeError:
     return RecipeError(problem, file=rel, field=field, line=line)
 
@@ -70,8 +76,10 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
                 continue
             try:
                 entry = json.loads(raw)
-            except ValueError as exc:
-                raise _fail(rel, n, "line", f"not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise _fail(rel, n, "line", "not JSON (nested too deep)") from None
+            except ValueError as exc:  # JSONDecodeError, or an int of more than 4300 digits (no .msg)
+                raise _fail(rel, n, "line", f"not JSON ({getattr(exc, 'msg', None) or str(exc)[:100]})") from None
             if not isinstance(entry, dict) or entry.get("v") != 1:
                 raise _fail(rel, n, "v", "not a servebuild JIT recording line (v: 1)")
             if entry.get("engine") != engine.name:
@@ -90,8 +98,9 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
                 continue
             where = f"{rel}:{n}"
             if jit == "tvm-ffi":
-                if entry.get("arch") not in archs:
-                    raise _fail(rel, n, "arch", f"recorded for arch {entry.get('arch')!r}, the recipe's "
+                arch = entry.get("arch")
+                if not isinstance(arch, str) or arch not in archs:
+                    raise _fail(rel, n, "arch", f"recorded for arch {_short(arch)}, the recipe's "
                                                 f"cuda_arch_list is {recipe.cuda_arch_list}")
                 builder = entry.get("builder")
                 if not isinstance(builder, str) or not BUILDER.match(builder) or not builder.startswith("sglang.jit_kernel."):

@@ -134,6 +134,22 @@ def test_a_recording_that_is_not_json_names_its_line(tmp_path):
         aot_kernels(recipe, tmp_path)
 
 
+@pytest.mark.parametrize("line,field,words", [
+    (recording_line(arch=["9.0a"]), "arch", "recorded for arch ['9.0a']"),
+    (recording_line(arch={"a": 1}), "arch", "recorded for arch"),
+    (recording_line().replace('"args": [7]', '"args": [' + "7" * 5000 + "]"), "line", "not JSON"),
+    ('{"v": 1, "args": ' + "[" * 100_000 + "]" * 100_000 + "}", "line", "not JSON (nested too deep)"),
+    ("[" * 100_000, "line", "not JSON"),
+])
+def test_a_hostile_recording_line_is_one_line_not_a_traceback(tmp_path, line, field, words):
+    recipe = recipe_with_recording(tmp_path, recording_line(), line)
+    with pytest.raises(RecipeError) as info:
+        aot_kernels(recipe, tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and info.value.exit_code == 2 and len(message) < 1000, message[:2000]
+    assert message.startswith(f"rec.jsonl:2: {field}: ") and words in message, message
+
+
 BUILDER_MODULE = '''
 import functools
 
