@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from servebuild.build.imageconfig import settle_config
 from servebuild.build.run import BASE_KEY_LABEL
 from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import open_host_file
-from servebuild.lock.debian import LockedDebian, bootstrapped_suite, resolve
+from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import lock_display, pin_for_build
 from servebuild.sources import debs, rootfs
 
@@ -45,7 +44,7 @@ def check_arch(arch: str) -> None:
 
 
 def check_suite(suite: str) -> None:
-    if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", suite):
+    if not SUITE.fullmatch(suite):
         raise InputError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
 
 

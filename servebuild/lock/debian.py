@@ -36,6 +36,7 @@ from servebuild.sources import rootfs
 from servebuild.sources.debs import DebPackage
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+SUITE = re.compile(r"[a-z][a-z0-9-]{1,30}")  # a Debian suite or codename (bookworm, oldstable)
 INST = re.compile(r"^Inst (\S+) (?:\[\S+\] )?\((\S+) .*\[(\S+)\]\)")
 
 
@@ -68,7 +69,7 @@ class LockedDebian(_Entry):
     @field_validator("suite")
     @classmethod
     def _suite(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", v):
+        if not SUITE.fullmatch(v):
             raise ValueError(f"{v!r} is not a Debian suite name")
         return v
 
