@@ -255,6 +255,7 @@ def test_a_malformed_ids_file_is_one_line(tmp_path):
 
 def test_the_verdict_names_the_first_differing_layer(tmp_path):
     root = copy_project(tmp_path)
+    (root / "recipes" / "torch-cu130-bookworm.ids.yaml").unlink()  # the test records its own
     loaded = load_recipe("torch-cu130-bookworm", root)
     layers = ["sha256:" + c * 64 for c in "abc"]
     committed.record(loaded, "linux/amd64", committed.CommittedImage(image="sha256:" + "f" * 64, layers=layers))
@@ -265,3 +266,5 @@ def test_the_verdict_names_the_first_differing_layer(tmp_path):
     assert not same and "first differing layer 2 of 3" in line and "RUN pip" in line
     same, line = committed.verdict(loaded, "linux/arm64", "sha256:" + "e" * 64, layers, [])
     assert not same and line.startswith("no committed id for linux/arm64")
+    same, line = committed.verdict(loaded, "linux/amd64", "sha256:" + "f" * 64, layers, [], variant="v")
+    assert not same and line.startswith("no committed id for linux/amd64:v")
