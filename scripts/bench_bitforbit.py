@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from integration.test_farm import DOCKER, SecondEngine, tls_entry  # noqa: E402
 from integration.conftest import HOST_CA  # noqa: E402
+from servebuild.build import bases as base_images, committed  # noqa: E402
+from servebuild.build.docker import DockerClient, Endpoint  # noqa: E402
 from servebuild.cli import build as cli_build  # noqa: E402
 from servebuild.recipe.load import load_recipe  # noqa: E402
 from servebuild.render.settle import SETTLE, START  # noqa: E402
@@ -126,8 +128,6 @@ def main() -> int:
         node2.start()
         # node 2 bootstraps its own bases from the lock's Debian packages, with an empty artifact cache and
         # umask 077 (issue 29): nothing of node 1's is handed over
-        from servebuild.build import bases as base_images
-        from servebuild.build.docker import DockerClient, Endpoint
         client2 = DockerClient(endpoint=Endpoint(f"unix://{node2.sock}", network="host"))
         old = os.umask(0o077)
         try:
@@ -175,9 +175,7 @@ def main() -> int:
             x, y = (a[i] if i < len(a) else "-"), (b[i] if i < len(b) else "-")
             print(f"  layer {i}: {x[:19]} {y[:19]} {'same' if x == y else 'DIFFERENT'}")
         print(f"  identical: {ids[0] == ids[1]}")
-        from servebuild.build import committed
-        from servebuild.build.docker import DockerClient as _Client
-        diff_ids, steps = committed.layers_of(_Client(), ids[0], "linux/amd64")
+        diff_ids, steps = committed.layers_of(DockerClient(), ids[0], "linux/amd64")
         same, line = committed.verdict(loaded, "linux/amd64", ids[0], diff_ids, steps, args.variant)
         figures["committed"] = {"matches": same, "line": line}
         print(f"  node 1's image {line}")
@@ -196,7 +194,6 @@ def main() -> int:
                   f"{args.variant} --no-cache; first difference at layer {figures['other_variant']['first_difference']}"
                   f" (image {sizes} bytes)")
         if args.smoke:
-            from servebuild.build.docker import DockerClient
             from servebuild.check import smoke
             out = BENCH / f"bitforbit-{args.recipe}-smoke"
             loaded_v = loaded.with_variant(args.variant) if args.variant else loaded

@@ -22,16 +22,16 @@ from typing import Optional
 
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
-from servebuild.build.run import BASE_KEY_LABEL
 from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import open_host_file
 from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import lock_display, pin_for_build
+from servebuild.plan.make import iso_time
 from servebuild.sources import debs, rootfs
 
 ARCHES = ("amd64", "arm64")
 MOUNT_TARGETS = rootfs.MOUNT_TARGETS
-KEY_LABEL = BASE_KEY_LABEL  # LockedDebian.base_key() of the pins the base was made from
+KEY_LABEL = "io.servebuild.base.key"  # LockedDebian.base_key() of the pins the base was made from
 
 
 def default_tag(suite: str, arch: str) -> str:
@@ -85,7 +85,7 @@ def rootfs_tarball(pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, 
 
 
 def created_of(pins: LockedDebian) -> str:
-    return dt.datetime.fromtimestamp(pins.release.epoch, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return iso_time(dt.datetime.fromtimestamp(pins.release.epoch, dt.timezone.utc))
 
 
 def bootstrap_base(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, cache_dir: Path,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
+from servebuild.build import bases as base_images
 from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
@@ -55,9 +56,6 @@ class BuildResult:
 _FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
 
 
-BASE_KEY_LABEL = "io.servebuild.base.key"  # set by build/bases.py on the bases it bootstraps
-
-
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
@@ -87,8 +85,7 @@ def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
             raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
                               f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
         if plan.debian is not None and ref.startswith("servebuild/debian:"):
-            made_from = ((info.get("Config") or {}).get("Labels") or {}).get(BASE_KEY_LABEL)
-            if made_from != plan.debian.base_key():
+            if base_images.base_key(info) != plan.debian.base_key():
                 raise Refused(f"base image {ref} was not bootstrapped from the Debian packages "
                               f"{lock_display(plan.loaded)} pins", hint=f"run `invoke bootstrap-base --recipe "
                               f"{plan.loaded.recipe.name} --arch {want_arch}` (or `invoke main`)",

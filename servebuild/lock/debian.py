@@ -152,19 +152,21 @@ class AptView:
 
     def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
         """Each (name, version, arch) as the Packages index describes it (sha256, size, pool path)."""
-        found = self.stanzas(wanted)
-        return [DebPackage(name=k[0], version=k[1], arch=k[2], sha256=found[k]["SHA256"], size=int(found[k]["Size"]),
-                           filename=found[k]["Filename"]) for k in sorted(found)]
+        return pins_of(self.stanzas(wanted))
 
-    def install_as_status(self, wanted: list[tuple[str, str, str]]) -> None:
-        """Make `wanted` the installed set apt resolves against (their index paragraphs, marked installed)."""
-        found = self.stanzas(wanted)
+    def install_as_status(self, found: dict[tuple[str, str, str], Deb822]) -> None:
+        """Make these index paragraphs the installed set apt resolves against (each marked installed)."""
         paras = []
         for key in sorted(found):
             para = Deb822(found[key])
             para["Status"] = "install ok installed"
             paras.append(para.dump().rstrip("\n") + "\n")
         atomic_write(self.status, "\n".join(paras))
+
+
+def pins_of(found: dict[tuple[str, str, str], Deb822]) -> list[DebPackage]:
+    return [DebPackage(name=k[0], version=k[1], arch=k[2], sha256=found[k]["SHA256"], size=int(found[k]["Size"]),
+                       filename=found[k]["Filename"]) for k in sorted(found)]
 
 
 def minbase(suite: str, arch: str) -> list[str]:
@@ -191,9 +193,9 @@ def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path,
     view = AptView(work / "apt", mirror, suite, arch)
     release = view.update()
     check_not_older(release, not_before, f"{mirror} {suite}")
-    installed = view.simulate(minbase(suite, arch))
-    base = view.pins(installed)
-    view.install_as_status(installed)
+    found = view.stanzas(view.simulate(minbase(suite, arch)))  # one apt-cache show for the base
+    base = pins_of(found)
+    view.install_as_status(found)
     apt = {stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
            for stage, pkgs in sorted(steps.items())}
     return LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)

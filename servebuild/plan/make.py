@@ -198,15 +198,15 @@ def created_timestamp(loaded: Optional[LoadedRecipe] = None, platform: Optional[
         if not (re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH):
             raise InputError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
                               field="$SOURCE_DATE_EPOCH")
-        return _iso(dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)), "$SOURCE_DATE_EPOCH"
+        return iso_time(dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)), "$SOURCE_DATE_EPOCH"
     dated = sorted(_cutoffs(loaded, platform)) if loaded is not None and platform else []
     if dated:
         when, rel = dated[-1]
         return when, f"exclude-newer of {rel}"
-    return _iso(dt.datetime.fromtimestamp(TAR_MTIME, dt.timezone.utc)), "fixed (no dated input)"
+    return iso_time(dt.datetime.fromtimestamp(TAR_MTIME, dt.timezone.utc)), "fixed (no dated input)"
 
 
-def _iso(when: dt.datetime) -> str:
+def iso_time(when: dt.datetime) -> str:
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
