@@ -25,7 +25,7 @@ from servebuild.build.imageconfig import settle_config
 from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import open_host_file
 from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
-from servebuild.lock.lockfile import lock_display, pin_for_build
+from servebuild.lock.lockfile import debian_pins
 from servebuild.plan.make import iso_time
 from servebuild.sources import debs, rootfs
 
@@ -159,15 +159,14 @@ def pins_for(loaded, platform: str, suite: Optional[str] = None, offline: bool =
     """The Debian packages a base for `platform` is made from: the recipe's current lock's, else (no lock,
     a stale one, another suite) those the mirror serves today, resolved now and said so on stderr."""
     suite = suite or bootstrapped_suite(loaded.recipe) or "bookworm"
-    _, lock = pin_for_build(loaded)
-    pins = lock.debian.get(platform) if lock else None
+    pins, pinned_by = debian_pins(loaded, platform)
     if pins is not None and pins.suite == suite:
         return pins
     if offline:
-        raise Refused(f"{lock_display(loaded)} pins no Debian {suite} packages for {platform} and --offline forbids "
+        raise Refused(f"{pinned_by} pins no Debian {suite} packages for {platform} and --offline forbids "
                       f"asking the mirror", hint=f"run `invoke lock --recipe {loaded.recipe.name}` where the mirror "
                       f"is reachable", field="--offline")
-    print(f"warning: {lock_display(loaded)} pins no Debian {suite} packages for {platform}: the base is made "
+    print(f"warning: {pinned_by} pins no Debian {suite} packages for {platform}: the base is made "
           f"from what the mirror serves today (run `invoke lock --recipe {loaded.recipe.name}` to pin it)",
           file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="servebuild-debian."))

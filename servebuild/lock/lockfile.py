@@ -18,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, sha256_file
-from servebuild.lock.debian import LockedDebian
+from servebuild.lock.debian import LockedDebian, bootstrapped_suite
+from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.files import named_files
 from servebuild.recipe.grammar import SHA256
-from servebuild.recipe.load import LoadedRecipe, check_link_inside
+from servebuild.recipe.load import LoadedRecipe, check_link_inside, load_recipe
 from servebuild.recipe.schema import BaseImage, PatchEntry
 from servebuild.yamlfile import load_yaml
 
@@ -319,3 +320,25 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[Ref
                        hint=f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
                             f"{engine.source.url} (this one, if it does), then build",
                        file=loaded.file, field=f"engine.source.patches.{entry.id}")
+
+
+def debian_pins(loaded: LoadedRecipe, platform: str) -> tuple[Optional[LockedDebian], str]:
+    """The Debian side a build of `loaded` for `platform` installs, and the lock it comes from: the
+    recipe's own current lock's; for a recipe with no lock file of its own (one a user derives from
+    a locked recipe to change, say, its aot kernels), the nearest recipe it extends whose current
+    lock pins the platform, when its suite and apt steps are the ones this recipe renders (else
+    nothing: the build resolves apt as an unlocked one does)."""
+    _, lock = pin_for_build(loaded)
+    if lock is not None or lock_path(loaded).exists():
+        return (lock.debian.get(platform) if lock else None), lock_display(loaded)
+    suite, steps = bootstrapped_suite(loaded.recipe), apt_steps(loaded.recipe)
+    for rf in loaded.chain[1:]:
+        parent = load_recipe(str(rf.path), loaded.root)
+        _, parent_lock = pin_for_build(parent)
+        pins = parent_lock.debian.get(platform) if parent_lock else None
+        if pins is None:
+            continue
+        same = pins.suite == suite and all(
+            stage in pins.apt and pins.apt[stage].requested == sorted(pkgs) for stage, pkgs in steps.items())
+        return (pins if same else None), lock_display(parent)
+    return None, lock_display(loaded)

@@ -18,7 +18,8 @@ from servebuild.errors import InputError, RecipeError, Refused
 from servebuild.fsutil import check_input
 from servebuild.lock.depsets import header_lines
 from servebuild.lock.debian import DEFAULT_MIRROR, LockedDebian, bootstrapped_suite, check_against
-from servebuild.lock.lockfile import Lock, apply_lock, lock_display, pin_for_build, read_lock, unpinned_problem
+from servebuild.lock.lockfile import (Lock, apply_lock, debian_pins, lock_display, pin_for_build, read_lock,
+                                      unpinned_problem)
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
@@ -96,9 +97,9 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
     if options.dry_run:  # a dry run never touches a real build's context
         build_dir = build_dir / "dry-run"
-    debian = lock.debian.get(platform) if lock else None
+    debian, pinned_by = (lock.debian.get(platform), lock_display(loaded)) if lock else debian_pins(loaded, platform)
     if debian is not None:  # the lock's apt steps must be the ones this servebuild renders
-        check_against(debian, apt_steps(recipe), lock_display(loaded))
+        check_against(debian, apt_steps(recipe), pinned_by)
     elif options.locked and bootstrapped_suite(recipe):
         raise Refused(f"the lock pins no Debian packages for {platform}", hint=f"run `invoke lock --recipe "
                       f"{recipe.name}` where {DEFAULT_MIRROR} is reachable", file=lock_display(loaded),

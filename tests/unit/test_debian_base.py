@@ -150,7 +150,7 @@ def test_a_missing_mount_target_is_added_empty(tmp_path):
 def copy_project(tmp_path: Path) -> Path:
     """The repository's recipes, locks and the files they name, copied (a test edits the copy)."""
     root = tmp_path / "project"
-    for sub in ("recipes", "constraints", "patches"):
+    for sub in ("recipes", "constraints", "patches", "recordings"):
         shutil.copytree(REPO_ROOT / sub, root / sub)
     return root
 
@@ -268,3 +268,47 @@ def test_the_verdict_names_the_first_differing_layer(tmp_path):
     assert not same and line.startswith("no committed id for linux/arm64")
     same, line = committed.verdict(loaded, "linux/amd64", "sha256:" + "f" * 64, layers, [], variant="v")
     assert not same and line.startswith("no committed id for linux/amd64:v")
+
+
+def _derived(root: Path, name: str, body: str) -> str:
+    path = root / "recipes" / f"{name}.yaml"
+    path.write_text(f"name: {name}\nextends: sglang-native-fp8-bookworm\n{body}")
+    return name
+
+
+def test_a_recipe_derived_with_no_lock_of_its_own_takes_its_parents_debian_pins(tmp_path):
+    """A user's recipe that extends a locked one to change only its aot kernels installs the parent
+    lock's .debs (the same apt layers, the same base key), not what the mirror serves today."""
+    from servebuild.lock.lockfile import debian_pins
+    root = copy_project(tmp_path)
+    name = _derived(root, "my-aot", "aot:\n  kernels: []\n")
+    parent = load_lock_file(load_recipe("sglang-native-fp8-bookworm", root)).debian
+    for platform in ("linux/amd64", "linux/arm64"):
+        pins, where = debian_pins(load_recipe(name, root), platform)
+        assert pins == parent[platform] and where == "recipes/sglang-native-fp8-bookworm.lock.yaml"
+
+
+@pytest.mark.parametrize("body,own_lock", [
+    ("apt:\n  runtime: [curl]\n", False),  # another apt step: the parent's pins are not its pins
+    ("aot:\n  kernels: []\n", True),        # a lock file of its own (stale here): never the parent's
+])
+def test_a_derived_recipe_whose_apt_steps_differ_or_that_has_a_lock_inherits_nothing(tmp_path, body, own_lock):
+    from servebuild.lock.lockfile import debian_pins
+    root = copy_project(tmp_path)
+    name = _derived(root, "mine", body)
+    if own_lock:
+        text = (root / "recipes" / "sglang-native-fp8-bookworm.lock.yaml").read_text()
+        (root / "recipes" / "mine.lock.yaml").write_text(text.replace("\nrecipe: sglang-native-fp8-bookworm\n",
+                                                                      "\nrecipe: mine\n"))
+    pins, where = debian_pins(load_recipe(name, root), "linux/amd64")
+    assert pins is None
+    assert where == ("recipes/mine.lock.yaml" if own_lock else "recipes/sglang-native-fp8-bookworm.lock.yaml")
+
+
+def test_the_build_plan_of_a_derived_recipe_installs_its_parents_pinned_debs(tmp_path):
+    """The plan a build renders from: the parent lock's pins, checked against the steps it renders."""
+    from servebuild.plan.make import BuildOptions, make_plan
+    root = copy_project(tmp_path)
+    name = _derived(root, "my-aot", "aot:\n  kernels: []\n")
+    plan = make_plan(root, name, BuildOptions(platform="linux/amd64", dry_run=True))
+    assert plan.debian == load_lock_file(load_recipe("sglang-native-fp8-bookworm", root)).debian["linux/amd64"]
