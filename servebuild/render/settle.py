@@ -43,8 +43,15 @@ START = (f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\
          f"&& export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))")
 SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
           f"&& find / -xdev -newer {MARK} -exec touch -h -d \"@${STEP_TIME}\" {{}} + "
-          f"&& rm {MARK} && touch -h -d \"@${STEP_TIME}\" /tmp")
+          f"&& rm {MARK}")
 INDENT = " \\\n    "
+# /tmp of the step is a tmpfs: the marker, pip's and nvcc's scratch never touch the image's /tmp. A directory
+# a step writes into and leaves as it was but for its mtime (/tmp after pip, the marker and the times file)
+# is in the layer or not depending on how the engine takes the diff: the overlay upper directory (Docker's
+# native diff) holds every directory copied up, the walking diff (used when the layer's parent in the store
+# is not its overlay parent: an engine that already held an equal parent layer) skips a directory whose only
+# change is its mtime. The same step then gave two layers on two engines (issue 29, CI of stop 34).
+TMP = "--mount=type=tmpfs,target=/tmp"
 
 
 class SettleError(ValueError):
@@ -106,6 +113,7 @@ def _run(instruction: str) -> str:
 
 
 def _compose(flags: list[str], command: str) -> str:
+    flags = [TMP, *flags]
     head = "RUN " + INDENT.join(flags) + INDENT if flags else "RUN "
     return f"{head}{START} \\\n && ( {command} ) \\\n && {SETTLE}"
 

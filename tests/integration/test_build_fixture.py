@@ -135,3 +135,13 @@ def test_ca_secret_is_in_no_layer_or_history(engine, base_images, project, tmp_p
     history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", tag)
     assert marker not in history and "ca.pem" not in history
     assert hashlib.sha256(bundle.read_bytes()).hexdigest() not in json.dumps(json.loads(result.manifest_path.read_text()))
+
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_no_layer_holds_a_directory_only_a_copy_up_put_there(engine, fixture_images, platform):
+    """Such a directory (the image's /tmp after a step's scratch, dpkg's journal) is in the layer or not
+    depending on how the engine takes the diff: the image would be another on another engine."""
+    from servebuild.build.copyups import copy_up_only, image_layers
+    layers = image_layers(engine, fixture_images[platform].image_id)
+    assert len(layers) > 3 and all(layers[1:-1])
+    assert copy_up_only(layers) == []

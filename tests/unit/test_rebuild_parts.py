@@ -87,8 +87,9 @@ def test_the_config_fields_that_differ_are_named():
 
 def test_a_layer_is_named_by_its_step_without_the_settle_preamble():
     from servebuild.release.rebuild import Published
-    from servebuild.render.settle import settle
-    run = settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n").removeprefix("RUN ").replace(" \\\n", " ")
+    from servebuild.render.settle import INDENT, TMP, settle
+    # BuildKit's history holds a RUN's command without its --mount flags
+    run = settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n").removeprefix(f"RUN {TMP}{INDENT}").replace(" \\\n", " ")
     image = Published("r", "linux/amd64", "d", "c", {"history": [
         {"created_by": "ADD rootfs.tar / # buildkit"}, {"created_by": "ENV A=1", "empty_layer": True},
         {"created_by": "RUN /bin/bash -o pipefail -c " + run}]}, [])

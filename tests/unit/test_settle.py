@@ -19,7 +19,7 @@ from servebuild.errors import InputError
 from servebuild.plan.make import created_timestamp
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
-from servebuild.render.settle import MARK, SETTLE, START, SettleError, settle
+from servebuild.render.settle import INDENT, MARK, SETTLE, START, TMP, SettleError, settle
 from support import REPO_ROOT
 
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith((".lock", ".ids")))
@@ -41,12 +41,17 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
             binds = re.findall(r"--mount=type=bind,[^ ]*target=(\S+)", step)
             assert all(t.startswith("/mnt/") for t in binds), binds
             assert ("--mount=type=tmpfs,target=/mnt " in step) == bool(binds), step[:200]
+            # the step's /tmp is a tmpfs: the image's /tmp is never copied up (it would be in the layer on
+            # one engine and not on another); dpkg's journal likewise in every apt step
+            assert step.startswith(f"RUN {TMP}{INDENT}"), step[:120]
+            assert ("apt-get install" not in step) or "--mount=type=tmpfs,target=/var/lib/dpkg/updates " in step
+            assert not SETTLE.endswith(" /tmp") and not re.search(r"cp -a --no-preserve=ownership /mnt/src\S* /tmp", step)
 
 
 def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
     out = settle("FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
                  "    a && b \\\n && c\nENV A=1\n")
-    assert out.startswith("FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n")
+    assert out.startswith(f"FROM x\nRUN {TMP} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n")
     assert f"{START} \\\n && ( a && b \\\n && c ) \\\n && {SETTLE}\nENV A=1\n" in out
     assert "SOURCE_DATE_EPOCH=946684800" in START and "PYTHONHASHSEED=0" in START and MARK in SETTLE
 
@@ -65,7 +70,7 @@ def test_the_settled_step_really_settles(tmp_path):
     work.mkdir()
 
     def local(text: str) -> str:
-        return (settle(text).removeprefix("RUN ").replace("find /usr /opt ", f"find {inputs} ")
+        return (settle(text).removeprefix(f"RUN {TMP}{INDENT}").replace("find /usr /opt ", f"find {inputs} ")
                 .replace("find / ", f"find {work} "))
     old = work / "old"
     old.write_text("x")
@@ -87,7 +92,7 @@ def test_the_settled_step_really_settles(tmp_path):
 ])
 def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, into):
     out = settle(copy + "\n")
-    assert out.startswith(f"RUN --mount=type=tmpfs,target=/mnt \\\n    --mount=type=bind,{bind} \\\n")
+    assert out.startswith(f"RUN {TMP}{INDENT}--mount=type=tmpfs,target=/mnt{INDENT}--mount=type=bind,{bind} \\\n")
     assert "cp -a --no-preserve=ownership /mnt/src" in out and into in out and out.rstrip().endswith(SETTLE)
 
 
