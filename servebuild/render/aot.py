@@ -12,7 +12,7 @@ from servebuild.render.toolchain import VENV
 
 SEED = "/opt/servebuild/seed"  # the read-only seed: SEED/cache mirrors /cache, SEED/aot.json says what it holds
 # in every image of a kind that compiles while serving: /opt/servebuild/tools/NAME
-RUNTIME_TOOLS = {"servebuild_cache.py": TOOLS / "servebuild_cache.py", "jit_record.py": TOOLS / "jit_record.py"}
+RUNTIME_TOOLS = {name: TOOLS / name for name in ("servebuild_cache.py", "jit_record.py", "servebuild_files.py")}
 CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
 # in every engine image with launch profiles: the bench (tools/servebuild_bench.py and what it reads)
 BENCH_TOOLS = {name: TOOLS / name for name in ("servebuild_bench.py", "bench_client.py", "bench_suites.py")}

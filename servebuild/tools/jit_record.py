@@ -25,6 +25,8 @@ import os
 import sys
 import time
 
+from servebuild_files import load_json, open_regular
+
 VERSION = 1
 _installed = False
 
@@ -35,12 +37,13 @@ def _out_path() -> str:
 
 def _engine() -> dict:
     try:
-        with open(os.environ.get("SERVEBUILD_MANIFEST", "/opt/servebuild/manifest.json"), encoding="utf-8") as fh:
-            manifest = json.load(fh)
-        engine = manifest.get("engine") or {}
-        return {"engine": engine.get("name"), "engine_version": engine.get("version")}
+        manifest = load_json(os.environ.get("SERVEBUILD_MANIFEST", "/opt/servebuild/manifest.json"))
     except (OSError, ValueError):
         return {"engine": None, "engine_version": None}
+    engine = (manifest.get("engine") if isinstance(manifest, dict) else None) or {}
+    if not isinstance(engine, dict):  # a hostile manifest: the line names no engine, the server goes on
+        return {"engine": None, "engine_version": None}
+    return {"engine": engine.get("name"), "engine_version": engine.get("version")}
 
 
 def _versions() -> dict:
@@ -55,18 +58,23 @@ def _versions() -> dict:
 
 
 def write(entry: dict) -> None:
-    line = json.dumps({"v": VERSION, **_engine(), "versions": _versions(), "pid": os.getpid(),
-                       "time": round(time.time(), 3), **entry}, sort_keys=True, default=str) + "\n"
+    """Append one line; never blocks (a FIFO at the path is skipped), never writes through a link at the
+    path, never raises into the server (whatever fails, one stderr line and the server goes on)."""
     path = _out_path()
     try:
+        line = json.dumps({"v": VERSION, **_engine(), "versions": _versions(), "pid": os.getpid(),
+                           "time": round(time.time(), 3), **entry}, sort_keys=True, default=str) + "\n"
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-    except OSError as exc:  # recording must never break the server
-        print(f"servebuild jit-record: cannot write {path}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - recording must never break the server
+        try:
+            print(f"servebuild jit-record: cannot write {path}: {exc}"[:500].replace("\n", " "), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - not even a closed stderr
+            pass
 
 
 def _plain(value):

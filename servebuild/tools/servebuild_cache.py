@@ -29,8 +29,14 @@ import shutil
 import sys
 import tarfile
 
+from servebuild_files import NotRegular, load_json
+
 MANIFEST = os.environ.get("SERVEBUILD_MANIFEST", "/opt/servebuild/manifest.json")
 ORIGIN = os.path.join(".servebuild", "origin.json")
+
+
+class BadInput(Exception):
+    """What the caller gave cannot be used (one line, exit 2)."""
 
 
 def files_under(root: str) -> list[str]:
@@ -105,12 +111,20 @@ def census(cache: str, listing: str | None = None, since: str | None = None) -> 
     out = {"cache": cache, "files": len(now), "kinds": kinds, "listing_sha256": digest,
            "origin": read_origin(cache), "manifest_sha256": manifest_sha256()}
     if since:
-        with open(since, encoding="utf-8") as handle:
-            before = json.load(handle)
+        try:  # a file the run left at the listing's path: never block on it, never trace back on it
+            before = load_json(since)
+        except NotRegular:
+            raise BadInput(f"--since {since}: not a regular file") from None
+        except ValueError as exc:
+            raise BadInput(f"--since {since}: {exc}") from None
+        if not isinstance(before, dict):
+            raise BadInput(f"--since {since}: not a JSON object (a listing written by census --listing)")
         changed: dict[str, int] = {}
         for rel, stamp in now.items():
+            prior = before.get(rel) or [0]
+            prior_size = prior[0] if isinstance(prior, list) and prior else None
             # an empty file touched again is a lock (FlashInfer's FileLock, tvm-ffi's build lock), not a compile
-            if before.get(rel) != stamp and not (stamp[0] == 0 and (before.get(rel) or [0])[0] == 0):
+            if before.get(rel) != stamp and not (stamp[0] == 0 and prior_size == 0):
                 changed[kind_of(rel)] = changed.get(kind_of(rel), 0) + 1
         out["changed"] = changed
     if listing:
@@ -163,6 +177,9 @@ def main(argv: list[str]) -> int:
         else:
             print(text)
         return 0
+    except BadInput as exc:
+        print(f"servebuild-cache: {args.command}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a read-only or full cache volume: say so in one line, never a traceback
         print(f"servebuild-cache: {args.command} {args.cache}: {exc.strerror or exc}"
               + (f": {exc.filename}" if exc.filename else ""), file=sys.stderr)
