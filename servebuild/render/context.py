@@ -26,7 +26,8 @@ from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENC
                                    RECORD_PTH_NAME,
                                    RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
                                    aot_spec, site_packages)
-from servebuild.render.settle import settle
+from servebuild.errors import InputError
+from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
 
@@ -104,7 +105,12 @@ def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: 
     """Pure function of its inputs: the same recipe, platform, bases and pins give the same bytes."""
     text = _environment().get_template("Dockerfile.j2").render(
         recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt))
-    return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
+    try:
+        return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
+    except SettleError as exc:  # a mode's fragment (modes are code: a plugin's, or a test's) that cannot be settled
+        mode = recipe.engine.install if recipe.engine else None
+        raise InputError(f"the rendered Dockerfile cannot be settled: {exc}",
+                         field=f"engine.install ({mode})" if mode else None) from None
 
 
 def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,

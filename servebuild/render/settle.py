@@ -67,6 +67,11 @@ def settle(dockerfile: str) -> str:
             out.append(_run(instruction))
         elif keyword == "COPY":
             out.append(_copy(instruction))
+        elif keyword == "ADD" and _dest(instruction).startswith("/tmp"):
+            raise SettleError(f"{instruction.split(chr(10))[0][:80]!r} writes into /tmp, which every step mounts as a "
+                              f"tmpfs (the next RUN sees nothing of it): bind-mount the file in the RUN that "
+                              f"uses it, e.g. RUN --mount=type=bind,source=source.tar,target=/mnt/source.tar "
+                              f"tar -xf /mnt/source.tar -C /tmp && ...")
         else:
             out.append(instruction)
     return "\n".join(out) + "\n"
@@ -95,6 +100,12 @@ def _split_flags(body: str) -> tuple[list[str], str]:
             return flags, rest
         flags.append(flag.group())
         rest = rest[flag.end():]
+
+
+def _dest(instruction: str) -> str:
+    """The destination of an ADD or COPY (its last word)."""
+    words = instruction.replace("\\\n", " ").split()
+    return words[-1] if len(words) > 1 else ""
 
 
 def _run(instruction: str) -> str:
@@ -129,6 +140,10 @@ def _copy(instruction: str) -> str:
     if len(words) != 2:
         raise SettleError(f"a settled COPY takes one source and one destination: {instruction[:80]!r}")
     source, dest = words
+    if dest.startswith("/tmp"):
+        raise SettleError(f"{instruction[:80]!r} writes into /tmp, which every step mounts as a tmpfs (the next RUN "
+                          f"sees nothing of it): bind-mount the file in the RUN that uses it "
+                          f"(RUN --mount=type=bind,source=FILE,target=/mnt/FILE ...)")
     bind = f"--mount=type=bind,{f'from={stage},' if stage else ''}source={source},target={SOURCE}"
     into = dest.rstrip("/") or "/"
     target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest

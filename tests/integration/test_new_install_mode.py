@@ -25,9 +25,9 @@ class CopyTree(InstallMode):
 
     def fragment(self, engine, platform):
         return Fragment(
-            "ADD source.tar /tmp/\n"
             "COPY copy-tree-marker.txt /opt/engine/marker.txt\n"
-            "RUN cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/ && rm -rf /tmp/src\n")
+            "RUN --mount=type=bind,source=source.tar,target=/mnt/source.tar tar -xf /mnt/source.tar -C /tmp \\\n"
+            " && cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/\n")
 
 
 @pytest.fixture
@@ -53,6 +53,38 @@ def test_mode_defined_in_a_test_renders_builds_and_records_inputs(engine, base_i
                           result.tag, "-c", "cat /opt/engine/marker.txt && python -c 'import toyserve'"],
                          capture_output=True, text=True)
     assert run.returncode == 0 and "copied by the copy-tree mode" in run.stdout, run.stderr
+
+
+class AddToTmp(CopyTree):
+    """The idiom of the modes before each step's /tmp became a tmpfs: ADD into /tmp, read it in the next RUN."""
+
+    name = "add-to-tmp"
+
+    def fragment(self, engine, platform):
+        return Fragment("ADD source.tar /tmp/\n"
+                        "RUN cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/ && rm -rf /tmp/src\n")
+
+
+def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tmp_path):
+    """Every step's /tmp is a tmpfs, so the next RUN would see nothing: refused before any build, naming
+    the mode and what to write instead."""
+    from servebuild.errors import InputError
+    from servebuild.plan import make as pipeline
+    from servebuild.render.context import render_dockerfile
+    register_mode(AddToTmp())
+    try:
+        recipe = fixture_recipe(upstream)
+        recipe["engine"]["install"] = "add-to-tmp"
+        root = make_project(tmp_path, upstream, recipe)
+        plan = pipeline.make_plan(root, "toy", pipeline.BuildOptions(platform="linux/amd64", dry_run=True))
+        with pytest.raises(InputError) as err:
+            render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, "linux/amd64", {"build": "b", "runtime": "r"},
+                              root)
+    finally:
+        MODES.pop("add-to-tmp")
+    message = str(err.value)
+    assert "\n" not in message and "engine.install (add-to-tmp)" in message, message
+    assert "'ADD source.tar /tmp/' writes into /tmp" in message and "--mount=type=bind,source=source.tar" in message
 
 
 def test_unknown_mode_is_a_field_error(upstream, tmp_path):

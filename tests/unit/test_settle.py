@@ -130,6 +130,8 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     ("RUN --mount=type=bind,source=a,target=/tmp/a cat /tmp/a\n", "must target /mnt/NAME"),
     ("COPY --chown=1:1 a /a\n", "COPY --chown=1:1 cannot be settled"),
     ("COPY a b /dst/\n", "one source and one destination"),
+    ("COPY wheels/ /tmp/wheels/\n", "writes into /tmp, which every step mounts as a tmpfs"),
+    ("ADD source.tar /tmp/\n", "writes into /tmp, which every step mounts as a tmpfs"),
 ])
 def test_what_cannot_be_settled_is_refused(text, words):
     with pytest.raises(SettleError, match=re.escape(words)):
