@@ -59,7 +59,8 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 
 def write_json(path: Path, data) -> None:
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """Strict JSON: a NaN or infinity raises ValueError instead of writing a file no JSON parser must accept."""
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 @contextmanager

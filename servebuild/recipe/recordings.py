@@ -11,6 +11,7 @@ with the file and line; TileLang lines and lines marked not replayable are count
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -51,9 +52,11 @@ def _fail(rel: str, line: int, field: str, problem: str) -> RecipeError:
 def _args(rel: str, n: int, args) -> list:
     if not isinstance(args, list):
         raise _fail(rel, n, "args", "args must be a list")
-    for a in args:
+    for i, a in enumerate(args):
         if not isinstance(a, (bool, int, float, str)) or (isinstance(a, str) and not AOT_ARG.match(a)):
             raise _fail(rel, n, "args", f"argument {a!r} is not an int, float, bool or short name")
+        if isinstance(a, float) and not math.isfinite(a):  # json.loads takes NaN and Infinity; spec.json must not
+            raise _fail(rel, n, "args", f"argument {i} is not a finite number ({a!r})")
     return args
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Optional, Union
 
@@ -356,9 +357,11 @@ class AotKernel(Model):
     @field_validator("args")
     @classmethod
     def _args(cls, v: list) -> list:
-        for arg in v:
+        for i, arg in enumerate(v):
             if isinstance(arg, str):
                 matches(AOT_ARG, arg, "an argument of letters, digits and . _ + - (at most 64)")
+            elif isinstance(arg, float) and not math.isfinite(arg):  # YAML's .nan/.inf: not JSON for aot/spec.json
+                raise ValueError(f"argument {i} is not a finite number ({arg!r})")
         return v
 
 

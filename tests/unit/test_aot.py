@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -66,6 +67,27 @@ def test_every_cache_variable_of_every_kind_is_proven_by_a_resolver():
 def test_a_bad_aot_kernel_is_one_line(tmp_path, kernel, words):
     message = load_error(sglang_recipe(tmp_path, kernels=[kernel]))
     assert words in message and "a.yaml" in message, message
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_aot_argument_is_refused_in_the_recipe(tmp_path, value):
+    """YAML's .nan and .inf are floats: they reached aot/spec.json as NaN/Infinity, which is not JSON
+    (issue 31, trust). Now the recipe is refused in one line naming the file and the field."""
+    kernel = {"jit": "tvm-ffi", "builder": "sglang.jit_kernel.x:_jit_y", "args": [7, value]}
+    message = load_error(sglang_recipe(tmp_path, kernels=[kernel]))
+    assert re.match(rf"{re.escape(str(tmp_path / 'a.yaml'))}:\d+: aot\.kernels\.0\.args: argument 1 is not a finite number",
+                    message), message
+
+
+def test_json_the_build_writes_is_strict(tmp_path):
+    """spec.json (and every JSON file write_json writes) is strict JSON: a non-finite number is refused
+    rather than written as NaN, which no JSON parser has to accept."""
+    from servebuild.fsutil import write_json
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        write_json(tmp_path / "spec.json", {"kernels": [{"args": [float("nan")]}]})
+    assert not (tmp_path / "spec.json").exists()
+    write_json(tmp_path / "spec.json", {"kernels": [{"args": [1.5]}]})
+    assert json.loads((tmp_path / "spec.json").read_text()) == {"kernels": [{"args": [1.5]}]}
 
 
 def test_a_recipe_without_a_jit_engine_cannot_declare_kernels(tmp_path):
@@ -139,6 +161,8 @@ def test_a_recording_that_is_not_json_names_its_line(tmp_path):
     (recording_line(arch={"a": 1}), "arch", "recorded for arch"),
     (recording_line().replace('"args": [7]', '"args": [' + "7" * 5000 + "]"), "line", "not JSON"),
     ('{"v": 1, "args": ' + "[" * 100_000 + "]" * 100_000 + "}", "line", "not JSON (nested too deep)"),
+    (recording_line().replace('"args": [7]', '"args": [NaN]'), "args", "argument 0 is not a finite number"),
+    (recording_line().replace('"args": [7]', '"args": [7, -Infinity]'), "args", "argument 1 is not a finite number"),
     ("[" * 100_000, "line", "not JSON"),
 ])
 def test_a_hostile_recording_line_is_one_line_not_a_traceback(tmp_path, line, field, words):
