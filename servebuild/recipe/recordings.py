@@ -83,7 +83,8 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
                 raise _fail(rel, n, "line", "not JSON (nested too deep)") from None
             except ValueError as exc:  # JSONDecodeError, or an int of more than 4300 digits (no .msg)
                 raise _fail(rel, n, "line", f"not JSON ({getattr(exc, 'msg', None) or str(exc)[:100]})") from None
-            if not isinstance(entry, dict) or entry.get("v") != 1:
+            # the integer 1 only: True == 1 and 1.0 == 1 in Python, neither is this format's version
+            if not isinstance(entry, dict) or type(entry.get("v")) is not int or entry["v"] != 1:
                 raise _fail(rel, n, "v", "not a servebuild JIT recording line (v: 1)")
             if entry.get("engine") != engine.name:
                 raise _fail(rel, n, "engine", f"recorded with engine {entry.get('engine')!r}, the recipe builds {engine.name}")

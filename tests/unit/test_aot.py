@@ -140,6 +140,9 @@ def test_a_recording_replays_its_gpu_free_part(tmp_path):
     ({"args": [{"a": 1}]}, "args", "is not an int, float, bool or short name"),
     ({"builder": "os:system"}, "builder", "is not an SGLang jit_kernel builder"),
     ({"v": 2}, "v", "not a servebuild JIT recording line"),
+    ({"v": True}, "v", "not a servebuild JIT recording line"),  # True == 1 in Python: it passed
+    ({"v": 1.0}, "v", "not a servebuild JIT recording line"),  # 1.0 == 1 too
+    ({"v": "1"}, "v", "not a servebuild JIT recording line"),
 ])
 def test_a_bad_recording_line_is_one_line_with_its_place(tmp_path, over, field, words):
     recipe = recipe_with_recording(tmp_path, recording_line(), recording_line(**over))
