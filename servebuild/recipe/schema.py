@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from typing import Any, Optional, Union
 
@@ -375,10 +376,14 @@ class Aot(Model):
     @field_validator("recordings")
     @classmethod
     def _recordings(cls, v: list[str]) -> list[str]:
+        seen: dict[str, str] = {}
         for path in v:
             matches(REL_DIR, path, "a file path relative to the project")
-        if len(set(v)) != len(v):
-            raise ValueError("a recording is listed twice")
+            # one file under two spellings (x, ./x, x/.) is one file: compare normalised paths
+            key = posixpath.normpath(path)
+            if key in seen:
+                raise ValueError(f"{path!r} is {seen[key]!r} again: a recording is listed twice")
+            seen[key] = path
         return v
 
 

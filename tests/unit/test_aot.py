@@ -118,6 +118,44 @@ def recipe_with_recording(tmp_path, *lines: str):
     return load_recipe(str(tmp_path / "a.yaml"), tmp_path).recipe
 
 
+@pytest.mark.parametrize("first,second", [("rec.jsonl", "rec.jsonl"), ("rec.jsonl", "./rec.jsonl"),
+                                          ("./rec.jsonl", "././rec.jsonl"), ("d/rec.jsonl", "d/./rec.jsonl"),
+                                          ("d/rec.jsonl", "./d/rec.jsonl/.")])
+def test_a_recording_listed_twice_under_two_spellings_is_refused(tmp_path, first, second):
+    """`recordings: [x, ./x]` named one file twice and passed the duplicate check, which compared the
+    strings (issue 31, trust): the check compares normalised paths."""
+    recipe_with_recording(tmp_path, recording_line())  # the project: rec.jsonl and the recipes it needs
+    (tmp_path / "d").mkdir()
+    shutil.copy(tmp_path / "rec.jsonl", tmp_path / "d" / "rec.jsonl")
+    data = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    data["aot"]["recordings"] = [first, second]
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    message = load_error(tmp_path / "a.yaml", tmp_path)
+    assert re.match(r"a\.yaml:\d+: aot\.recordings: ", message), message  # shown relative to the project
+    assert f"{second!r} is {first!r} again: a recording is listed twice" in message, message
+
+
+def test_recordings_that_are_different_files_pass_the_duplicate_check(tmp_path):
+    recipe_with_recording(tmp_path, recording_line())
+    (tmp_path / "d").mkdir()
+    shutil.copy(tmp_path / "rec.jsonl", tmp_path / "d" / "rec.jsonl")
+    data = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    data["aot"]["recordings"] = ["rec.jsonl", "./d/rec.jsonl"]
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_recipe(str(tmp_path / "a.yaml"), tmp_path).recipe.aot.recordings == ["rec.jsonl", "./d/rec.jsonl"]
+
+
+def test_a_recording_path_with_a_parent_segment_is_refused(tmp_path):
+    """`d/../rec.jsonl` is rec.jsonl again; a `..` segment is refused outright, before the duplicate check."""
+    recipe_with_recording(tmp_path, recording_line())
+    (tmp_path / "d").mkdir()
+    data = yaml.safe_load((tmp_path / "a.yaml").read_text())
+    data["aot"]["recordings"] = ["rec.jsonl", "d/../rec.jsonl"]
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    message = load_error(tmp_path / "a.yaml", tmp_path)
+    assert "aot.recordings: 'd/../rec.jsonl' is not a file path relative to the project" in message, message
+
+
 def test_a_recording_replays_its_gpu_free_part(tmp_path):
     triton = recording_line(jit="triton", kernel="sglang.srt.x:_k", specialization='{"name": "_k"}',
                             target=["cuda", 90, 32], package="triton")
