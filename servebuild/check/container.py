@@ -10,6 +10,7 @@ from pathlib import Path
 from servebuild.build.docker import DockerClient
 from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import InputError
+from servebuild.recipe.grammar import shown
 
 GPUS = re.compile(r"\A(all|none|auto|[0-9]{1,3}(,[0-9]{1,3}){0,63}|GPU-[0-9a-fA-F-]{8,64}(,GPU-[0-9a-fA-F-]{8,64}){0,63})\Z")
 NETWORK = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}\Z")  # none, bridge, host, or a network's name
@@ -23,22 +24,28 @@ VOLUME_OPTIONS = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared",
 
 def check_volume(volume: str) -> None:
     """SRC:DST[:OPTIONS] as docker reads it, checked before anything builds: SRC an existing absolute
-    path or a volume name (a relative path would be taken as neither), DST absolute."""
+    path or a volume name (a relative path would be taken as neither), DST absolute. A long value is
+    cut in the message (a 5,000-character spec is not echoed)."""
+    spec = shown(volume)
     if any(c in volume for c in "\n\r\x00"):
-        raise InputError(f"{volume!r}: a volume spec holds a line break or NUL", field="--volume")
+        raise InputError(f"{spec}: a volume spec holds a line break or NUL", field="--volume")
     parts = volume.split(":")
     if volume.startswith("-") or len(parts) not in (2, 3):
-        raise InputError(f"{volume!r} is not SRC:DST[:OPTIONS]", field="--volume")
+        raise InputError(f"{spec} is not SRC:DST[:OPTIONS]", field="--volume")
     src, dst = parts[0], parts[1]
     if src.startswith("/"):
-        if not Path(src).exists():
-            raise InputError(f"{volume!r}: {src} does not exist", field="--volume")
+        try:
+            exists = Path(src).exists()
+        except OSError as exc:  # ENAMETOOLONG and the like: the option's fault, not the host's
+            raise InputError(f"{spec}: SRC cannot be checked: {exc.strerror or exc}", field="--volume") from None
+        if not exists:
+            raise InputError(f"{spec}: {shown(src)} does not exist", field="--volume")
     elif not VOLUME_NAME.fullmatch(src):
-        raise InputError(f"{volume!r}: SRC must be an absolute path or a volume name", field="--volume")
+        raise InputError(f"{spec}: SRC must be an absolute path or a volume name", field="--volume")
     if not dst.startswith("/") or dst == "/":
-        raise InputError(f"{volume!r}: DST must be an absolute path in the container (not /)", field="--volume")
+        raise InputError(f"{spec}: DST must be an absolute path in the container (not /)", field="--volume")
     if len(parts) == 3 and not set(parts[2].split(",")) <= VOLUME_OPTIONS:
-        raise InputError(f"{volume!r}: unknown volume option in {parts[2]!r} "
+        raise InputError(f"{spec}: unknown volume option in {shown(parts[2])} "
                           f"(one of {', '.join(sorted(VOLUME_OPTIONS))})", field="--volume")
 
 

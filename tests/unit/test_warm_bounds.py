@@ -148,3 +148,17 @@ def test_warm_refuses_a_profile_that_is_not_a_profile_name_before_anything_runs(
                  tmp_path / "warm", echo=lambda *_: None)
     assert err.value.field == "--profile"
     assert engine_calls(log) == []
+
+
+@pytest.mark.parametrize("spec", ["/" + "a" * 5000 + ":/x", "/tmp/" + "a/" * 2500 + ":/x", "/" + "a" * 300 + ":/x:ro"])
+def test_warm_names_volume_for_a_source_path_too_long_to_check(spec):
+    """A 5,000-character --volume SRC made the existence check raise ENAMETOOLONG, which the front door
+    printed as 'error: /aaaa…: File name too long', a 5,000-character line naming no option (issue 31,
+    trust). Now it is one short InputError line on --volume, raised before the engine is asked anything."""
+    from servebuild.cli.warm import checked_request
+    with pytest.raises(InputError) as err:
+        checked_request("servebuild/x:amd64", "true", None, "none", [spec], None, None, None, None, False)
+    message = str(err.value)
+    assert err.value.field == "--volume" and err.value.exit_code == 2, message[:200]
+    assert message.startswith("--volume: ") and "SRC cannot be checked: File name too long" in message, message[:200]
+    assert "\n" not in message and len(message) < 300, message[:200]
