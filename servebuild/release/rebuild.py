@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import tarfile
 import tempfile
 import zlib
@@ -40,6 +41,7 @@ from servebuild.registry.client import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX,
                                        RegistryError)
 
 PATHS_SHOWN = 20
+DIFF_ID = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
 READ = 1 << 20
 
 
@@ -51,10 +53,13 @@ class Published:
     config_digest: str
     config: dict
     layers: list[dict]  # the image manifest's layer descriptors
+    diff_ids: list[str] = field(default_factory=list)  # the config's rootfs.diff_ids, checked (one per layer)
 
     @property
     def label(self) -> Callable[[str], str]:
-        labels = (self.config.get("config") or {}).get("Labels") or {}
+        container = self.config.get("config")
+        labels = container.get("Labels") if isinstance(container, dict) else None
+        labels = labels if isinstance(labels, dict) else {}  # a config not of the image-spec's shape has no labels
         return lambda key: str(labels.get(f"{LABEL_PREFIX}.{key}") or "")
 
     def created_by(self, index: int) -> str:
@@ -88,6 +93,27 @@ def _json(data: bytes, what: str) -> dict:
     if not isinstance(doc, dict):
         raise RegistryError(f"{what} is not a JSON object", field="registry")
     return doc
+
+
+def _diff_ids(config: dict, what: str) -> list[str]:
+    """The config's rootfs.diff_ids, each a sha256 digest: what the registry serves is checked for its
+    shape before it is indexed (a string rootfs was an AttributeError traceback)."""
+    rootfs = config.get("rootfs")
+    if rootfs is None:
+        return []
+    if not isinstance(rootfs, dict):
+        raise RegistryError(f"is a {type(rootfs).__name__}, not a mapping with diff_ids", file=what, field="rootfs")
+    diff_ids = rootfs.get("diff_ids")
+    if diff_ids is None:
+        return []
+    if not isinstance(diff_ids, list):
+        raise RegistryError(f"is a {type(diff_ids).__name__}, not a list of layer digests", file=what,
+                            field="rootfs.diff_ids")
+    for i, diff_id in enumerate(diff_ids):
+        if not isinstance(diff_id, str) or not DIFF_ID.match(diff_id):
+            raise RegistryError(f"{shown(diff_id)} is not a sha256:<64 hex> digest", file=what,
+                                field=f"rootfs.diff_ids[{i}]")
+    return diff_ids
 
 
 def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Published:
@@ -131,17 +157,17 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
             named = "a recipe of this checkout" if key == "recipe" else "a variant of the labelled recipe"
             raise InputError(f"{ref} {platform}: its {LABEL_PREFIX}.{key} label {shown(value)} is not a {key} name "
                              f"(lowercase letters, digits, '-': {named}, never a file)", field="--check")
-    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
-    if len(diff_ids) != len(layers):
+    out.diff_ids = _diff_ids(config, f"{ref} {platform} image config")
+    if len(out.diff_ids) != len(layers):
         raise RegistryError(f"{ref} {platform}: the manifest names {len(layers)} layers, the config "
-                            f"{len(diff_ids)}", field="registry")
+                            f"{len(out.diff_ids)}", field="registry")
     return out
 
 
 def registry_layers(client: RegistryClient, repo: str, image: Published, work: Path) -> list[tuple[Path, str]]:
     """Each registry layer on disk, uncompressed, with what is wrong with it ('' when its blob hashes to
     its descriptor and its content to the config's diff_id)."""
-    diff_ids = image.config["rootfs"]["diff_ids"]
+    diff_ids = image.diff_ids
     out = []
     for i, desc in enumerate(image.layers):
         blob, tar = work / f"registry-{i}.blob", work / f"registry-{i}.tar"
@@ -201,9 +227,9 @@ def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str
         for i in range(max(len(ours), len(theirs))):
             problem = theirs[i][1] if i < len(theirs) else "the registry's image has no such layer"
             mine = ours[i] if i < len(ours) else None
-            if not problem and mine == image.config["rootfs"]["diff_ids"][i]:
+            if not problem and mine == image.diff_ids[i]:
                 continue
-            registry_id = image.config["rootfs"]["diff_ids"][i] if i < len(theirs) else None
+            registry_id = image.diff_ids[i] if i < len(theirs) else None
             problem = problem or f"registry {registry_id}, rebuild {mine}"
             report.difference.append(f"layer {i} ({image.created_by(i) or 'no history'}) differs: {problem}")
             ours_tar = _saved_layer(docker, rebuilt_id, mine, work) if mine else None

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 
 from servebuild.errors import InputError
-from servebuild.registry.client import DOCKER_MANIFEST
+from servebuild.registry.client import DOCKER_MANIFEST, RegistryError
 from servebuild.release import rebuild as rebuilding
 from support import REPO_ROOT
 
@@ -38,10 +38,11 @@ class FakeRegistryClient:
 
     registry = "registry.example:5000"
 
-    def __init__(self, labels: dict):
+    def __init__(self, labels: dict, rootfs=None):
         self.blob, diff_id = layer_bytes()
+        rootfs = {"type": "layers", "diff_ids": [diff_id]} if rootfs is None else rootfs
         self.config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Labels": labels},
-                                  "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+                                  "rootfs": rootfs}).encode()
         self.manifest = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
                                     "config": {"digest": sha(self.config), "size": len(self.config)},
                                     "layers": [{"digest": sha(self.blob), "size": len(self.blob)}]}).encode()
@@ -109,3 +110,53 @@ def test_a_recipe_name_label_goes_on_to_the_layers_and_the_build(no_build):
     with pytest.raises(AssertionError, match="rebuild built 'torch-cu130-bookworm'"):
         rebuilding.check(REPO_ROOT, client, "servebuild/toy", "v1", "linux/amd64", docker=None, echo=False)
     assert client.fetched == [sha(client.blob)] and no_build == [("torch-cu130-bookworm", "")]
+
+
+@pytest.mark.parametrize("rootfs, field, words", [
+    ("layers", "rootfs", "is a str, not a mapping"),  # a string: `.get` on it was an AttributeError traceback
+    (["sha256:" + "0" * 64], "rootfs", "is a list, not a mapping"),
+    ({"type": "layers", "diff_ids": "sha256:" + "0" * 64}, "rootfs.diff_ids", "is a str, not a list"),
+    ({"type": "layers", "diff_ids": [7]}, "rootfs.diff_ids[0]", "7 is not a sha256:<64 hex> digest"),
+    ({"type": "layers", "diff_ids": ["sha256:x"]}, "rootfs.diff_ids[0]", "'sha256:x' is not a sha256:<64 hex> digest"),
+])
+def test_a_config_whose_rootfs_is_not_a_mapping_of_digests_is_one_line(no_build, rootfs, field, words):
+    """A fake registry serves a config whose rootfs is malformed: rebuild --check said it with an
+    AttributeError traceback (issue 31, trust); now it is one RegistryError line naming the config and
+    the field (exit 2 at the CLI), before any layer is fetched or anything is built."""
+    client = FakeRegistryClient(labels("torch-cu130-bookworm"), rootfs=rootfs)
+    with pytest.raises(RegistryError) as err:
+        rebuilding.check(REPO_ROOT, client, "servebuild/toy", "v1", "linux/amd64", docker=None, echo=False)
+    message = str(err.value)
+    assert err.value.field == field and err.value.exit_code == 2 and "\n" not in message, message
+    assert message.startswith(f"registry.example:5000/servebuild/toy:v1 linux/amd64 image config: {field}: "), message
+    assert words in message, message
+    assert client.fetched == [] and no_build == []
+
+
+def test_an_image_without_layers_or_diff_ids_goes_on_to_the_build(no_build):
+    """No layers and a rootfs without diff_ids agree (0 and 0): the layer reads indexed
+    config["rootfs"]["diff_ids"] and raised KeyError; now the checked (empty) list is used."""
+    client = FakeRegistryClient(labels("torch-cu130-bookworm"), rootfs={"type": "layers"})
+    manifest = json.loads(client.manifest)
+    manifest["layers"] = []
+    client.manifest = json.dumps(manifest).encode()
+    with pytest.raises(AssertionError, match="rebuild built 'torch-cu130-bookworm'"):
+        rebuilding.check(REPO_ROOT, client, "servebuild/toy", "v1", "linux/amd64", docker=None, echo=False)
+    assert client.fetched == [] and no_build == [("torch-cu130-bookworm", "")]
+
+
+@pytest.mark.parametrize("container", ["x", {"Labels": ["io.servebuild.platform=linux/amd64"]}])
+def test_a_config_whose_labels_are_not_a_mapping_is_one_line(no_build, container):
+    """config.config (or its Labels) not a mapping: Published.label raised AttributeError; now the
+    image has no labels, which is the one-line --platform refusal, before any layer is fetched."""
+    client = FakeRegistryClient(labels("torch-cu130-bookworm"))
+    config = json.loads(client.config)
+    config["config"] = container
+    client.config = json.dumps(config).encode()
+    manifest = json.loads(client.manifest)
+    manifest["config"]["digest"] = sha(client.config)
+    client.manifest = json.dumps(manifest).encode()
+    with pytest.raises(InputError, match="its linux/amd64 image is labelled no platform") as err:
+        rebuilding.check(REPO_ROOT, client, "servebuild/toy", "v1", "linux/amd64", docker=None, echo=False)
+    assert err.value.field == "--platform" and "\n" not in str(err.value)
+    assert client.fetched == [] and no_build == []
