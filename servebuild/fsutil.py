@@ -58,9 +58,11 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         raise
 
 
-def write_json(path: Path, data) -> None:
-    """Strict JSON: a NaN or infinity raises ValueError instead of writing a file no JSON parser must accept."""
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+def write_json(path: Path, data, strict: bool = False) -> None:
+    """`strict` (what a build writes into an image's context: spec.json, manifest.json): a NaN or infinity
+    raises ValueError instead of writing a file no JSON parser must accept. Reports of measured figures
+    (bench, bisect) keep Python's NaN, which their own readers take."""
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=not strict) + "\n")
 
 
 @contextmanager

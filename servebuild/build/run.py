@@ -241,7 +241,7 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
                                       **({"host": docker.endpoint.host} if docker.endpoint else {})}}
     manifest_path = plan.build_dir / "manifest.json"
     with writing(manifest_path, "the build manifest"):  # before the tag: a manifest that cannot be written tags nothing
-        write_json(manifest_path, manifest)
+        write_json(manifest_path, manifest, strict=True)
     docker.tag(image_id, plan.tag)
     if plan.options.cache_to:
         docker.push(image_id, plan.options.cache_to)

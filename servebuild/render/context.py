@@ -161,8 +161,8 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     if kind is not None and kind.serve_time_jit:
         (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)
     if kernels:
-        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels))
-    write_json(context / "manifest.json", manifest_inputs)
+        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels), strict=True)
+    write_json(context / "manifest.json", manifest_inputs, strict=True)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
         # modes as a function of the content too: the builder's umask reaches no layer (0644, 0755 if executable)

@@ -80,13 +80,13 @@ def test_a_non_finite_aot_argument_is_refused_in_the_recipe(tmp_path, value):
 
 
 def test_json_the_build_writes_is_strict(tmp_path):
-    """spec.json (and every JSON file write_json writes) is strict JSON: a non-finite number is refused
+    """spec.json and the manifests (write_json strict=True) are strict JSON: a non-finite number is refused
     rather than written as NaN, which no JSON parser has to accept."""
     from servebuild.fsutil import write_json
     with pytest.raises(ValueError, match="not JSON compliant"):
-        write_json(tmp_path / "spec.json", {"kernels": [{"args": [float("nan")]}]})
+        write_json(tmp_path / "spec.json", {"kernels": [{"args": [float("nan")]}]}, strict=True)
     assert not (tmp_path / "spec.json").exists()
-    write_json(tmp_path / "spec.json", {"kernels": [{"args": [1.5]}]})
+    write_json(tmp_path / "spec.json", {"kernels": [{"args": [1.5]}]}, strict=True)
     assert json.loads((tmp_path / "spec.json").read_text()) == {"kernels": [{"args": [1.5]}]}
 
 
