@@ -16,7 +16,7 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from servebuild.errors import InputError, IntegrityError, RecipeError, Refused
+from servebuild.errors import InputError, IntegrityError, RecipeError, Refused, ServebuildError
 from servebuild.fsutil import atomic_write, sha256_file
 from servebuild.lock.debian import LockedDebian, bootstrapped_suite
 from servebuild.recipe.aptsteps import apt_steps
@@ -333,8 +333,11 @@ def debian_pins(loaded: LoadedRecipe, platform: str) -> tuple[Optional[LockedDeb
         return (lock.debian.get(platform) if lock else None), lock_display(loaded)
     suite, steps = bootstrapped_suite(loaded.recipe), apt_steps(loaded.recipe)
     for rf in loaded.chain[1:]:
-        parent = load_recipe(str(rf.path), loaded.root)
-        _, parent_lock = pin_for_build(parent)
+        try:  # a parent that is not a whole recipe alone (a fragment others extend) has no lock to lend
+            parent = load_recipe(str(rf.path), loaded.root)
+            _, parent_lock = pin_for_build(parent)
+        except ServebuildError:
+            continue
         pins = parent_lock.debian.get(platform) if parent_lock else None
         if pins is None:
             continue

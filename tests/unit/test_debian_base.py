@@ -312,3 +312,13 @@ def test_the_build_plan_of_a_derived_recipe_installs_its_parents_pinned_debs(tmp
     name = _derived(root, "my-aot", "aot:\n  kernels: []\n")
     plan = make_plan(root, name, BuildOptions(platform="linux/amd64", dry_run=True))
     assert plan.debian == load_lock_file(load_recipe("sglang-native-fp8-bookworm", root)).debian["linux/amd64"]
+
+
+def test_a_parent_that_is_not_a_whole_recipe_alone_is_passed_over(tmp_path):
+    """A chain through a fragment (valid only under its child) still finds the locked recipe above it."""
+    from servebuild.lock.lockfile import debian_pins
+    root = copy_project(tmp_path)
+    (root / "recipes" / "fragment.yaml").write_text("extends: sglang-native-fp8-bookworm\n")  # no name: not a recipe alone
+    (root / "recipes" / "mine.yaml").write_text("name: mine\nextends: fragment\naot:\n  kernels: []\n")
+    pins, where = debian_pins(load_recipe("mine", root), "linux/amd64")
+    assert where == "recipes/sglang-native-fp8-bookworm.lock.yaml" and pins is not None
