@@ -6,8 +6,15 @@ usage: python servebuild_cache.py seed   [--cache /cache] [--seed /opt/servebuil
 
 seed    copies every file of SEED/cache that CACHE lacks (never overwrites: what a volume holds wins),
         keeping mtimes (ninja-driven JITs compare them), each file written under a temporary name and
-        renamed; then writes CACHE/.servebuild/origin.json naming the image's manifest (sha256) the
-        cache was first seeded from, unless one is there. Every launcher runs it before the server.
+        renamed (a failed write, ENOSPC, leaves no temporary file: one line, exit 1); then writes
+        CACHE/.servebuild/origin.json naming the image's manifest (sha256) and image id the cache was
+        first seeded from, unless one is there: an origin is never rewritten, whichever image it names
+        (warm refuses a cache another image seeded). Every launcher runs it before the server.
+        It stays in CACHE: a directory of CACHE (CACHE itself, .servebuild, any directory the seed
+        holds) that is a link is refused, as is an origin.json that is not a regular file holding a
+        JSON object (one line, exit 2; nothing written through it). A link in the seed is copied as a
+        link when it is relative and stays inside SEED/cache; any other link (absolute, `..` out of
+        it, or resolving out of it: /etc/shadow) and any FIFO or device is skipped, one line each.
 census  one JSON object: {kind: number of files} for each directory under CACHE (kind = the JIT
         cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list;
         --listing FILE also writes every file's size and mtime; --since FILE (an earlier listing)
@@ -29,7 +36,7 @@ import shutil
 import sys
 import tarfile
 
-from servebuild_files import NotRegular, load_json
+from servebuild_files import NotDirectory, NotRegular, load_json, open_dir, open_regular, write_new
 
 MANIFEST = os.environ.get("SERVEBUILD_MANIFEST", "/opt/servebuild/manifest.json")
 ORIGIN = os.path.join(".servebuild", "origin.json")
@@ -59,33 +66,129 @@ def manifest_sha256() -> str | None:
 
 
 def read_origin(cache: str) -> dict | None:
-    try:
-        with open(os.path.join(cache, ORIGIN), encoding="utf-8") as handle:
-            data = json.load(handle)
+    try:  # never blocks on a FIFO there, never reads through a link there
+        data = load_json(os.path.join(cache, ORIGIN))
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
 
 
+def within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def exists_at(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def copy_file(src: str, dir_fd: int, name: str, shown: str) -> None:
+    """SRC as `name` in dir_fd, mode and mtime kept, under a temporary name renamed at the end (O_EXCL,
+    never through a link); whatever fails, the temporary file goes and the error names the file."""
+    st = os.lstat(src)
+    temp = f"{name}.servebuild-seed.{os.getpid()}.{os.urandom(4).hex()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as out, os.fdopen(open_regular(src), "rb") as source:
+            shutil.copyfileobj(source, out, 1 << 20)
+            out.flush()
+            os.fchmod(out.fileno(), st.st_mode & 0o7777)
+            os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))  # ninja-driven JITs compare mtimes
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as exc:
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror or str(exc), shown) from None
+        raise
+
+
+def seed_tree(source: str, root: str, src: str, dir_fd: int, shown: str) -> int:
+    """Copy what SRC holds that dir_fd lacks; returns the count. A directory of the cache that is a link
+    is refused (BadInput); a link in the seed is copied as a link only where it is relative and stays
+    inside the seed, else skipped with a line; a FIFO or device in the seed is skipped with a line."""
+    copied = 0
+    with os.scandir(src) as entries:
+        entries = sorted(entries, key=lambda e: e.name)
+    for entry in entries:
+        path, where = entry.path, os.path.join(shown, entry.name)
+        if src == source and entry.name == ".servebuild":
+            continue
+        if entry.is_symlink():
+            text = os.readlink(path)
+            lexical = os.path.normpath(os.path.join(os.path.relpath(src, source), text))
+            if os.path.isabs(text) or lexical.split(os.sep)[0] == ".." or not within(os.path.realpath(path), root):
+                print(f"servebuild-cache: seed: {where} not copied: a link out of the seed ({text!r})", file=sys.stderr)
+            elif not exists_at(entry.name, dir_fd):
+                os.symlink(text, entry.name, dir_fd=dir_fd)
+                copied += 1
+        elif entry.is_dir(follow_symlinks=False):
+            try:
+                sub = open_dir(entry.name, dir_fd, create=True)
+            except NotDirectory as exc:
+                raise BadInput(f"{where} {exc.strerror}: nothing is written through it (remove it from the "
+                               f"volume, or use a fresh one)") from None
+            try:
+                copied += seed_tree(source, root, path, sub, where)
+            finally:
+                os.close(sub)
+        elif not entry.is_file(follow_symlinks=False):
+            print(f"servebuild-cache: seed: {where} not copied: not a regular file", file=sys.stderr)
+        elif not exists_at(entry.name, dir_fd):  # never overwrites: what a volume holds wins
+            copy_file(path, dir_fd, entry.name, where)
+            copied += 1
+    return copied
+
+
+def cache_root(cache: str) -> int:
+    """The cache root's descriptor (made when missing); a link there is refused like one below it."""
+    try:
+        try:
+            return open_dir(cache)
+        except FileNotFoundError:
+            os.makedirs(cache, exist_ok=True)
+            return open_dir(cache)
+    except NotDirectory as exc:
+        raise BadInput(f"{cache} {exc.strerror}: nothing is written through it") from None
+
+
 def seed(cache: str, seed_dir: str) -> int:
     source = os.path.join(seed_dir, "cache")
-    copied = 0
-    for rel in files_under(source) if os.path.isdir(source) else []:
-        target = os.path.join(cache, rel)
-        if os.path.lexists(target):
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        temp = f"{target}.servebuild-seed.{os.getpid()}"
-        shutil.copy2(os.path.join(source, rel), temp)
-        os.replace(temp, target)
-        copied += 1
-    if read_origin(cache) is None:
-        os.makedirs(os.path.join(cache, ".servebuild"), exist_ok=True)
-        temp = os.path.join(cache, ORIGIN + f".{os.getpid()}")
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump({"manifest_sha256": manifest_sha256(), "image_id": os.environ.get("SERVEBUILD_IMAGE_ID")},
-                      handle, sort_keys=True)
-        os.replace(temp, os.path.join(cache, ORIGIN))
+    shown_origin = os.path.join(cache, ORIGIN)
+    root_fd = cache_root(cache)
+    try:
+        try:
+            state = open_dir(".servebuild", root_fd, create=True)
+        except NotDirectory as exc:
+            raise BadInput(f"{os.path.join(cache, '.servebuild')} {exc.strerror}: nothing is written through it "
+                           f"(remove it from the volume, or use a fresh one)") from None
+        try:
+            try:  # an origin is never rewritten, whichever image it names: warm refuses another image's cache
+                origin = load_json("origin.json", state)
+            except FileNotFoundError:
+                origin = None
+            except NotRegular:
+                raise BadInput(f"{shown_origin} is not a regular file: nothing is read or written through it "
+                               f"(remove it, or use a fresh volume)") from None
+            except ValueError as exc:
+                raise BadInput(f"{shown_origin} is not an origin seed wrote ({exc}): remove it, or use a fresh volume") from None
+            if origin is not None and not isinstance(origin, dict):
+                raise BadInput(f"{shown_origin} is not an origin seed wrote (not a JSON object): remove it, "
+                               f"or use a fresh volume")
+            copied = seed_tree(source, os.path.realpath(source), source, root_fd, cache) if os.path.isdir(source) else 0
+            if origin is None:
+                text = json.dumps({"manifest_sha256": manifest_sha256(), "image_id": os.environ.get("SERVEBUILD_IMAGE_ID")},
+                                  sort_keys=True)
+                write_new("origin.json", text.encode(), state)
+        finally:
+            os.close(state)
+    finally:
+        os.close(root_fd)
     print(f"servebuild-cache: seeded {copied} files into {cache}", file=sys.stderr)
     return 0
 

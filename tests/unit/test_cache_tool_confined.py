@@ -1,0 +1,156 @@
+"""The in-image cache tool stays in the cache (issue 31, point 5): `seed` never writes through a linked
+directory, never copies a seed link as its target's content, leaves no temp file when a write fails and
+never rewrites an origin.json that is there; `census` and `pack` name a directory they cannot read
+rather than undercount. Each tool runs as the image runs it (a subprocess, a timeout), except where a
+read error is simulated in-process (the suite runs as root, who reads every directory)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from servebuild import TOOLS_DIR
+
+CACHE_TOOL = str(TOOLS_DIR / "servebuild_cache.py")
+
+
+def make_seed(tmp_path):
+    seed = tmp_path / "seed" / "cache"
+    (seed / "tvm-ffi" / "mod_a").mkdir(parents=True)
+    (seed / "tvm-ffi" / "mod_a" / "a.so").write_bytes(b"seeded a")
+    (tmp_path / "manifest.json").write_text("{}")
+    return seed
+
+
+def run_seed(tmp_path, cache, preexec=None, image_id="sha256:" + "1" * 64):
+    return subprocess.run([sys.executable, CACHE_TOOL, "seed", "--cache", str(cache), "--seed", str(tmp_path / "seed")],
+                          capture_output=True, text=True, timeout=20, cwd=tmp_path, preexec_fn=preexec,
+                          env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json"),
+                               "SERVEBUILD_IMAGE_ID": image_id})
+
+
+def one_line(proc, code=2):
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    assert lines[0].startswith("servebuild-cache: seed"), lines[0]
+    return lines[0]
+
+
+def everything_under(root):
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, dirs, files in os.walk(root) for n in dirs + files)
+
+
+@pytest.mark.parametrize("linked", [".servebuild", "tvm-ffi", "tvm-ffi/mod_a", "."])
+def test_seed_refuses_a_cache_directory_that_is_a_link_and_writes_nothing_outside(tmp_path, linked):
+    make_seed(tmp_path)
+    cache, outside = tmp_path / "cache", tmp_path / "etc"
+    outside.mkdir()
+    (outside / "passwd").write_text("root:x:0:0\n")
+    if linked == ".":
+        cache = tmp_path / "cache-link"
+        cache.symlink_to(outside)
+    else:
+        (cache / linked).parent.mkdir(parents=True, exist_ok=True)
+        (cache / linked).symlink_to(outside)
+    line = one_line(run_seed(tmp_path, cache))
+    assert "is a link" in line and str(cache / linked).rstrip("/.") in line, line
+    assert everything_under(outside) == ["passwd"] and (outside / "passwd").read_text() == "root:x:0:0\n"
+
+
+def test_seed_copies_a_link_inside_the_seed_as_a_link_and_skips_one_that_leaves_it(tmp_path):
+    seed = make_seed(tmp_path)
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret\n")
+    (seed / "tvm-ffi" / "shadow").symlink_to(secret)  # absolute, outside the seed
+    (seed / "tvm-ffi" / "up").symlink_to("../../../shadow")  # relative, outside the seed
+    (seed / "tvm-ffi" / "etc").symlink_to(tmp_path)  # a directory outside the seed
+    (seed / "tvm-ffi" / "alias.so").symlink_to("mod_a/a.so")  # inside the seed: kept as a link
+    cache = tmp_path / "cache"
+    proc = run_seed(tmp_path, cache)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    skipped = [line for line in proc.stderr.splitlines() if "not copied" in line]
+    assert len(skipped) == 3 and all("a link out of the seed" in line for line in skipped), proc.stderr
+    assert "seeded 2 files" in proc.stderr, proc.stderr
+    assert not os.path.lexists(cache / "tvm-ffi" / "shadow") and not os.path.lexists(cache / "tvm-ffi" / "up")
+    assert not os.path.lexists(cache / "tvm-ffi" / "etc")
+    assert os.readlink(cache / "tvm-ffi" / "alias.so") == "mod_a/a.so"
+    assert (cache / "tvm-ffi" / "alias.so").read_bytes() == b"seeded a"  # the cache's own copy
+
+
+def limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, like ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+
+def test_a_write_that_fails_mid_seed_leaves_no_temp_file(tmp_path):
+    seed = make_seed(tmp_path)
+    (seed / "tvm-ffi" / "mod_a" / "big.so").write_bytes(b"x" * 100_000)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    line = one_line(run_seed(tmp_path, cache, preexec=limit_file_size), code=1)
+    assert "big.so" in line, line
+    leftovers = [p for p in everything_under(cache) if "servebuild" in os.path.basename(p) and "seed" in p]
+    assert leftovers == [] and not os.path.lexists(cache / "tvm-ffi" / "mod_a" / "big.so"), everything_under(cache)
+
+
+OTHER = {"image_id": "sha256:" + "9" * 64, "manifest_sha256": "0" * 64}
+
+
+def test_seed_keeps_an_origin_from_another_image_and_warm_still_refuses_the_cache(tmp_path):
+    from servebuild.check.warm import check_origin
+    from servebuild.errors import IntegrityError
+    make_seed(tmp_path)
+    cache = tmp_path / "cache"
+    (cache / ".servebuild").mkdir(parents=True)
+    origin = cache / ".servebuild" / "origin.json"
+    origin.write_text(json.dumps(OTHER))
+    before = os.stat(origin)
+    assert run_seed(tmp_path, cache).returncode == 0
+    after = os.stat(origin)
+    assert json.loads(origin.read_text()) == OTHER and (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    census = json.loads(subprocess.run([sys.executable, CACHE_TOOL, "census", "--cache", str(cache)], capture_output=True,
+                                       text=True, timeout=20, env={**os.environ, "SERVEBUILD_MANIFEST": str(
+                                           tmp_path / "manifest.json")}).stdout)
+    assert census["origin"] == OTHER
+    with pytest.raises(IntegrityError, match="first seeded by another image"):
+        check_origin(census, "sha256:" + "1" * 64)
+
+
+def test_a_second_seed_does_not_rewrite_the_origin_it_wrote(tmp_path):
+    make_seed(tmp_path)
+    cache = tmp_path / "cache"
+    assert run_seed(tmp_path, cache).returncode == 0
+    origin = cache / ".servebuild" / "origin.json"
+    first = os.stat(origin)
+    assert json.loads(origin.read_text())["image_id"] == "sha256:" + "1" * 64
+    assert run_seed(tmp_path, cache, image_id="sha256:" + "2" * 64).returncode == 0
+    again = os.stat(origin)
+    assert json.loads(origin.read_text())["image_id"] == "sha256:" + "1" * 64
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "not json", "a list"])
+def test_seed_refuses_an_origin_that_is_not_one_and_leaves_it(tmp_path, plant):
+    make_seed(tmp_path)
+    cache = tmp_path / "cache"
+    (cache / ".servebuild").mkdir(parents=True)
+    origin = cache / ".servebuild" / "origin.json"
+    target = tmp_path / "passwd"
+    target.write_text("root:x:0:0\n")
+    if plant == "link":
+        origin.symlink_to(target)
+    elif plant == "fifo":
+        os.mkfifo(origin)
+    else:
+        origin.write_text("{oops" if plant == "not json" else "[1]")
+    line = one_line(run_seed(tmp_path, cache))
+    assert "origin.json" in line and ("not a regular file" in line or "not an origin" in line), line
+    assert target.read_text() == "root:x:0:0\n"
+    assert os.path.islink(origin) if plant == "link" else True
