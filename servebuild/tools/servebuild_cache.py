@@ -17,6 +17,7 @@ seed    copies every file of SEED/cache that CACHE lacks (never overwrites: what
         it, or resolving out of it: /etc/shadow) and any FIFO or device is skipped, one line each.
 census  one JSON object: {kind: number of files} for each directory under CACHE (kind = the JIT
         cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list;
+        a directory it cannot list is one line naming it (exit 1), not a smaller count;
         --listing FILE also writes every file's size and mtime; --since FILE (an earlier listing)
         adds "changed": {kind: files new or rewritten since, empty lock files aside} - what a run
         compiled, per kind, even where a JIT rebuilt a module in place (`invoke warm`, the smoke suite, the H200 benchmark).
@@ -46,9 +47,15 @@ class BadInput(Exception):
     """What the caller gave cannot be used (one line, exit 2)."""
 
 
+def unreadable(exc: OSError) -> None:
+    raise exc  # a directory the walk cannot list: named (exit 1), never skipped into an undercount
+
+
 def files_under(root: str) -> list[str]:
     found = []
-    for d, dirs, files in os.walk(root):
+    if not os.path.isdir(root):  # no seed in this image, no cache yet: nothing, not an error
+        return found
+    for d, dirs, files in os.walk(root, onerror=unreadable):
         dirs.sort()
         for name in sorted(files):
             path = os.path.relpath(os.path.join(d, name), root)

@@ -154,3 +154,33 @@ def test_seed_refuses_an_origin_that_is_not_one_and_leaves_it(tmp_path, plant):
     assert "origin.json" in line and ("not a regular file" in line or "not an origin" in line), line
     assert target.read_text() == "root:x:0:0\n"
     assert os.path.islink(origin) if plant == "link" else True
+
+
+def cache_tool(monkeypatch):
+    monkeypatch.syspath_prepend(str(TOOLS_DIR))
+    spec = importlib.util.spec_from_file_location("servebuild_cache_under_test", CACHE_TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("command", ["census", "pack"])
+def test_census_and_pack_name_a_directory_they_cannot_read(tmp_path, monkeypatch, capsys, command):
+    tool = cache_tool(monkeypatch)
+    cache = tmp_path / "cache"
+    (cache / "triton" / "locked").mkdir(parents=True)
+    (cache / "triton" / "locked" / "k.cubin").write_bytes(b"x")
+    (cache / "triton" / "open.cubin").write_bytes(b"y")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+    monkeypatch.setattr(os, "scandir", scandir)
+    args = ["--out", str(tmp_path / "new.tar"), "--seed", str(tmp_path / "no-seed")] if command == "pack" else []
+    code = tool.main([command, "--cache", str(cache), *args])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "" and len(lines) == 1, (code, out, err)
+    assert "Permission denied" in lines[0] and str(cache / "triton" / "locked") in lines[0], lines[0]
