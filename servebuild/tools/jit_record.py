@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-from servebuild_files import load_json, open_regular
+from servebuild_files import load_json, open_dir, open_regular
 
 VERSION = 1
 _installed = False
@@ -58,14 +58,20 @@ def _versions() -> dict:
 
 
 def write(entry: dict) -> None:
-    """Append one line; never blocks (a FIFO at the path is skipped), never writes through a link at the
-    path, never raises into the server (whatever fails, one stderr line and the server goes on)."""
+    """Append one line (O_APPEND); never blocks (a FIFO at the path is skipped), never writes through a
+    link at the path or at its directory, never raises into the server (whatever fails, one stderr
+    line and the server goes on)."""
     path = _out_path()
     try:
         line = json.dumps({"v": VERSION, **_engine(), "versions": _versions(), "pid": os.getpid(),
                            "time": round(time.time(), 3), **entry}, sort_keys=True, default=str) + "\n"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        dir_fd = open_dir(folder)  # a linked record directory (/cache/servebuild -> /etc) is refused too
+        try:
+            fd = open_regular(os.path.basename(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
         try:
             os.write(fd, line.encode())
         finally:

@@ -133,3 +133,25 @@ def test_the_recorder_appends_a_line_to_a_regular_file(tmp_path):
         assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in (tmp_path / "sub" / "rec.jsonl").read_text().splitlines()]
     assert [(x["engine"], x["engine_version"], x["module"]) for x in lines] == [("sglang", "0.5.16", "m")] * 2
+
+
+def test_the_recorder_never_appends_through_a_linked_directory(tmp_path):
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "servebuild").symlink_to(outside)
+    proc = record(tmp_path, tmp_path / "cache" / "servebuild" / "jit-record.jsonl")
+    assert proc.returncode == 0 and proc.stdout == "server goes on\n", proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "link" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_the_recorder_appends_after_what_the_file_holds(tmp_path):
+    """O_APPEND: a line already there (another worker's) is kept whole, the new one goes after it."""
+    rec = tmp_path / "rec.jsonl"
+    earlier = json.dumps({"v": 1, "jit": "triton", "pad": "x" * 2000}) + "\n"
+    rec.write_text(earlier)
+    proc = record(tmp_path, rec)
+    assert proc.returncode == 0, proc.stderr
+    text = rec.read_text()
+    assert text.startswith(earlier) and json.loads(text[len(earlier):])["module"] == "m", text[:200]
