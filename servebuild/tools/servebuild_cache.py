@@ -24,7 +24,9 @@ census  one JSON object: {kind: number of files} for each directory under CACHE 
 pack    a tar (sorted, mtimes kept, owner 0) of the non-empty files under CACHE that SEED/cache lacks:
         what a run compiled, for `invoke warm`'s cache layer. Refuses (exit 3) above --max-bytes.
 
-Standard library only: the image's Python, without servebuild installed.
+What census and pack write (--out, --listing) is written beside its path and renamed over it: a
+link or FIFO there is replaced, never written through. Standard library only: the image's Python,
+without servebuild installed.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import shutil
 import sys
 import tarfile
 
-from servebuild_files import NotDirectory, NotRegular, load_json, open_dir, open_regular, write_new
+from servebuild_files import NotDirectory, NotRegular, load_json, open_dir, open_regular, write_file, write_new
 
 MANIFEST = os.environ.get("SERVEBUILD_MANIFEST", "/opt/servebuild/manifest.json")
 ORIGIN = os.path.join(".servebuild", "origin.json")
@@ -238,8 +240,7 @@ def census(cache: str, listing: str | None = None, since: str | None = None) -> 
                 changed[kind_of(rel)] = changed.get(kind_of(rel), 0) + 1
         out["changed"] = changed
     if listing:
-        with open(listing, "w", encoding="utf-8") as handle:
-            json.dump(now, handle)
+        write_file(listing, json.dumps(now).encode())
     return out
 
 
@@ -256,9 +257,12 @@ def pack(cache: str, seed_dir: str, out: str, max_bytes: int) -> int:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in new:
-            tar.add(os.path.join(cache, rel), arcname=rel, recursive=False, filter=owned)
+
+    def fill(handle) -> None:
+        with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in new:
+                tar.add(os.path.join(cache, rel), arcname=rel, recursive=False, filter=owned)
+    write_file(out, fill)
     print(json.dumps({"files": len(new), "bytes": total}))
     return 0
 
@@ -282,8 +286,7 @@ def main(argv: list[str]) -> int:
             return pack(args.cache, args.seed, args.out, args.max_bytes)
         text = json.dumps(census(args.cache, args.listing, args.since), sort_keys=True)
         if args.out:
-            with open(args.out, "w", encoding="utf-8") as handle:
-                handle.write(text + "\n")
+            write_file(args.out, (text + "\n").encode())
         else:
             print(text)
         return 0

@@ -55,15 +55,16 @@ def open_dir(path: str, dir_fd: int | None = None, create: bool = False) -> int:
         raise NotDirectory(exc.errno, "is a link, not a directory" if linked else "is not a directory", path) from None
 
 
-def write_new(name: str, data: bytes, dir_fd: int, mode: int = 0o644) -> None:
-    """`name` in the directory `dir_fd` holds `data`: written under a fresh temporary name (O_EXCL,
-    never through a link) and renamed over it, so a reader sees the old file or the whole new one;
+def write_new(name: str, data, dir_fd: int, mode: int = 0o644) -> None:
+    """`name` in the directory `dir_fd` holds `data` (bytes, or a function given the open binary file):
+    written under a fresh temporary name (O_EXCL, never through a link) and renamed over it, so a reader
+    sees the old file or the whole new one and a link or FIFO there is replaced, never written through;
     whatever fails (ENOSPC), the temporary file is removed."""
     temp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            data(handle) if callable(data) else handle.write(data)
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
@@ -71,6 +72,16 @@ def write_new(name: str, data: bytes, dir_fd: int, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
+
+
+def write_file(path: str, data) -> None:
+    """write_new at a path the caller chose: its folder is the caller's (reached as given), the file
+    itself is replaced atomically, never written through."""
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_new(os.path.basename(path), data, folder)
+    finally:
+        os.close(folder)
 
 
 def read_regular(path: str, dir_fd: int | None = None) -> bytes:

@@ -184,3 +184,20 @@ def test_census_and_pack_name_a_directory_they_cannot_read(tmp_path, monkeypatch
     lines = err.strip().splitlines()
     assert code == 1 and out == "" and len(lines) == 1, (code, out, err)
     assert "Permission denied" in lines[0] and str(cache / "triton" / "locked") in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command,flag", [("census", "--listing"), ("census", "--out"), ("pack", "--out")])
+def test_what_census_and_pack_write_replaces_a_link_there_never_writes_through_it(tmp_path, command, flag):
+    cache = tmp_path / "cache"
+    (cache / "triton").mkdir(parents=True)
+    (cache / "triton" / "k.cubin").write_bytes(b"x")
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0\n")
+    out = tmp_path / "out.json"
+    out.symlink_to(victim)
+    extra = ["--seed", str(tmp_path / "no-seed")] if command == "pack" else []
+    proc = subprocess.run([sys.executable, CACHE_TOOL, command, "--cache", str(cache), flag, str(out), *extra],
+                          capture_output=True, text=True, timeout=20, cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert victim.read_text() == "root:x:0:0\n" and not out.is_symlink() and out.stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
