@@ -7,7 +7,8 @@ path, checked before any layer is read) -> every layer blob the registry serves 
 to disk (streamed, within LAYER_BYTES and LAYER_S) and must hash to its descriptor, and its
 uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
 build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
-registry's. On a difference the first differing layer is named with the paths that differ inside it
+registry's. A layer is inflated at most to `inflated_limit` of its blob (100 times, 64 MiB at least: a
+gzip bomb stops there, an IntegrityError naming the layer). On a difference the first differing layer is named with the paths that differ inside it
 (the registry's layer tar and the rebuilt one compared entry by entry), or, when every layer is the
 same, the config fields that differ. The caller exits 0 (identical), 1 (different) or 2 (bad input,
 one line).
@@ -30,7 +31,7 @@ from servebuild.build import committed, run
 from servebuild.build.docker import DockerClient
 from servebuild.build.imageconfig import image_config
 from servebuild.build.manifest import LABEL_PREFIX
-from servebuild.errors import InputError
+from servebuild.errors import InputError, IntegrityError
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.recipe.grammar import NAME, shown
 from servebuild.platforms import arch_of
@@ -179,7 +180,8 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
                 if "served blob" not in exc.problem:  # unreachable, too large, too slow: not an answer to compare
                     raise
                 problem = exc.problem
-        content = _uncompressed(blob, tar)
+        content = _uncompressed(blob, tar, inflated_limit(blob.stat().st_size),
+                                f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')})")
         if not problem and content != diff_ids[i]:
             problem = (f"the registry's blob {desc.get('digest')} holds {content or 'no readable layer'}, "
                        f"its config says {diff_ids[i]}")
@@ -188,14 +190,26 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
     return out
 
 
-def _uncompressed(blob: Path, tar: Path) -> str:
-    """Write `blob` uncompressed (gzip, or as it is) to `tar`; the sha256 of what was written ('' if unreadable)."""
-    digest = hashlib.sha256()
+def inflated_limit(compressed: int) -> int:
+    """The most bytes a layer blob of `compressed` bytes may inflate to (limits.LAYER_INFLATE_*)."""
+    return max(limits.LAYER_INFLATE_FLOOR, min(limits.LAYER_INFLATE_RATIO * compressed, limits.LAYER_INFLATED_BYTES))
+
+
+def _uncompressed(blob: Path, tar: Path, limit: int, what: str) -> str:
+    """Write `blob` uncompressed (gzip, or as it is) to `tar`, at most `limit` bytes (past it an
+    IntegrityError naming `what`, the layer); the sha256 of what was written ('' if unreadable)."""
+    digest, size = hashlib.sha256(), 0
     with blob.open("rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
     try:
         with (gzip.open(blob, "rb") if gzipped else blob.open("rb")) as src, tar.open("wb") as dst:
-            for chunk in iter(lambda: src.read(READ), b""):
+            for chunk in iter(lambda: src.read(min(READ, limit + 1 - size)), b""):
+                size += len(chunk)
+                if size > limit:
+                    raise IntegrityError(f"{what} inflates past {limit} bytes (its blob is {blob.stat().st_size}; "
+                                         f"a layer may inflate {limits.LAYER_INFLATE_RATIO} times, at least "
+                                         f"{limits.LAYER_INFLATE_FLOOR >> 20} MiB): not unpacked further",
+                                         field="registry")
                 digest.update(chunk)
                 dst.write(chunk)
     except (OSError, EOFError, zlib.error):
