@@ -9,7 +9,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.cli.options import path, platform_list, registry_ref, split_registry_ref
 from servebuild.release import credentials, signing
 from servebuild.release.publish import PUSH_S, gather_builds, publish as publish_builds
-from servebuild.registry.limits import seconds_from_env
+from servebuild.registry.limits import REBUILD_REGISTRY_S, seconds_from_env
 from servebuild.registry.client import RegistryClient
 from servebuild.release.verify import verify as verify_tag
 from servebuild.release import rebuild as rebuilding
@@ -78,8 +78,10 @@ def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca
     platform = platform or host_platform()
     if platform not in PLATFORMS:
         raise InputError(f"unknown platform {platform!r} (one of {', '.join(PLATFORMS)})", field="--platform")
+    total_s = seconds_from_env("SERVEBUILD_REBUILD_DEADLINE", REBUILD_REGISTRY_S)  # before the registry is asked
     client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
-    report = rebuilding.check(root, client, name, tag, platform, DockerClient(), path(default_ca_bundle(ca_bundle)))
+    report = rebuilding.check(root, client, name, tag, platform, DockerClient(), path(default_ca_bundle(ca_bundle)),
+                              total_s=total_s)
     if report.identical:
         print(f"rebuilt {report.ref} {platform}: identical ({report.layers} layers and the config, "
               f"image {report.registry_id})")

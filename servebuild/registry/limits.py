@@ -32,6 +32,8 @@ IDLE_S = 30.0                 # no byte at all for this long ends a request
 REQUEST_S = 60.0              # one request, from connect to the last byte (SERVEBUILD_REGISTRY_TIMEOUT)
 OPERATION_S = 600.0           # one operation: a verify, one phase of a publish, one digest lookup
                               # (SERVEBUILD_REGISTRY_DEADLINE)
+REBUILD_REGISTRY_S = 7200.0   # all registry reads of one `rebuild --check` together (manifests, config, every
+                              # layer), each still within OPERATION_S (SERVEBUILD_REBUILD_DEADLINE)
 RETRIES = 4                   # further tries after a reset connection or a 5xx answer, within the operation
 INDEX_PAGE_BYTES = 64 * MiB   # a package index's JSON page (torch's lists thousands of files)
 INDEX_PAGE_S = 120.0          # one index page, connect to last byte

@@ -4,8 +4,9 @@ the registry's, layer by layer (issue 20).
 REF's index (or image manifest) -> the platform's image manifest and config (bounded reads) -> the
 config's labels name the recipe, variant and platform (recipe and variant by the recipe-name grammar: never a
 path, checked before any layer is read) -> every layer blob the registry serves is read
-to disk (streamed, within LAYER_BYTES and LAYER_S) and must hash to its descriptor, and its
-uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
+to disk (streamed, within LAYER_BYTES; each layer one operation under SERVEBUILD_REGISTRY_DEADLINE, and
+all of the command's registry reads under SERVEBUILD_REBUILD_DEADLINE) and must hash to its descriptor,
+and its uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
 build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
 registry's. A layer is inflated at most to `inflated_limit` of its blob (100 times, 64 MiB at least: a
 gzip bomb stops there, an IntegrityError naming the layer). On a difference the first differing layer is named with the paths that differ inside it
@@ -23,6 +24,7 @@ import re
 import tarfile
 import tempfile
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,9 +39,10 @@ from servebuild.recipe.grammar import NAME, shown
 from servebuild.platforms import arch_of
 from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, parse_json
+from servebuild.registry.deadline import Expired, deadline
 from servebuild.render.settle import SETTLE, START
 from servebuild.registry.client import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient,
-                                       RegistryError)
+                                       RegistryError, RegistryTimeout)
 
 PATHS_SHOWN = 20
 DIFF_ID = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
@@ -174,8 +177,9 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
         blob, tar = work / f"registry-{i}.blob", work / f"registry-{i}.tar"
         problem = ""
         with blob.open("w+b") as sink:
-            try:
-                client.get_blob_into(repo, str(desc.get("digest", "")), sink, limits.LAYER_BYTES, limits.LAYER_S)
+            try:  # one operation per layer: SERVEBUILD_REGISTRY_DEADLINE bounds it, not LAYER_S alone
+                with client.operation(f"reading layer {i} ({str(desc.get('digest', ''))[:80]}) of {image.ref}"):
+                    client.get_blob_into(repo, str(desc.get("digest", "")), sink, limits.LAYER_BYTES, limits.LAYER_S)
             except RegistryError as exc:
                 if "served blob" not in exc.problem:  # unreachable, too large, too slow: not an answer to compare
                     raise
@@ -229,12 +233,26 @@ def rebuild(root: Path, image: Published, docker: DockerClient, ca_bundle: Optio
     return result.image_id, image_config(docker, result.image_id, image.platform)
 
 
+@contextmanager
+def registry_reads(registry: str, ref: str, seconds: float):
+    """Every registry read of one rebuild --check inside one deadline (past it one RegistryTimeout
+    line), however many layers the manifest lists; the build is not inside it."""
+    try:
+        with deadline(seconds, f"the registry reads of rebuild --check {ref} (SERVEBUILD_REBUILD_DEADLINE)"):
+            yield
+    except Expired as exc:  # between two requests (inflating a layer): no client call caught it
+        raise RegistryTimeout(f"{registry}: {exc.what} did not finish within {exc.seconds:g} s",
+                              field="registry") from None
+
+
 def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str, docker: DockerClient,
-          ca_bundle: Optional[Path] = None, echo: bool = True) -> Report:
-    image = published(client, repo, tag, platform)
+          ca_bundle: Optional[Path] = None, echo: bool = True, total_s: Optional[float] = None) -> Report:
+    total_s = total_s or limits.seconds_from_env("SERVEBUILD_REBUILD_DEADLINE", limits.REBUILD_REGISTRY_S)
     with tempfile.TemporaryDirectory(prefix="servebuild-rebuild-") as tmp:
         work = Path(tmp)
-        theirs = registry_layers(client, repo, image, work)
+        with registry_reads(client.registry, f"{client.registry}/{repo}:{tag}", total_s):
+            image = published(client, repo, tag, platform)
+            theirs = registry_layers(client, repo, image, work)
         rebuilt_id, config = rebuild(root, image, docker, ca_bundle, echo)
         report = Report(image.ref, platform, image.config_digest, rebuilt_id, len(image.layers))
         ours = (config.get("rootfs") or {}).get("diff_ids") or []

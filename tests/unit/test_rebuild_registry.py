@@ -244,3 +244,48 @@ def test_a_layer_that_inflates_past_its_bound_is_refused_naming_its_digest(regis
     message = one_line(err)
     assert f"layer 0 ({sha(bomb[0])})" in message and f"inflates past {64 << 20} bytes" in message, message
     assert fake_build.calls == 0
+
+
+# -- (issue 31, point 3) every request under the registry deadline; a total for the command -----------
+
+def test_a_layer_trickled_a_byte_at_a_time_ends_at_the_registry_deadline(registry, fake_build, monkeypatch):
+    """The layer read had its own 3,600 s (limits.LAYER_S) outside any operation, whatever
+    SERVEBUILD_REGISTRY_DEADLINE said; now each layer read is one operation under it."""
+    monkeypatch.setenv("SERVEBUILD_REGISTRY_DEADLINE", "1")
+    blob = layer({"etc/x": b"x"})
+    reg = registry([blob], labels(), trickle=(0,), trickle_s=0.1)  # ~12 s for the whole blob
+    start = time.monotonic()
+    with pytest.raises(RegistryTimeout) as err:
+        check(reg)
+    seconds = time.monotonic() - start
+    message = one_line(err)
+    assert seconds < 4, (seconds, message)
+    assert f"layer 0 ({sha(blob[0])})" in message and "did not finish within 1 s" in message, message
+    assert fake_build.calls == 0
+
+
+def test_the_registry_reads_of_one_rebuild_end_at_its_total_deadline(registry, fake_build, monkeypatch):
+    """Each layer within SERVEBUILD_REGISTRY_DEADLINE, but many of them: the command's registry reads
+    together end at SERVEBUILD_REBUILD_DEADLINE."""
+    monkeypatch.setenv("SERVEBUILD_REGISTRY_DEADLINE", "30")
+    monkeypatch.setenv("SERVEBUILD_REBUILD_DEADLINE", "2")
+    layers = [layer({f"etc/{i}": b"x" * i}) for i in range(4)]
+    reg = registry(layers, labels(), trickle=(0, 1, 2, 3), trickle_s=0.01)  # about 1.3 s each
+    start = time.monotonic()
+    with pytest.raises(RegistryTimeout) as err:
+        check(reg)
+    seconds = time.monotonic() - start
+    message = one_line(err)
+    assert seconds < 3.5, (seconds, message)
+    assert "SERVEBUILD_REBUILD_DEADLINE" in message and "did not finish within 2 s" in message, message
+    assert 1 <= len(reg.layer_gets()) < 4 and fake_build.calls == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "x", "90000"])
+def test_a_bad_total_deadline_is_refused_before_the_registry_is_asked(value, monkeypatch):
+    from servebuild.cli import release as cli_release
+    monkeypatch.setenv("SERVEBUILD_REBUILD_DEADLINE", value)
+    with pytest.raises(InputError) as err:  # port 1: nothing listens, and nothing may be asked
+        cli_release.rebuild_check(REPO_ROOT, "127.0.0.1:1/servebuild/toy:v1", "linux/amd64")
+    assert err.value.field == "SERVEBUILD_REBUILD_DEADLINE", str(err.value)
+    one_line(err)
