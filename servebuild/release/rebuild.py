@@ -3,7 +3,8 @@ the registry's, layer by layer (issue 20).
 
 REF's index (or image manifest) -> the platform's image manifest and config (bounded reads) -> the
 config's labels name the recipe, variant and platform (recipe and variant by the recipe-name grammar: never a
-path, checked before any layer is read) -> every layer blob the registry serves is read
+path) -> the rebuild's plan is made from them (a recipe or variant this checkout lacks is refused; both
+checks before any layer is read) -> every layer blob the registry serves is read
 to disk (streamed, within LAYER_BYTES; each layer one operation under SERVEBUILD_REGISTRY_DEADLINE, and
 all of the command's registry reads under SERVEBUILD_REBUILD_DEADLINE) and must hash to its descriptor,
 and its uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
@@ -33,8 +34,8 @@ from servebuild.build import committed, run
 from servebuild.build.docker import DockerClient
 from servebuild.build.imageconfig import image_config
 from servebuild.build.manifest import LABEL_PREFIX
-from servebuild.errors import InputError, IntegrityError
-from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.errors import InputError, IntegrityError, ServebuildError
+from servebuild.plan.make import BuildOptions, BuildPlan, make_plan
 from servebuild.recipe.grammar import NAME, shown
 from servebuild.platforms import arch_of
 from servebuild.registry import limits
@@ -221,15 +222,26 @@ def _uncompressed(blob: Path, tar: Path, limit: int, what: str) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def rebuild(root: Path, image: Published, docker: DockerClient, ca_bundle: Optional[Path],
-            echo: bool) -> tuple[str, dict]:
-    """Build the labelled recipe (and variant) again for the platform, --no-cache, beside the user's builds."""
-    variant = image.label("variant") or None
+def rebuild_plan(root: Path, image: Published, ca_bundle: Optional[Path], echo: bool) -> BuildPlan:
+    """The plan of the labelled recipe (and variant) for the platform, --no-cache, beside the user's builds:
+    made before any layer is read, so a label naming what this checkout cannot build (no such recipe or
+    variant, a platform it lacks, an unpinned entry) costs no download."""
+    recipe, variant = image.label("recipe"), image.label("variant") or None
     options = BuildOptions(platform=image.platform, variant=variant, no_cache=True, ca_bundle=ca_bundle,
-                           tag=f"servebuild-rebuild/{image.label('recipe')}:{variant + '-' if variant else ''}"
+                           tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}"
                                f"{arch_of(image.platform)}",
                            build_root=root / "build" / "rebuild", echo=echo)
-    result = run.build(make_plan(root, image.label("recipe"), options), docker)
+    try:
+        return make_plan(root, recipe, options)
+    except ServebuildError as exc:
+        named = f"{LABEL_PREFIX}.recipe {recipe}" + (f", {LABEL_PREFIX}.variant {variant}" if variant else "")
+        raise type(exc)(f"{image.ref} {image.platform}: its labels ({named}) name what this checkout cannot "
+                        f"build: {exc}", field="--check") from None
+
+
+def rebuild(plan: BuildPlan, image: Published, docker: DockerClient) -> tuple[str, dict]:
+    """Build the plan (rebuild_plan's) and read the rebuilt image's config."""
+    result = run.build(plan, docker)
     return result.image_id, image_config(docker, result.image_id, image.platform)
 
 
@@ -252,8 +264,9 @@ def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str
         work = Path(tmp)
         with registry_reads(client.registry, f"{client.registry}/{repo}:{tag}", total_s):
             image = published(client, repo, tag, platform)
+            plan = rebuild_plan(root, image, ca_bundle, echo)  # before any layer is read
             theirs = registry_layers(client, repo, image, work)
-        rebuilt_id, config = rebuild(root, image, docker, ca_bundle, echo)
+        rebuilt_id, config = rebuild(plan, image, docker)
         report = Report(image.ref, platform, image.config_digest, rebuilt_id, len(image.layers))
         ours = (config.get("rootfs") or {}).get("diff_ids") or []
         for i in range(max(len(ours), len(theirs))):

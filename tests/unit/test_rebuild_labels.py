@@ -77,7 +77,7 @@ def no_build(monkeypatch):
     """What rebuild would build, recorded instead of built (no engine here)."""
     built = []
 
-    def record(root, image, docker, ca_bundle, echo):
+    def record(plan, image, docker):
         built.append((image.label("recipe"), image.label("variant")))
         raise AssertionError(f"rebuild built {image.label('recipe')!r} variant {image.label('variant')!r}")
     monkeypatch.setattr(rebuilding, "rebuild", record)

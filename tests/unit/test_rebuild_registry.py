@@ -289,3 +289,32 @@ def test_a_bad_total_deadline_is_refused_before_the_registry_is_asked(value, mon
         cli_release.rebuild_check(REPO_ROOT, "127.0.0.1:1/servebuild/toy:v1", "linux/amd64")
     assert err.value.field == "SERVEBUILD_REBUILD_DEADLINE", str(err.value)
     one_line(err)
+
+
+# -- (issue 31, point 6) labels and the plan are checked before any layer blob is asked for -----------
+
+@pytest.mark.parametrize("recipe, variant", [("recipes/hostile-base.yaml", None), ("/etc/hostile.yaml", None),
+                                             ("../x", None), (RECIPE, "../x")])
+def test_a_hostile_label_fails_before_a_single_layer_blob_get(registry, fake_build, recipe, variant):
+    reg = registry([layer({"etc/x": b"x"})], labels(recipe, variant))
+    with pytest.raises(InputError, match="label .* is not a (recipe|variant) name") as err:
+        check(reg)
+    one_line(err)
+    assert f"/v2/{REPO}/blobs/{sha(reg.config)}" in reg.gets  # the labels are in the config, read first
+    assert reg.layer_gets() == [] and fake_build.calls == 0
+
+
+@pytest.mark.parametrize("recipe, variant, words", [
+    ("no-such-recipe", None, "unknown recipe 'no-such-recipe'"),
+    (RECIPE, "no-such-variant", "unknown variant 'no-such-variant'"),
+])
+def test_a_label_naming_what_this_checkout_cannot_build_fails_before_a_layer_get(registry, fake_build, recipe,
+                                                                                   variant, words):
+    """A name by the grammar, but no recipe (or variant) of this checkout: every layer was downloaded
+    (gigabytes) before the plan was made and refused it; now the plan is made first."""
+    reg = registry([layer({"etc/x": b"x"})], labels(recipe, variant))
+    with pytest.raises(InputError) as err:
+        check(reg)
+    message = one_line(err)
+    assert words in message and "io.servebuild.recipe" in message, message
+    assert reg.layer_gets() == [] and fake_build.calls == 0
