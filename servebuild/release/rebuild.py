@@ -7,7 +7,8 @@ path) -> the rebuild's plan is made from them (a recipe or variant this checkout
 checks before any layer is read) -> every layer blob the registry serves is read
 to disk (streamed, within LAYER_BYTES; each layer one operation under SERVEBUILD_REGISTRY_DEADLINE, and
 all of the command's registry reads under SERVEBUILD_REBUILD_DEADLINE) and must hash to its descriptor,
-and its uncompressed bytes to the config's diff_id -> the recipe is built again with --no-cache (build dir
+and its uncompressed bytes to the config's diff_id (a blob that hashes to its descriptor but not to
+its diff_id is an IntegrityError before any build: the registry's image disagrees with itself) -> the recipe is built again with --no-cache (build dir
 build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
 registry's. A layer is inflated at most to `inflated_limit` of its blob (100 times, 64 MiB at least: a
 gzip bomb stops there, an IntegrityError naming the layer). On a difference the first differing layer is named with the paths that differ inside it
@@ -121,6 +122,13 @@ def _diff_ids(config: dict, what: str) -> list[str]:
     return diff_ids
 
 
+def _platform_of(entry: dict) -> str:
+    """An index entry's platform as os/architecture ('None/None' when it names none)."""
+    found = entry.get("platform")
+    found = found if isinstance(found, dict) else {}
+    return f"{found.get('os')}/{found.get('architecture')}"
+
+
 def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Published:
     """The platform's image under REF, its config and layer descriptors (registry reads, bounded)."""
     ref = f"{client.registry}/{repo}:{tag}"
@@ -131,13 +139,20 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
         body, digest, media = found
         if media in (OCI_INDEX, DOCKER_LIST):
             entries = _json(body, f"{ref} index").get("manifests") or []
-            digests = [e.get("digest", "") for e in entries if isinstance(e, dict) and
-                       f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" == platform]
-            if len(digests) != 1:
-                listed = sorted({f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}"
-                                 for e in entries if isinstance(e, dict)})
-                raise InputError(f"{ref} holds no single {platform} image (it lists {', '.join(listed) or 'none'})",
+            if not isinstance(entries, list):
+                raise RegistryError(f"{ref} index: manifests is a {type(entries).__name__}, not a list", field="registry")
+            entries = [e for e in entries if isinstance(e, dict)]
+            digests = [e.get("digest") for e in entries if _platform_of(e) == platform]
+            if len(digests) > 1:  # which of them was published is not for this check to guess
+                raise InputError(f"{ref}: its index lists {len(digests)} images for {platform}; an index names one "
+                                 f"image per platform", field="--platform")
+            if not digests:
+                listed = sorted({_platform_of(e) for e in entries})
+                raise InputError(f"{ref} holds no {platform} image (it lists {', '.join(listed) or 'none'})",
                                  field="--platform")
+            if not isinstance(digests[0], str) or not DIFF_ID.match(digests[0]):
+                raise RegistryError(f"{ref} index: its {platform} entry names {shown(digests[0])}, not a sha256 digest",
+                                    field="registry")
             found = client.get_manifest(repo, digests[0])
             if found is None:
                 raise RegistryError(f"{ref}: the index names {digests[0]}, which the registry does not have",
@@ -146,9 +161,13 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
         if media not in (OCI_MANIFEST, DOCKER_MANIFEST):
             raise RegistryError(f"{ref} {platform}: {digest} is a {media}, not an image manifest", field="registry")
         image = _json(body, f"{ref} {platform} manifest")
-        config_digest = str((image.get("config") or {}).get("digest", ""))
+        if not isinstance(image.get("config"), dict) or not isinstance(image.get("layers") or [], list) \
+                or not all(isinstance(d, dict) for d in image.get("layers") or []):
+            raise RegistryError(f"{ref} {platform} manifest: its config is not a descriptor or its layers not a list "
+                                f"of descriptors", field="registry")
+        config_digest = str(image["config"].get("digest", ""))
         config = _json(client.get_blob(repo, config_digest), f"{ref} {platform} image config")
-    layers = [d for d in image.get("layers") or [] if isinstance(d, dict)]
+    layers = list(image.get("layers") or [])
     out = Published(ref, platform, digest, config_digest, config, layers)
     if f"{config.get('os')}/{config.get('architecture')}" != platform or out.label("platform") != platform:
         raise InputError(f"{ref}: its {platform} image is labelled {out.label('platform') or 'no platform'} "
@@ -171,7 +190,8 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
 
 def registry_layers(client: RegistryClient, repo: str, image: Published, work: Path) -> list[tuple[Path, str]]:
     """Each registry layer on disk, uncompressed, with what is wrong with it ('' when its blob hashes to
-    its descriptor and its content to the config's diff_id)."""
+    its descriptor; a blob that does not is a difference, shown with its paths after the build). A blob
+    that hashes to its descriptor must uncompress to the config's diff_id, else IntegrityError."""
     diff_ids = image.diff_ids
     out = []
     for i, desc in enumerate(image.layers):
@@ -187,9 +207,10 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
                 problem = exc.problem
         content = _uncompressed(blob, tar, inflated_limit(blob.stat().st_size),
                                 f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')})")
-        if not problem and content != diff_ids[i]:
-            problem = (f"the registry's blob {desc.get('digest')} holds {content or 'no readable layer'}, "
-                       f"its config says {diff_ids[i]}")
+        if not problem and content != diff_ids[i]:  # the registry's image disagrees with itself: no build
+            raise IntegrityError(f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')}) hashes to its "
+                                 f"digest but uncompresses to {content or 'no readable gzip or tar layer'}; the "
+                                 f"config's diff_id is {diff_ids[i]}", field="registry")
         blob.unlink()
         out.append((tar, problem))
     return out

@@ -318,3 +318,125 @@ def test_a_label_naming_what_this_checkout_cannot_build_fails_before_a_layer_get
     message = one_line(err)
     assert words in message and "io.servebuild.recipe" in message, message
     assert reg.layer_gets() == [] and fake_build.calls == 0
+
+
+# -- (issue 31, point 10) behaviours no test held -----------------------------------------------------
+
+def test_two_images_whose_configs_alone_differ_are_called_different(registry, fake_build):
+    reg = registry([layer({"etc/x": b"x"})], labels())
+    theirs = json.loads(reg.config)
+    fake_build.config = theirs  # the control: the same config, the same id
+    report = check(reg)
+    assert report.identical and report.rebuilt_id == sha(reg.config), report.difference
+    fake_build.config = dict(theirs, config={"Labels": {**labels(), "org.example.extra": "1"}})
+    report = check(reg)
+    assert not report.identical
+    assert report.difference == ["every layer is the same; the config differs: config.Labels"]
+
+
+@pytest.mark.parametrize("differing", [(0, 1), (1, 2), (2,)])
+def test_only_the_first_differing_layer_is_named(registry, fake_build, differing):
+    layers = [layer({f"etc/{i}": b"x" * (i + 1)}) for i in range(3)]
+    reg = registry(layers, labels())
+    theirs = json.loads(reg.config)
+    ours = [sha(b"other %d" % i) if i in differing else d for i, (_, d) in enumerate(layers)]
+    fake_build.config = dict(theirs, rootfs={"type": "layers", "diff_ids": ours})
+    report = check(reg)
+    named = [line for line in report.difference if line.startswith("layer ")]
+    assert named == [f"layer {differing[0]} (no history) differs: registry {layers[differing[0]][1]}, "
+                     f"rebuild {ours[differing[0]]}"], report.difference
+
+
+def test_an_index_with_two_entries_for_the_platform_is_refused_in_one_line(registry, fake_build):
+    reg = registry([layer({"etc/x": b"x"})], labels(), entries=2)
+    with pytest.raises(InputError, match="its index lists 2 images for linux/amd64") as err:
+        check(reg)
+    assert err.value.field == "--platform"
+    one_line(err)
+    assert not any("/manifests/sha256:" in p for p in reg.gets)  # neither entry is followed
+    assert reg.layer_gets() == [] and fake_build.calls == 0
+
+
+def test_a_layer_matching_its_blob_digest_but_not_its_diff_id_is_an_integrity_error_before_any_build(
+        registry, fake_build):
+    """The blob hashes to its descriptor; its uncompressed bytes are not the config's diff_id (an image
+    not self-consistent). It was a 'difference' found after the whole --no-cache build; now it is an
+    IntegrityError before the build."""
+    blob = layer({"etc/x": b"x"})
+    other = sha(b"not this layer")
+    reg = registry([blob], labels(), diff_ids=[other])
+    with pytest.raises(IntegrityError) as err:
+        check(reg)
+    message = one_line(err)
+    assert f"layer 0 ({sha(blob[0])})" in message and blob[1] in message and other in message, message
+    assert fake_build.calls == 0
+
+
+class SavedDocker:
+    """A docker whose `docker save` stream holds the given members (name -> bytes)."""
+
+    name = "fake-engine"
+
+    def __init__(self, members: dict[str, bytes]):
+        self.members = members
+
+    def saved(self, image_id):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def stream():
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for name, body in self.members.items():
+                    info = tarfile.TarInfo(name)
+                    info.size = len(body)
+                    tar.addfile(info, io.BytesIO(body))
+            buf.seek(0)
+            with tarfile.open(fileobj=buf, mode="r|") as tar:
+                yield tar
+        return stream()
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_a_docker_save_config_is_read_within_its_size_limit(extra, refused):
+    """`docker save` of the rebuilt image: its config is read within imageconfig.CONFIG_LIMIT (8 MiB;
+    exactly at the limit is read)."""
+    from servebuild.build.imageconfig import CONFIG_LIMIT, read_config
+    from servebuild.errors import DockerError
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    config += b" " * (CONFIG_LIMIT + extra - len(config))
+    docker = SavedDocker({"abc.json": config, "manifest.json": json.dumps([{"Config": "abc.json"}]).encode()})
+    if not refused:
+        assert read_config(docker, "sha256:abc") == {"rootfs": {"type": "layers", "diff_ids": []}}
+        return
+    with pytest.raises(DockerError, match=f"holds abc.json of {CONFIG_LIMIT + 1} bytes, over {CONFIG_LIMIT}") as err:
+        read_config(docker, "sha256:abc")
+    one_line(err)
+
+
+def _index(entries) -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+
+
+@pytest.mark.parametrize("make, kind, words", [
+    (lambda reg: _index(7), RegistryError, "index: manifests is a int, not a list"),
+    (lambda reg: _index([{"digest": sha(reg.image), "platform": "linux/amd64"}]), InputError,
+     "holds no linux/amd64 image (it lists None/None)"),
+    (lambda reg: _index([{"digest": 7, "platform": {"os": "linux", "architecture": "amd64"}}]), RegistryError,
+     "its linux/amd64 entry names 7, not a sha256 digest"),
+    (lambda reg: reg.image.replace(b'"config": {', b'"config": "x", "c": {'), RegistryError,
+     "its config is not a descriptor"),
+    (lambda reg: reg.image.replace(b'"layers": [', b'"layers": ["x", '), RegistryError,
+     "its layers not a list of descriptors"),
+])
+def test_an_index_or_manifest_of_the_wrong_shape_is_one_line(registry, fake_build, make, kind, words):
+    """A platform that is a string, an entry digest that is a number, a config descriptor that is a
+    string: AttributeError tracebacks before (`.get` on a str, `.startswith` on an int); manifests
+    that is a number: a TypeError. Now each is one line, exit 2, before any layer is read."""
+    reg = registry([layer({"etc/x": b"x"})], labels())
+    reg.tagged = make(reg)
+    with pytest.raises(kind) as err:
+        check(reg)
+    message = one_line(err)
+    assert words in message, message
+    assert reg.layer_gets() == [] and fake_build.calls == 0
