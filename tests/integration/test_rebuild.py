@@ -13,12 +13,14 @@ import json
 import re
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from integration.conftest import HOST_CA, build_fixture
+from layer_registry import REPO as LAYER_REPO, LayerRegistry, gzip_bomb, labels, layer
 from servebuild.cli import release as cli_release
 from support import fixture_recipe, make_project, make_upstream, start_registry
 
@@ -152,3 +154,53 @@ def test_a_tag_that_is_not_there_is_one_line(published, capsys):
     from servebuild.errors import InputError
     with pytest.raises(InputError, match="no such tag"):
         check(root, ref.replace(":v1", ":v2"), capsys)
+
+
+# -- the CLI against a registry that misbehaves (tests/layer_registry.py); the engine is real (the
+# command pings it first) and every case ends before the build, in one line, exit 2 ----------------------
+
+def _bomb(reg_args: dict) -> None:
+    reg_args["layers"] = [gzip_bomb(100 << 20)]  # ~100 KiB inflating to 100 MiB: past the 64 MiB floor
+
+
+def _diff_id(reg_args: dict) -> None:
+    reg_args["diff_ids"] = ["sha256:" + "0" * 64]
+
+
+HOSTILE = {  # case -> (how the registry misbehaves, environment, words of the one line, seconds at most)
+    "gzip-bomb": (_bomb, {}, "inflates past 67108864 bytes", 60),
+    "trickled-layer": (lambda a: a.update(trickle=(0,), trickle_s=0.2), {"SERVEBUILD_REGISTRY_DEADLINE": "3"},
+                       "reading layer 0 (sha256:", 20),
+    "many-slow-layers": (lambda a: a.update(layers=[layer({f"etc/{i}": b"x"}) for i in range(4)],
+                                            trickle=(0, 1, 2, 3), trickle_s=0.02),
+                         {"SERVEBUILD_REBUILD_DEADLINE": "3"}, "SERVEBUILD_REBUILD_DEADLINE", 20),
+    "diff-id-lie": (_diff_id, {}, "hashes to its digest but uncompresses to", 30),
+    "two-entries": (lambda a: a.update(entries=2), {}, "its index lists 2 images for linux/amd64", 30),
+    "path-label": (lambda a: a.update(labels=labels("recipes/toy.yaml")), {}, "is not a recipe name", 30),
+    "unknown-recipe": (lambda a: a.update(labels=labels("no-such-recipe")), {}, "unknown recipe 'no-such-recipe'", 30),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_misbehaving_registry_is_one_line_exit_2_before_any_build(engine, project, monkeypatch, case):
+    from invoke import Exit
+    from servebuild.cli.front import one_line_errors
+    misbehave, env, words, seconds = HOSTILE[case]
+    args = {"layers": [layer({"etc/x": b"x"})], "labels": labels("toy")}
+    misbehave(args)
+    reg = LayerRegistry(**args)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    start = time.monotonic()
+    try:
+        with pytest.raises(Exit) as exit_:
+            one_line_errors(cli_release.rebuild_check)(project, f"{reg.address}/{LAYER_REPO}:v1", "linux/amd64")
+    finally:
+        reg.stop()
+    took = time.monotonic() - start
+    message = str(exit_.value.message)
+    assert exit_.value.code == 2 and message.startswith("error: ") and "\n" not in message, message
+    assert words in message and took < seconds, (took, message)
+    if case in ("path-label", "unknown-recipe", "two-entries"):
+        assert reg.layer_gets() == [], reg.gets
+    assert not (project / "build" / "rebuild").exists()  # nothing was built
