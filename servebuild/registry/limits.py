@@ -20,9 +20,10 @@ CONFIG_BYTES = 8 * MiB        # an image config (labels, history)
 ARTIFACT_BYTES = 64 * MiB     # an SBOM, build manifest, provenance statement or signature envelope
 LAYER_BYTES = 32 << 30        # one image layer, compressed (rebuild --check reads them to disk, never to memory)
 LAYER_S = 3600.0              # one image layer's download, connect to last byte
-LAYER_INFLATE_RATIO = 100     # one layer uncompressed (rebuild --check, to its temp dir): at most this many
-LAYER_INFLATE_FLOOR = 64 * MiB  # times its blob's bytes, never less than this floor, never more than
-LAYER_INFLATED_BYTES = 64 << 30  # this cap (gzip reaches about 1,000 to 1; real layers 2 to 10)
+LAYER_INFLATE_RATIO = 100     # an image's layers uncompressed (rebuild --check, to its temp dir), counted
+LAYER_INFLATE_FLOOR = 64 * MiB  # together layer by layer: at most this many times their blobs' bytes, never
+IMAGE_INFLATED_BYTES = 64 << 30  # less than the floor, never more than the cap (gzip reaches about 1,000
+                              # to 1; real layers 2 to 10)
 TOKEN_BYTES = 1 * MiB         # a token service's answer
 OTHER_BYTES = 1 * MiB         # /v2/, upload and error answers
 JSON_DEPTH = 64               # arrays and objects inside each other in any JSON answer

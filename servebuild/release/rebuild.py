@@ -10,8 +10,9 @@ all of the command's registry reads under SERVEBUILD_REBUILD_DEADLINE) and must 
 and its uncompressed bytes to the config's diff_id (a blob that hashes to its descriptor but not to
 its diff_id is an IntegrityError before any build: the registry's image disagrees with itself) -> the recipe is built again with --no-cache (build dir
 build/rebuild/, tag servebuild-rebuild/RECIPE:ARCH) -> the rebuilt config digest must be the
-registry's. A layer is inflated at most to `inflated_limit` of its blob (100 times, 64 MiB at least: a
-gzip bomb stops there, an IntegrityError naming the layer). On a difference the first differing layer is named with the paths that differ inside it
+registry's. The layers are inflated at most to `inflated_limit` of their blobs, counted together
+layer by layer (100 times, 64 MiB at least, 64 GiB at most: a gzip bomb, or many layers each under a
+per-layer bound, stop there, an IntegrityError naming the layer). On a difference the first differing layer is named with the paths that differ inside it
 (the registry's layer tar and the rebuilt one compared entry by entry), or, when every layer is the
 same, the config fields that differ. The caller exits 0 (identical), 1 (different) or 2 (bad input,
 one line).
@@ -193,7 +194,7 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
     its descriptor; a blob that does not is a difference, shown with its paths after the build). A blob
     that hashes to its descriptor must uncompress to the config's diff_id, else IntegrityError."""
     diff_ids = image.diff_ids
-    out = []
+    out, blobs, inflated = [], 0, 0  # bytes of the blobs so far, and of what they inflated to
     for i, desc in enumerate(image.layers):
         blob, tar = work / f"registry-{i}.blob", work / f"registry-{i}.tar"
         problem = ""
@@ -205,8 +206,10 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
                 if "served blob" not in exc.problem:  # unreachable, too large, too slow: not an answer to compare
                     raise
                 problem = exc.problem
-        content = _uncompressed(blob, tar, inflated_limit(blob.stat().st_size),
+        blobs += blob.stat().st_size  # the bytes served (they hashed to the digest), not the descriptor's claim
+        content = _uncompressed(blob, tar, inflated_limit(blobs) - inflated,
                                 f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')})")
+        inflated += tar.stat().st_size
         if not problem and content != diff_ids[i]:  # the registry's image disagrees with itself: no build
             raise IntegrityError(f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')}) hashes to its "
                                  f"digest but uncompresses to {content or 'no readable gzip or tar layer'}; the "
@@ -217,8 +220,9 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
 
 
 def inflated_limit(compressed: int) -> int:
-    """The most bytes a layer blob of `compressed` bytes may inflate to (limits.LAYER_INFLATE_*)."""
-    return max(limits.LAYER_INFLATE_FLOOR, min(limits.LAYER_INFLATE_RATIO * compressed, limits.LAYER_INFLATED_BYTES))
+    """The most bytes layer blobs of `compressed` bytes together may inflate to (limits.LAYER_INFLATE_*,
+    IMAGE_INFLATED_BYTES): one layer's bound, and that of the layers read so far, together."""
+    return max(limits.LAYER_INFLATE_FLOOR, min(limits.LAYER_INFLATE_RATIO * compressed, limits.IMAGE_INFLATED_BYTES))
 
 
 def _uncompressed(blob: Path, tar: Path, limit: int, what: str) -> str:
@@ -233,9 +237,9 @@ def _uncompressed(blob: Path, tar: Path, limit: int, what: str) -> str:
                 size += len(chunk)
                 if size > limit:
                     raise IntegrityError(f"{what} inflates past {limit} bytes (its blob is {blob.stat().st_size}; "
-                                         f"a layer may inflate {limits.LAYER_INFLATE_RATIO} times, at least "
-                                         f"{limits.LAYER_INFLATE_FLOOR >> 20} MiB): not unpacked further",
-                                         field="registry")
+                                         f"an image's layers may inflate {limits.LAYER_INFLATE_RATIO} times their "
+                                         f"blobs together, at least {limits.LAYER_INFLATE_FLOOR >> 20} MiB): not "
+                                         f"unpacked further", field="registry")
                 digest.update(chunk)
                 dst.write(chunk)
     except (OSError, EOFError, zlib.error):

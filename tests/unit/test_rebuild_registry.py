@@ -77,7 +77,7 @@ def test_the_inflated_bound_is_a_hundred_times_the_blob_with_a_64_mib_floor():
     from servebuild.registry import limits
     assert rebuilding.inflated_limit(1 << 10) == 64 << 20  # the floor
     assert rebuilding.inflated_limit(10 << 20) == 1000 << 20  # 100 times the blob
-    assert rebuilding.inflated_limit(limits.LAYER_BYTES) == limits.LAYER_INFLATED_BYTES  # at most this
+    assert rebuilding.inflated_limit(limits.LAYER_BYTES) == limits.IMAGE_INFLATED_BYTES  # at most this
 
 
 def test_uncompressing_a_layer_stops_writing_at_its_limit(tmp_path):
@@ -100,6 +100,18 @@ def test_a_layer_that_inflates_past_its_bound_is_refused_naming_its_digest(regis
     message = one_line(err)
     assert f"layer 0 ({sha(bomb[0])})" in message and f"inflates past {64 << 20} bytes" in message, message
     assert fake_build.calls == 0
+
+
+def test_many_layers_each_within_the_bound_are_bounded_together(registry, fake_build):
+    """Three bombs of 40 MiB inflated each (under the 64 MiB floor alone): the temp dir would hold them
+    all (a manifest may list thousands). The layers read so far share one bound, so layer 1 passes it."""
+    bombs = [gzip_bomb((40 << 20) + i) for i in range(3)]
+    reg = registry(bombs, labels())
+    with pytest.raises(IntegrityError) as err:
+        check(reg)
+    message = one_line(err)
+    assert f"layer 1 ({sha(bombs[1][0])}) inflates past" in message, message
+    assert len(reg.layer_gets()) == 2 and fake_build.calls == 0
 
 
 # -- (issue 31, point 3) every request under the registry deadline; a total for the command -----------
