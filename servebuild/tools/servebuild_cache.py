@@ -19,8 +19,15 @@ census  one JSON object: {kind: number of files} for each directory under CACHE 
         cache: triton, tvm-ffi, flashinfer, ...), the origin, and the sha256 of the file list;
         a directory it cannot list is one line naming it (exit 1), not a smaller count;
         --listing FILE also writes every file's size and mtime; --since FILE (an earlier listing)
-        adds "changed": {kind: files new or rewritten since, empty lock files aside} - what a run
-        compiled, per kind, even where a JIT rebuilt a module in place (`invoke warm`, the smoke suite, the H200 benchmark).
+        adds "changed": {kind: compile products new or rebuilt since} - what a run compiled, per
+        kind, in files (`invoke warm`, bisect, the smoke suite, the H200 benchmark), and beside it,
+        never counted as compiles, "rewritten": {kind: files a load rewrote in place} and "logs":
+        {kind: log files written}. The rule, from what the engines were seen to write on an H200
+        (scripts/census_h200.py): a new file is a compile product unless it is a log (*.log) or a
+        lock (*.lock, or empty); an existing file rewritten is a compile product only if it is a
+        binary one (.so .o .cubin .ptx .fatbin .hsaco: a JIT that rebuilt a module in place), else a
+        rewrite on load (Inductor's .best_config and cache entries, ninja's state); FlashInfer's
+        flashinfer_jit.log grows at every start.
 pack    a tar (sorted, mtimes kept, owner 0) of the non-empty files under CACHE that SEED/cache lacks:
         what a run compiled, for `invoke warm`'s cache layer. Refuses (exit 3) above --max-bytes.
 
@@ -214,6 +221,34 @@ def stamps(cache: str) -> dict[str, list[int]]:
     return out
 
 
+BINARY_PRODUCTS = (".so", ".o", ".cubin", ".ptx", ".fatbin", ".hsaco")
+
+
+def change_of(rel: str, size: int, existed: bool) -> str | None:
+    """What a file new (existed False) or rewritten since a listing is: "changed" (a compile product),
+    "rewritten" (an existing file a load rewrote in place), "logs", or None (a lock)."""
+    name = os.path.basename(rel)
+    if name.endswith(".log") or ".log." in name:
+        return "logs"
+    if name.endswith(".lock") or size == 0:  # FlashInfer's FileLock, tvm-ffi's build lock, markers
+        return None
+    if not existed or name.endswith(BINARY_PRODUCTS):
+        return "changed"
+    return "rewritten"
+
+
+def changes(before: dict, now: dict) -> dict:
+    """{"changed": {kind: n}, "rewritten": {kind: n}, "logs": {kind: n}} between two listings."""
+    out: dict[str, dict[str, int]] = {"changed": {}, "rewritten": {}, "logs": {}}
+    for rel, stamp in now.items():
+        if before.get(rel) == stamp:
+            continue
+        what = change_of(rel, stamp[0], rel in before)
+        if what:
+            out[what][kind_of(rel)] = out[what].get(kind_of(rel), 0) + 1
+    return out
+
+
 def census(cache: str, listing: str | None = None, since: str | None = None) -> dict:
     now = stamps(cache)
     kinds: dict[str, int] = {}
@@ -231,14 +266,7 @@ def census(cache: str, listing: str | None = None, since: str | None = None) -> 
             raise BadInput(f"--since {since}: {exc}") from None
         if not isinstance(before, dict):
             raise BadInput(f"--since {since}: not a JSON object (a listing written by census --listing)")
-        changed: dict[str, int] = {}
-        for rel, stamp in now.items():
-            prior = before.get(rel) or [0]
-            prior_size = prior[0] if isinstance(prior, list) and prior else None
-            # an empty file touched again is a lock (FlashInfer's FileLock, tvm-ffi's build lock), not a compile
-            if before.get(rel) != stamp and not (stamp[0] == 0 and prior_size == 0):
-                changed[kind_of(rel)] = changed.get(kind_of(rel), 0) + 1
-        out["changed"] = changed
+        out.update(changes(before, now))
     if listing:
         write_file(listing, json.dumps(now).encode())
     return out
