@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -25,7 +26,7 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, TextIO
+from typing import BinaryIO, Iterator, Optional, TextIO
 
 import docker as docker_sdk
 import docker.errors as sdk_errors
@@ -229,6 +230,32 @@ class DockerClient:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")
         return proc
+
+    def stream(self, *args: str, out: Optional[BinaryIO] = None, keep: int = 64 << 10,
+               timeout: Optional[float] = None) -> tuple[int, bytes, int]:
+        """One docker command whose output (stdout and stderr, interleaved) is copied to `out` as it comes
+        and never held whole: only its last `keep` bytes stay in memory. Returns (exit status, those last
+        bytes, the byte count). `timeout` (else the client's own) bounds the whole command on every engine
+        kind: past it the client's process group is killed and DockerTimeout raised."""
+        limit = timeout or self.timeout
+        proc = procs.popen([self.client, *args], "engine", env=self._env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = None if limit is None else time.monotonic() + limit
+            tail, total = procs.copy_tail(procs.chunks(proc.stdout, deadline), out, keep)
+            code = proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            raise DockerTimeout(f"engine {self.name} did not answer `docker {args[0]}` within {limit:.0f}s",
+                                field="engine") from None
+        finally:
+            if proc.poll() is None:  # past the deadline, or `out` could not be written: the client goes too
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        return code, tail, total
 
     # -- facts about the engine
 

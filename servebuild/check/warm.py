@@ -29,7 +29,8 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.manifest import LABEL_PREFIX
 from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityError
-from servebuild.fsutil import atomic_write, make_dir, write_json, writing
+from servebuild.fsutil import make_dir, open_host_file, write_json, writing
+from servebuild.procs import last_words
 from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, RESERVED_COMMANDS, SHA256, TAG, shown
 from servebuild.render.aot import CACHE_TOOL
 from servebuild.render.toolchain import VENV
@@ -127,6 +128,10 @@ class Container:
     def exec(self, *argv: str, timeout: Optional[float] = None, check: bool = True):
         return self.docker.run("exec", self.name, *argv, check=check, timeout=timeout)
 
+    def stream(self, *argv: str, out, timeout: float) -> tuple[int, bytes, int]:
+        """ARGV in the container, its output copied to `out` as it comes (DockerClient.stream)."""
+        return self.docker.stream("exec", self.name, *argv, out=out, timeout=timeout)
+
     def census(self, *flags: str) -> dict:
         out = self.exec(PYTHON, CACHE_TOOL, "census", *flags).stdout
         try:
@@ -198,17 +203,20 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
         shown = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
         echo(f"warm: {req.image} ({image_id[:19]}): running {shown!r}")
         start = time.monotonic()
-        try:  # on every engine kind: the client is stopped, and the container goes with the `with`
-            proc = box.exec("/bin/sh", "-c", req.command, timeout=req.timeout, check=False)
-        except DockerTimeout:
-            raise HostError(f"the command ran past --timeout {req.timeout} s and was stopped; nothing was built",
-                            field="--timeout") from None
+        # an hour of output goes to warm.log as it comes (only its tail is held, for the error line); the
+        # log is opened before the command starts: no link or FIFO planted at warm.log is written through
+        with writing(log, "the warm log"), os.fdopen(open_host_file(log, "the warm log"), "wb") as out:
+            out.write(f"$ {req.command}\n".encode())
+            try:  # on every engine kind: the client is stopped, and the container goes with the `with`
+                code, tail, _ = box.stream("/bin/sh", "-c", req.command, out=out, timeout=req.timeout)
+            except DockerTimeout:
+                raise HostError(f"the command ran past --timeout {req.timeout} s and was stopped; nothing was "
+                                f"built; log: {log}", field="--timeout") from None
         seconds = time.monotonic() - start
-        with writing(log, "the warm log"):  # no link or FIFO planted at warm.log is written through
-            atomic_write(log, f"$ {req.command}\n{proc.stdout}{proc.stderr}")
-        if proc.returncode != 0:
-            raise HostError(f"the command exited {proc.returncode} after {seconds:.0f} s; nothing was built; "
-                            f"log: {log}", field="--run")
+        if code != 0:
+            said = last_words(tail)
+            raise HostError(f"the command exited {code} after {seconds:.0f} s" + (f" ({said})" if said else "")
+                            + f"; nothing was built; log: {log}", field="--run")
         compiled = dict(sorted(box.census("--since", LISTING)["changed"].items()))
         result = WarmResult(image_id=image_id, new_files=compiled)
         echo(f"warm: {sum(compiled.values())} cache files written (new or rebuilt) in {seconds:.0f} s"
