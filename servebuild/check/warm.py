@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import time
@@ -132,12 +133,34 @@ class Container:
         """ARGV in the container, its output copied to `out` as it comes (DockerClient.stream)."""
         return self.docker.stream("exec", self.name, *argv, out=out, timeout=timeout)
 
-    def census(self, *flags: str) -> dict:
-        out = self.exec(PYTHON, CACHE_TOOL, "census", *flags).stdout
+    def tool(self, *argv: str, after: bool, parse: bool = True) -> tuple[int, object, str]:
+        """The image's cache tool run with ARGV: (exit status, the JSON value of its last output line, that
+        line). What it prints is hostile input (`after` the command, which may have replaced the tool, all
+        the more): at most TOOL_OUTPUT bytes are held, and what is not one JSON value is one line."""
+        code, tail, total = self.docker.stream("exec", self.name, PYTHON, CACHE_TOOL, *argv, out=None,
+                                               keep=TOOL_OUTPUT + 1, timeout=TOOL_SECONDS)
+        what = "servebuild-cache " + " ".join(argv[:2] if argv[0] == "census" else argv[:1])  # not its paths
+        if total > TOOL_OUTPUT:
+            raise tool_fault(what, f"printed {total} bytes, more than {TOOL_OUTPUT}", after)
+        lines = [ln for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
+        last = lines[-1].strip() if lines else ""
+        if code != 0 or not parse:
+            return code, None, last
         try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise HostError(f"the image's cache census printed no JSON: {out[-200:]!r}", field="image") from None
+            return code, json.loads(last), last
+        except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, JSON nested past the stack
+            raise tool_fault(what, f"printed {'nothing' if not last else shown(last, 60)}, not a JSON line",
+                             after) from None
+
+    def census(self, *flags: str, after: bool = False) -> dict:
+        what = f"servebuild-cache census {flags[0]}" if flags else "servebuild-cache census"
+        code, value, last = self.tool("census", *flags, after=after)
+        if code != 0:
+            raise tool_fault(what, f"exited {code}: {shown(last, 200)}", after)
+        problem = census_problem(value, since="--since" in flags)
+        if problem:
+            raise tool_fault(what, problem, after)
+        return value
 
     def __enter__(self):
         return self
@@ -146,9 +169,50 @@ class Container:
         self.docker.remove_container(self.name)
 
 
+TOOL_OUTPUT = 1 << 20   # what the cache tool prints is a line of JSON: a megabyte is not its output
+TOOL_SECONDS = 1800     # a census walks /cache (a mounted volume may hold many files); seed and pack copy it
+MAX_COUNT = 10 ** 9     # a count of cache files above this is not a count
+KIND = re.compile(r"\A[^\x00-\x1f\x7f/]{1,255}\Z")  # a directory name under /cache ("." for its top)
+
+
+def tool_fault(what: str, problem: str, after: bool) -> HostError:
+    """The one line for cache-tool output that is not what the tool prints."""
+    return HostError(f"the image's cache tool ({what}) {problem}"
+                     + ("; the command may have replaced or broken it; nothing was built" if after else ""),
+                     field="image")
+
+
+def count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def census_problem(value, since: bool) -> Optional[str]:
+    """What is wrong with a census's JSON (None: nothing): an object whose manifest_sha256 and origin are
+    what the tool writes and, after --since, whose `changed` maps each cache kind to a count."""
+    if not isinstance(value, dict):
+        return f"printed {type(value).__name__ if value is not None else 'null'}, not a JSON object"
+    if not isinstance(value.get("manifest_sha256"), (str, type(None))):
+        return "printed a manifest_sha256 that is not a string"
+    origin = value.get("origin")
+    if origin is not None and (not isinstance(origin, dict) or not all(
+            isinstance(origin.get(key), (str, type(None))) for key in ("image_id", "manifest_sha256"))):
+        return "printed an origin that is not an object of an image id and a manifest hash"
+    if since:
+        changed = value.get("changed")
+        if not isinstance(changed, dict):
+            return f"printed `changed` as {type(changed).__name__ if changed is not None else 'nothing'}, " \
+                   f"not an object of counts per cache kind"
+        for kind, n in changed.items():
+            if not KIND.match(kind):
+                return f"printed a cache kind {shown(kind, 60)} that is not a directory name"
+            if not count(n):
+                return f"printed {shown(n, 40)} files for {shown(kind, 60)}, not a count from 0 to {MAX_COUNT}"
+    return None
+
+
 def check_origin(census: dict, image_id: str) -> None:
     origin = census.get("origin") or {}
-    if origin.get("image_id") not in (None, image_id) or origin.get("manifest_sha256") not in (None, census["manifest_sha256"]):
+    if origin.get("image_id") not in (None, image_id) or origin.get("manifest_sha256") not in (None, census.get("manifest_sha256")):
         raise IntegrityError(f"the /cache mounted here was first seeded by another image "
                              f"({origin.get('image_id') or 'manifest ' + str(origin.get('manifest_sha256'))[:19]}), "
                              f"not {image_id[:19]}: warm it from a fresh volume", field="--volume")
@@ -157,9 +221,16 @@ def check_origin(census: dict, image_id: str) -> None:
 def gpu_identity(box: Container, gpus: str) -> dict:
     if gpus == "none":
         return {"gpu": "none", "driver": "none"}
-    out = box.exec("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", check=False)
-    first = (out.stdout.strip().splitlines() or [","])[0].split(",")
-    return {"gpu": first[0].strip() or "unknown", "driver": (first[1] if len(first) > 1 else "").strip() or "unknown"}
+    code, tail, total = box.docker.stream("exec", box.name, "nvidia-smi", "--query-gpu=name,driver_version",
+                                          "--format=csv,noheader", out=None, keep=4096, timeout=120)
+    # the command could have replaced nvidia-smi: what reaches the labels is a short printable name or "unknown"
+    lines = tail.decode(errors="replace").strip().splitlines() if code == 0 and total <= 4096 else []
+    first = (lines or [","])[0].split(",")
+
+    def sane(text: str) -> str:
+        text = text.strip()
+        return text if 0 < len(text) <= 128 and text.isascii() and text.isprintable() else "unknown"
+    return {"gpu": sane(first[0]), "driver": sane(first[1] if len(first) > 1 else "")}
 
 
 def unpack_cache(tar_path: Path, dest: Path) -> None:
@@ -197,11 +268,13 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
     make_dir(work, "the warm output")  # before the container runs (an hour's warmup must not end in ENOSPC unnamed)
     log = work / "warm.log"
     with Container(docker, image_id, args) as box:
-        box.exec(PYTHON, CACHE_TOOL, "seed")
+        seeded, _, said = box.tool("seed", after=False, parse=False)
+        if seeded != 0:
+            raise tool_fault("servebuild-cache seed", f"exited {seeded}: {shown(said, 200)}", False)
         before = box.census("--listing", LISTING)
         check_origin(before, image_id)
-        shown = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
-        echo(f"warm: {req.image} ({image_id[:19]}): running {shown!r}")
+        brief = req.command.strip().splitlines()[0][:80] + (" ..." if len(req.command.strip()) > 80 else "")
+        echo(f"warm: {req.image} ({image_id[:19]}): running {brief!r}")
         start = time.monotonic()
         # an hour of output goes to warm.log as it comes (only its tail is held, for the error line); the
         # log is opened before the command starts: no link or FIFO planted at warm.log is written through
@@ -217,20 +290,23 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
             said = last_words(tail)
             raise HostError(f"the command exited {code} after {seconds:.0f} s" + (f" ({said})" if said else "")
                             + f"; nothing was built; log: {log}", field="--run")
-        compiled = dict(sorted(box.census("--since", LISTING)["changed"].items()))
+        compiled = dict(sorted(box.census("--since", LISTING, after=True)["changed"].items()))
         result = WarmResult(image_id=image_id, new_files=compiled)
         echo(f"warm: {sum(compiled.values())} cache files written (new or rebuilt) in {seconds:.0f} s"
              + (f" ({', '.join(f'{k} {n}' for k, n in compiled.items())})" if compiled else " (nothing compiled)"))
         if req.check_only:
             return result
-        packed = box.exec(PYTHON, CACHE_TOOL, "pack", "--out", PACKED, "--max-bytes", str(req.max_bytes), check=False)
-        if packed.returncode == 3:
-            raise InputError(packed.stderr.strip().splitlines()[-1].replace("servebuild-cache: ", "")
+        code, totals, said = box.tool("pack", "--out", PACKED, "--max-bytes", str(req.max_bytes), after=True)
+        if code == 3:
+            raise InputError(shown(said, 300)[1:-1].replace("servebuild-cache: ", "")
                              + "; raise --max-bytes or warm less", field="--max-bytes")
-        if packed.returncode != 0:
-            raise HostError(f"packing the caches failed: {(packed.stderr.strip().splitlines() or ['?'])[-1]}",
-                            field="image")
-        totals = json.loads(packed.stdout.strip().splitlines()[-1])
+        if code != 0:
+            raise tool_fault("servebuild-cache pack", f"exited {code}: {shown(said, 200)}", True)
+        if not (isinstance(totals, dict) and count(totals.get("files"))
+                and isinstance(totals.get("bytes"), int) and not isinstance(totals["bytes"], bool)
+                and 0 <= totals["bytes"] <= req.max_bytes):
+            raise tool_fault("servebuild-cache pack", f"printed {shown(said, 60)}, not its files and bytes "
+                             f"(two counts, the bytes at most --max-bytes)", True)
         context = work / "context"
         if context.exists():
             shutil.rmtree(context)
