@@ -37,30 +37,46 @@ class Check:
 
 
 DRIVER_VERSION = re.compile(r"\d{1,6}(?:\.\d{1,6}){1,3}")  # 580.95.05; never a 5,000-digit "version"
+PROC_VERSION = Path("/proc/driver/nvidia/version")
 
 
-def driver_version() -> Optional[str]:
-    """The NVIDIA driver's version, from nvidia-smi or the kernel module; None without a driver (or where
-    neither prints a version: binary bytes, a number no driver has)."""
-    smi = shutil.which("nvidia-smi")
+def read_driver() -> tuple[Optional[str], Optional[str]]:
+    """(the NVIDIA driver's version from nvidia-smi or the kernel module, None without one; what an
+    nvidia-smi that answered (exit 0) printed instead of a version, escaped and cut, else None)."""
+    smi, printed = shutil.which("nvidia-smi"), None
     if smi:
         try:
             proc = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
                                   timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             proc = None  # a hung or broken nvidia-smi: the kernel module still says its version
-        words = proc.stdout[:4096].decode(errors="replace").split() if proc is not None else []
+        text = proc.stdout[:4096].decode(errors="replace") if proc is not None else ""
+        words = text.split()
         if proc is not None and proc.returncode == 0 and words and DRIVER_VERSION.fullmatch(words[0]):
-            return words[0]
+            return words[0], None
+        if proc is not None and proc.returncode == 0:  # it answered, with what is not a version
+            first = (text.strip().splitlines() or [""])[0].strip()
+            quoted = ascii(first)  # binary bytes escaped, never written to the terminal
+            printed = ("nothing" if not first else quoted if len(quoted) <= 42
+                       else f"{quoted[:40]}... ({len(first)} characters)")
     try:
-        text = Path("/proc/driver/nvidia/version").read_bytes()[:65536].decode(errors="replace")
+        text = PROC_VERSION.read_bytes()[:65536].decode(errors="replace")
     except OSError:
-        return None
+        return None, printed
     found = re.search(r"Kernel Module\s+([0-9.]+)", text) or re.search(r"\b(\d{3}\.\d+(?:\.\d+)?)\b", text)
-    return found.group(1) if found and DRIVER_VERSION.fullmatch(found.group(1)) else None
+    return (found.group(1), None) if found and DRIVER_VERSION.fullmatch(found.group(1)) else (None, printed)
 
 
-def driver_check(version: Optional[str], gpu_fail: str) -> Check:
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver's version, from nvidia-smi or the kernel module; None without a driver (or where
+    neither prints a version: binary bytes, a number no driver has)."""
+    return read_driver()[0]
+
+
+def driver_check(version: Optional[str], gpu_fail: str, printed: Optional[str] = None) -> Check:
+    if version is None and printed is not None:  # a driver's tool that answers nonsense: broken, not absent
+        return Check("driver", "FAIL", f"nvidia-smi printed {printed}, not a driver version, and the kernel "
+                                       f"module names none: the NVIDIA driver install is broken; reinstall it")
     if version is None:
         return Check("driver", gpu_fail, f"no NVIDIA driver found (nvidia-smi, /proc/driver/nvidia); serving "
                                          f"CUDA 13.0 images needs driver >= {MIN_DRIVER}")
@@ -68,6 +84,12 @@ def driver_check(version: Optional[str], gpu_fail: str) -> Check:
     return Check("driver", "ok" if major >= MIN_DRIVER else "FAIL",
                  f"NVIDIA driver {version}" + ("" if major >= MIN_DRIVER else
                                                f": CUDA 13.0 needs >= {MIN_DRIVER}; upgrade the driver"))
+
+
+def driver_probe(gpu_fail: str) -> Check:
+    """The driver line of `doctor`."""
+    version, printed = read_driver()
+    return driver_check(version, gpu_fail, printed)
 
 
 def buildkit_secret_build(docker: DockerClient) -> Check:
@@ -111,7 +133,7 @@ def run_checks(serve: bool = False, disk_path: Optional[Path] = None) -> list[Ch
         checks.append(Check("nvidia runtime", gpu_fail, "the engine has no `nvidia` runtime: images build here but "
                             "`docker run --gpus` cannot; install nvidia-container-toolkit and run "
                             "`nvidia-ctk runtime configure --runtime=docker`"))
-    checks.append(driver_check(driver_version(), gpu_fail))
+    checks.append(driver_probe(gpu_fail))
     root = Path(info.get("DockerRootDir") or "/var/lib/docker")
     where = disk_path or root
     try:

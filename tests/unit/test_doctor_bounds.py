@@ -84,3 +84,46 @@ def test_doctor_still_reads_a_real_driver_version(tmp_path, monkeypatch):
     assert host.driver_check("580.95.05", "warn").line() == "ok   driver: NVIDIA driver 580.95.05"
     assert host.driver_check("570.1", "warn").status == "FAIL"
     assert host.driver_check(None, "warn").status == "warn"
+
+
+@pytest.mark.parametrize("printed, shown", [
+    (b"9" * 5000 + b".1\n", "'99999999999999999999"),
+    (b"\xff\xfe\x00\x81 binary\n", "'\\ufffd\\ufffd\\x00\\ufffd binary'"),
+    (b"580." + b"7" * 5000 + b"\n", "'580.777777"),
+    (b"", "nothing"),
+])
+@pytest.mark.parametrize("serve", [False, True])
+def test_doctor_gives_a_fail_line_for_an_nvidia_smi_that_prints_no_version(tmp_path, monkeypatch, printed, shown,
+                                                                              serve):
+    """Issue 31, point 7: an nvidia-smi that answers (exit 0) with a 5,000-digit "version" or binary bytes
+    is a broken driver install, not a host without a GPU: one FAIL line naming nvidia-smi and what it
+    printed (escaped, cut), whatever --serve says; never a traceback, never a 5,000-character line."""
+    (tmp_path / "out").write_bytes(printed)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat {tmp_path / 'out'}\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(host, "PROC_VERSION", tmp_path / "no-such-file")  # no kernel module to fall back on
+    check = host.driver_probe("FAIL" if serve else "warn")
+    line = check.line()
+    assert check.status == "FAIL" and line.startswith("FAIL driver: nvidia-smi printed "), line[:300]
+    assert shown in line and "not a driver version" in line, line[:300]
+    assert "\n" not in line and len(line) < 400, line[:300]
+
+
+def test_doctor_driver_probe_without_nvidia_smi_or_with_a_failing_one(tmp_path, monkeypatch):
+    """No nvidia-smi, or one that exits non-zero (no driver loaded): no driver, a warn line (FAIL with --serve)."""
+    monkeypatch.setattr(host, "PROC_VERSION", tmp_path / "no-such-file")
+    monkeypatch.setattr(host.shutil, "which", lambda name: None)
+    assert host.driver_probe("warn").status == "warn" and host.driver_probe("FAIL").status == "FAIL"
+    assert "no NVIDIA driver found" in host.driver_probe("warn").detail
+    monkeypatch.undo()
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver'\nexit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(host, "PROC_VERSION", tmp_path / "no-such-file")
+    assert host.driver_probe("warn").status == "warn"
+    (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Thu Sep 4 2025\n")
+    monkeypatch.setattr(host, "PROC_VERSION", tmp_path / "version")
+    assert host.driver_probe("warn").line() == "ok   driver: NVIDIA driver 580.95.05"
