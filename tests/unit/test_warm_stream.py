@@ -159,8 +159,8 @@ def test_a_link_planted_at_the_warm_log_is_refused_before_the_command_runs(fake_
     (tmp_path / "warm").mkdir()
     (tmp_path / "warm" / "warm.log").symlink_to(victim)
     with pytest.raises(HostError, match="symbolic link") as err:
-        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="echo ran > ran.txt", gpus="none",
-                                     check_only=True), tmp_path / "warm", echo=quiet)
+        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command=f"echo ran > {tmp_path / 'ran.txt'}",
+                                     gpus="none", check_only=True), tmp_path / "warm", echo=quiet)
     assert "\n" not in str(err.value) and str(tmp_path / "warm" / "warm.log") in str(err.value)
     assert victim.read_text() == "precious\n"
-    assert not any("echo ran" in c for c in log.read_text().splitlines())
+    assert not any("echo ran" in c for c in log.read_text().splitlines()) and not (tmp_path / "ran.txt").exists()
