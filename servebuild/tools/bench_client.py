@@ -11,6 +11,7 @@ import http.client
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 
 class BenchError(Exception):
@@ -249,12 +250,8 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
             sample.error = late if dog.fired else f"HTTP {resp.status} from {path}: {text[:300]}"
             return sample
         line_no = 0
-        while True:
-            raw = resp.readline(1 << 20)
+        for raw in sse_lines(resp.read1):  # lines end in CRLF, LF or CR alone (the SSE grammar)
             if dog.fired:
-                sample.error = late
-                return sample
-            if not raw:
                 break
             line_no += 1
             line = raw.decode(errors="replace").strip()
@@ -291,6 +288,9 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
                 sample.chunks += bool(text)
                 digest.update(text.encode())
             _usage(chunk, sample)
+        if dog.fired:  # the deadline shut the socket: whatever read last was cut by it
+            sample.error = late
+            return sample
         sample.latency_s = time.monotonic() - start
         if not (done or finished):  # [DONE], or (servers that omit it) a choice's finish_reason
             sample.error = "the stream ended before a finish_reason or [DONE] (the server closed it)"
@@ -302,12 +302,53 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
         if not sample.ok:
             sample.error = "the stream carried no text"
         return sample
+    except StreamLineTooLong as exc:
+        sample.error = late if dog.fired else str(exc)
+        return sample
     except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
         sample.error = late if dog.fired else f"{_reason(exc)} (POST {server.url}{path})"
         return sample
     finally:
         dog.timer.cancel()
         conn.close()
+
+
+MAX_LINE = 1 << 20  # an event line longer than this is not a token's chunk
+
+
+class StreamLineTooLong(Exception):
+    """A server-sent event line longer than the bench reads."""
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+
+
+def sse_lines(read, limit: int = MAX_LINE) -> Iterator[bytes]:
+    """The lines of a server-sent event stream, without their endings, as they arrive: `read(n)` returns
+    what has come (at least a byte; b"" at the end). A line ends in CRLF, LF or CR alone, and a CR that
+    ends one read and the LF that starts the next are one ending. A line longer than `limit` bytes is
+    StreamLineTooLong, never held whole."""
+    buf, after_cr = b"", False
+    while True:
+        data = read(1 << 16)
+        if not data:
+            if buf:
+                yield buf
+            return
+        if after_cr and data.startswith(b"\n"):
+            data = data[1:]
+        after_cr = False
+        buf += data
+        start = 0
+        for m in _EOL.finditer(buf):
+            if m.start() - start > limit:
+                break
+            yield buf[start:m.start()]
+            start = m.end()
+        buf = buf[start:]
+        after_cr = start > 0 and buf == b"" and data.endswith(b"\r")
+        if len(buf) > limit and len(_EOL.split(buf, 1)[0]) > limit:
+            raise StreamLineTooLong(f"a stream line over {limit} bytes")
 
 
 def _chunk(payload: str) -> Optional[dict]:

@@ -112,6 +112,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if not low <= getattr(args, name) <= limit:
             raise BenchError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number from {low} "
                              f"to {limit:,}")
+    for flag, value, longest in (("--url", args.url, 2048), ("--model", args.model, 512)):
+        # urlsplit drops tabs and line breaks without a word, and a model name goes into every request
+        # and the summary: a control character in either is refused, not silently changed or sent
+        shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:80]}... ({len(value)} characters)"
+        if not value.isprintable():
+            raise BenchError(f"{flag} {shown}: holds a line break, tab or other control character")
+        if len(value) > longest:
+            raise BenchError(f"{flag} {shown}: longer than {longest} characters")
     Server(args.url).parts()  # a URL it can reach: http://HOST:PORT
     args.size_list = numbers(args.sizes, "--sizes")
     args.grid_list = numbers(args.grid_sizes, "--grid-sizes")

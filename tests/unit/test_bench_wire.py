@@ -1,0 +1,173 @@
+"""The bench on the wire and at its edges, against a stand-in server in this process (issue 31, point 9):
+SSE lines ended by CR alone are read (the SSE grammar allows CRLF, LF or CR), a full --out is one line,
+a URL or --model holding a line break is refused in one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from support import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "servebuild" / "tools"))
+import bench_client  # noqa: E402
+
+TOOL = REPO_ROOT / "servebuild" / "tools" / "servebuild_bench.py"
+
+
+def sse(texts: list[str], eol: str, usage: int | None = None) -> list[bytes]:
+    """The events of a completion stream, each line ended by `eol`; one event per element."""
+    events = []
+    for text in texts:
+        chunk = {"choices": [{"index": 0, "text": text, "finish_reason": None}]}
+        events.append(f"data: {json.dumps(chunk)}{eol}{eol}".encode())
+    last = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}
+    if usage is not None:
+        last["usage"] = {"prompt_tokens": 3, "completion_tokens": usage}
+    events.append(f"data: {json.dumps(last)}{eol}{eol}data: [DONE]{eol}{eol}".encode())
+    return events
+
+
+class StandIn:
+    """An HTTP server on 127.0.0.1 that answers /health and /v1/models, and streams `pieces` (sent one
+    write at a time, a short pause between) for any POST, closing the connection after."""
+
+    def __init__(self, pieces: list[bytes], pause: float = 0.01):
+        self.pieces, self.pause = pieces, pause
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                got = conn.recv(65536)
+                if not got:
+                    return
+                data += got
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                body += conn.recv(65536)
+            path = head.split(b" ")[1]
+            if head.startswith(b"GET"):
+                payload = b'{"data": [{"id": "stand-in"}]}' if path.endswith(b"/v1/models") else b"ok"
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(payload), payload))
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            for piece in self.pieces:
+                conn.sendall(piece)
+                time.sleep(self.pause)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def standin():
+    made = []
+
+    def start(pieces, pause=0.01):
+        made.append(StandIn(pieces, pause))
+        return made[-1]
+    yield start
+    for server in made:
+        server.close()
+
+
+def measure(url: str, max_tokens: int = 4) -> bench_client.Sample:
+    server = bench_client.Server(url, model="stand-in", request_timeout_s=20)
+    body = bench_client.request_body(server, "hello", max_tokens)
+    return bench_client.stream(server, body, bench_client.Sample("decode", "x", 0))
+
+
+# ------------------------------------------------------------------ SSE line endings
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_every_sse_line_ending_is_read(standin, eol):
+    """SSE lines end in CRLF, LF or CR alone: each reads as the same four tokens (CR alone was one
+    endless line, and the request failed as a malformed chunk)."""
+    sample = measure(standin(sse(["a", "b", "c", "d"], eol, usage=4)).url)
+    assert sample.ok, sample.error
+    assert sample.chunks == 4 and sample.completion_tokens == 4 and sample.text_sha256
+
+
+def test_a_crlf_split_across_two_writes_is_one_line_ending(standin):
+    """A CR that ends one TCP write and the LF that starts the next are one line ending, not a line
+    ending and an empty line (which would end the event early)."""
+    pieces = []
+    for event in sse(["a", "b"], "\r\n", usage=2):
+        cut = event.index(b"\r\n") + 1
+        pieces += [event[:cut], event[cut:]]
+    sample = measure(standin(pieces, pause=0.05).url)
+    assert sample.ok and sample.chunks == 2, sample.error
+
+
+def test_mixed_line_endings_in_one_stream(standin):
+    events = sse(["a"], "\r")[:1] + sse(["b"], "\n")[:1] + sse(["c"], "\r\n", usage=3)
+    sample = measure(standin(events).url)
+    assert sample.ok and sample.chunks == 3 and sample.completion_tokens == 3, sample.error
+
+
+def test_sse_lines_splits_on_every_ending_and_bounds_a_line():
+    reads = iter([b"a\rb\r", b"\nc\n\r", b"\r\nd", b""])
+    assert list(bench_client.sse_lines(lambda n: next(reads), limit=16)) == [b"a", b"b", b"c", b"", b"", b"d"]
+    reads = iter([b"x" * 10, b"x" * 10, b"\n", b""])
+    with pytest.raises(bench_client.StreamLineTooLong):
+        list(bench_client.sse_lines(lambda n: next(reads), limit=16))
+
+
+def test_a_line_over_the_limit_is_one_error(standin):
+    sample = measure(standin([b"data: " + b"x" * (1 << 20) + b"\n\n"]).url)
+    assert not sample.ok and "a stream line over 1048576 bytes" in sample.error, sample.error[:200]
+
+
+# ------------------------------------------------------------------ a URL or --model holding a line break
+
+def tool(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout,
+                          **kwargs)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--url", "http://127.0.0.1:30000\n"),
+    ("--url", "http://127.0.0.1:30\n000"),
+    ("--url", "http://127.0.0.1:30000/v\r1"),
+    ("--url", "http://127.0.\t0.1:30000"),
+    ("--model", "stand-in\nX-Injected: 1"),
+    ("--model", "stand-in\r"),
+    ("--model", "m\x1b[2J"),
+    ("--model", "m" * 513),
+])
+def test_a_url_or_model_with_a_line_break_is_one_line(tmp_path, flag, value):
+    """urlsplit drops tabs and line breaks silently (the URL was taken as another); a model name went
+    into the request and the summary as given. Both: one line naming the flag, exit 2, before anything."""
+    proc = tool(flag, value, "--out", str(tmp_path / "out"), "--health-timeout", "1")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"servebuild-bench: error: {flag} ") and "Traceback" not in proc.stderr, lines
+    assert len(lines[0]) < 300, lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plain_url_and_model_are_still_taken(tmp_path):
+    assert tool("--check", "--url", "http://127.0.0.1:30000", "--model", "Qwen/Qwen3-0.6B").returncode == 0
