@@ -268,10 +268,26 @@ class Bench:
                            ("bench.md", "\n".join(self.tables) + ("\n" if self.tables else "")
                             + (f"\n**partial**: {error}\n" if error else ""))):
             try:
-                (self.out / name).write_text(text)
+                write_whole(self.out / name, text)
             except OSError as exc:
-                self.write_error = self.write_error or f"cannot write {self.out / name}: {exc.strerror}"
+                self.write_error = self.write_error or f"cannot write {self.out / name}: {exc.strerror or exc}"
         return self.summary
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all (a temp file renamed over it; a full disk leaves the old file,
+    or none, never an empty or half-written one)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def finite(value):
@@ -319,10 +335,13 @@ def main(argv: list[str]) -> int:
     print("\n".join(bench.tables))
     print(json.dumps(summary, sort_keys=True), flush=True)
     if error or bench.write_error:
-        where = (f"; and {bench.write_error}" if error and bench.write_error else "") if error else ""
-        line = (f"{error} (partial results in {bench.out}/bench.json, "
-                f"{len(bench.run.samples) if bench.run else 0} requests in samples.jsonl){where}"
-                if error else bench.write_error)
+        kept = f"{len(bench.run.samples) if bench.run else 0} requests in samples.jsonl"
+        if error and bench.write_error:  # one line for both: the run's fault, then what could not be kept
+            line = f"{error}; and {bench.write_error}, so no partial results were kept ({kept})"
+        elif error:
+            line = f"{error} (partial results in {bench.out}/bench.json, {kept})"
+        else:
+            line = bench.write_error
         print(f"servebuild-bench: error: {line}", file=sys.stderr)
         return code
     return 0
