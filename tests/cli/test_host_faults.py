@@ -167,3 +167,23 @@ def test_the_front_door_turns_any_unnamed_host_fault_into_assert_one_line(mount,
 
     with pytest.raises(OSError):
         buggy(None)
+
+
+def test_a_bench_output_that_fills_up_is_one_line(project, mount):
+    """Issue 31, point 9: a real tmpfs with two pages left: the samples fit, what follows does not. The
+    bench said its line, then `invoke bench` drew ttft.png into the full directory and printed a second
+    one; now the bench's is the one line, and no empty bench.json is left (written whole or not at all)."""
+    from unit.test_bench_wire import StandIn, sse
+    out = mount(project.parent / "bench-full", full=True)
+    filler = out / "filler"
+    os.truncate(filler, max(0, filler.stat().st_size - 8192))
+    server = StandIn(sse(["a", "b", "c", "d"], "\n", usage=4))
+    try:
+        proc = run_cli(project, "bench", "--suite", "decode", "--url", server.url, "--out", str(out / "x"),
+                       "--runs", "3", "--warmup", "0", "--calibrate", "off", "--max-tokens", "4",
+                       MPLCONFIGDIR=str(project.parent / "mpl"))
+    finally:
+        server.close()
+    assert_one_line(proc, str(out / "x"), "No space left on device")
+    bench_json = out / "x" / "bench.json"
+    assert not bench_json.exists() or bench_json.read_text().strip().startswith("{")
