@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+import tracemalloc
 import uuid
 
 import pytest
@@ -17,6 +18,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
 from servebuild.check.warm import WarmRequest, run_warm
 from servebuild.errors import HostError, InputError, IntegrityError
+from servebuild.render.aot import CACHE_TOOL
 from support import REPO_ROOT
 
 # a JIT path that needs no GPU: SGLang's own module builder under its arch override (what the aot stage does)
@@ -118,6 +120,28 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
     proc = cli("warm", "--image", tag, "--gpus", "none", "--timeout", "2", "--tag", late_tag, "--run", "sleep 40")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--timeout" in proc.stderr, proc.stderr
     assert engine.image_id(late_tag) is None and containers() == before
+    # issue 31, point 4: 200 MB of output on the real engine goes to warm.log as it comes; the heap holds
+    # a tail (the old run held it all, several times over); the one line carries the last output line
+    loud_tag = f"{tag}-warm-loud-{uuid.uuid4().hex[:6]}"
+    size = 200_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(HostError, match=r"the command exited 4 after \d+ s \(the-last-line\); nothing was built"):
+            run_warm(engine, WarmRequest(image=tag, command=f"head -c {size} /dev/zero | tr '\\0' x; echo; "
+                                                            f"echo the-last-line; exit 4", gpus="none",
+                                         tag=loud_tag), work / "loud", echo=lambda *_: None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    assert (work / "loud" / "warm.log").stat().st_size > size and engine.image_id(loud_tag) is None
+    # issue 31, point 7: the command replaces the image's cache tool; what it prints is one line, nothing tagged
+    for printed in ('[1, 2]', 'json.dumps({"changed": [1]})', '"[" * 100000'):
+        hostile_tag = f"{tag}-warm-hostile-{uuid.uuid4().hex[:6]}"
+        with pytest.raises(HostError, match=r"the image's cache tool \(servebuild-cache census --since\) printed"):
+            run_warm(engine, WarmRequest(image=tag, command=f"echo 'import json; print({printed})' > {CACHE_TOOL}",
+                                         gpus="none", tag=hostile_tag), work / "hostile", echo=lambda *_: None)
+        assert engine.image_id(hostile_tag) is None and containers() == before
     # a layer above the limit: one line, nothing tagged
     small_tag = f"{tag}-warm-small-{uuid.uuid4().hex[:6]}"
     with pytest.raises(InputError, match="above the limit 1000; raise --max-bytes"):
