@@ -375,18 +375,6 @@ def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None)
     return results, errors
 
 
-def split_platforms(value: Optional[str]) -> list[Optional[str]]:
-    """--platform linux/arm64,linux/amd64 -> each once, in order; none given -> [None] (the default)."""
-    if not value:
-        return [None]
-    items = [p.strip() for p in value.split(",")]
-    for p in items:
-        if not p:
-            raise InputError(f"{value!r} has an empty entry", field="--platform")
-        if items.count(p) > 1:
-            raise InputError(f"{p} is given twice", field="--platform")
-    return items
-
 
 def per_platform_option(value: Optional[str], option: str, platforms: list) -> None:
     """With several platforms, one reference must become one per platform: it needs `{arch}`."""

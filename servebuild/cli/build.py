@@ -15,7 +15,7 @@ from servebuild.check import smoke
 from servebuild.cli.options import build_options, default_ca_bundle, verdict
 from servebuild.errors import Refused
 from servebuild.plan.make import checked_cache_dir, make_plan
-from servebuild.platforms import arch_of, host_platform
+from servebuild.platforms import arch_of, host_platform, platform_list
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
 
@@ -36,7 +36,7 @@ def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional
           variant=None, cache_to=None, farm=None, record_id=False) -> None:
     """One plan per platform, all checked first; a dry run prints them (and fails if one would stop);
     one platform without a farm builds on the local engine, else each on its farm engine, concurrently."""
-    platforms = farms.split_platforms(platform)
+    platforms = platform_list(platform)
     farms.per_platform_option(tag, "--tag", platforms)
     farms.per_platform_option(cache_to, "--cache-to", platforms)
     farm_file = farms.farm_path(root, farm)

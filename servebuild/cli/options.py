@@ -9,7 +9,7 @@ from typing import Optional
 
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions
-from servebuild.platforms import PLATFORMS
+
 from servebuild.recipe.grammar import HOST, IMAGE_ID, TAG
 
 DEFAULT_RECIPE = "sglang-native-fp8"  # what most commands act on without --recipe
@@ -53,20 +53,6 @@ def split_registry_ref(ref: Optional[str]) -> tuple[str, str, str]:
         raise InputError(f"{ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", field="REF")
     return m.group(1), m.group(2), m.group(3)
 
-
-def platform_list(value: Optional[str]) -> list[Optional[str]]:
-    """publish's --platform: known platforms, each once, comma-separated ([None]: the recipe's first)."""
-    if not value:
-        return [None]
-    platforms = [p.strip() for p in value.split(",") if p.strip()]
-    if not platforms:
-        raise InputError(f"{value!r} names no platform", field="--platform")
-    for p in platforms:
-        if p not in PLATFORMS:
-            raise InputError(f"unknown platform {p!r} (one of {', '.join(PLATFORMS)})", field="--platform")
-    if len(set(platforms)) != len(platforms):
-        raise InputError("a platform is named twice", field="--platform")
-    return platforms
 
 
 def whole_seconds(value: Optional[str], default: int, option: str = "--timeout", positive: bool = False) -> int:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from servebuild.build.docker import DockerClient
-from servebuild.cli.options import path, platform_list, registry_ref, split_registry_ref
+from servebuild.cli.options import path, registry_ref, split_registry_ref
 from servebuild.release import credentials, signing
 from servebuild.release.publish import PUSH_S, gather_builds, publish as publish_builds
 from servebuild.registry.limits import REBUILD_REGISTRY_S, seconds_from_env
@@ -15,7 +15,7 @@ from servebuild.release.verify import verify as verify_tag
 from servebuild.release import rebuild as rebuilding
 from servebuild.cli.options import default_ca_bundle
 from servebuild.errors import InputError
-from servebuild.platforms import PLATFORMS, host_platform
+from servebuild.platforms import PLATFORMS, host_platform, platform_list
 
 
 def publish(root: Path, recipe: str, registry=None, platform=None, variant=None, repository=None, tag=None,

@@ -211,7 +211,7 @@ def test_test_image_refuses_what_is_not_an_image_reference(image):
 
 
 def test_publish_platform_naming_nothing_is_one_line():
-    assert_one_line(cli("publish", "--registry", "localhost:5000", "--platform", ","), "--platform", "names no platform")
+    assert_one_line(cli("publish", "--registry", "localhost:5000", "--platform", ","), "--platform", "has an empty entry")
 
 
 def test_validate_into_a_closed_pipe_is_quiet():
