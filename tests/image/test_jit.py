@@ -56,5 +56,8 @@ def test_jit_probe(host, python, expect, require_gpu, jit_script, jit_probe):
                    f"{(result.stdout + result.stderr).strip()[-600:]}")
     out = json.loads(lines[-1])
     assert out["ok"], f"jit probe {jit_probe}: {out['detail'][:1500]}"
+    # the probe's own verdict is its exit status too (1 if any probe failed): a result line that says
+    # ok beside a failing exit (a probe that raised after printing) is a failure, not a pass
+    assert result.rc == 0, f"jit probe {jit_probe} printed ok but exited {result.rc}: {result.stderr.strip()[-600:]}"
     if require_gpu and jit_probe not in ("cext", "nvcc"):
         assert out.get("launched"), f"jit probe {jit_probe} compiled but did not launch: {out['detail'][:600]}"
