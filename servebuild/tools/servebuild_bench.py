@@ -172,13 +172,17 @@ class Bench:
         self.run: Optional[Run] = None
         self.server_log = str(self.out / "server.log")
         self.process: Optional[ServerProcess] = None
+        self.finished: list[str] = []          # suites whose figures are in the summary
+        self.current: Optional[str] = None     # the suite running now
+        self.suite_first_sample = 0            # its first sample's index in run.samples
 
     def server(self) -> Server:
         return Server(self.args.url, self.args.model, self.args.api, os.environ.get("SERVEBUILD_BENCH_API_KEY", ""),
                       self.args.request_timeout, self.args.ignore_eos == "on")
 
     def measure(self, suites: list[str], prefix: str = "") -> dict:
-        """Health, model, calibration, then each suite; the flat summary of what they measured."""
+        """Health, model, calibration, then each suite, its figures put in the summary (and bench.json
+        written) as it ends."""
         server = self.server()
         wait_healthy(server, self.args.health_timeout, self.process)
         if not server.model:
@@ -189,10 +193,10 @@ class Bench:
                        requests=self.args.requests, concurrencies=self.args.conc_list, grid_sizes=self.args.grid_list,
                        warmup=self.args.warmup, on_sample=write_samples(self.out / "samples.jsonl"),
                        samples=self.run.samples if self.run else [])
-        out: dict = {}
         if self.args.calibrate == "on":
-            out[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
+            self.summary[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
         for suite in suites:
+            self.current, self.suite_first_sample = prefix + suite, len(self.run.samples)
             before = scrape(server)
             census = Census(self.args.census, self.out)
             census.start()
@@ -203,10 +207,16 @@ class Bench:
             accepted = accept_length(before, scrape(server))
             if accepted is not None:
                 found[f"{suite}_metrics_accept_length"] = round(accepted, 3)
-            out.update({prefix + k: v for k, v in found.items()})
+            # the suite's figures are the summary's as it ends, and on disk at once: a later suite that
+            # fails (or a kill) cannot take them with it
+            self.summary.update({prefix + k: v for k, v in found.items()})
+            self.finished.append(prefix + suite)
+            self.summary["suites_finished"] = list(self.finished)
             if not prefix:
                 self.tables.append(f"### {suite}\n\n" + table(suite, found))
-        return out
+            self.current = None
+            self.checkpoint()
+        return self.summary
 
     def start_server(self, command: str) -> None:
         """Start --serve; first, nothing may listen where it will (an old server would be measured)."""
@@ -237,7 +247,6 @@ class Bench:
                 finally:
                     self.stop_server()
                 w = args.ksweep_workload
-                self.summary.update(found)
                 self.summary.update({f"ksweep_k{k}_tg_tps": found.get(f"ksweep_k{k}_{w}_tg_tps"),
                                      f"ksweep_k{k}_tpot_ms": found.get(f"ksweep_k{k}_{w}_tpot_ms"),
                                      f"ksweep_k{k}_accept_length": found.get(f"ksweep_k{k}_{w}_accept_length",
@@ -247,19 +256,40 @@ class Bench:
         if args.serve:
             self.start_server(args.serve)
         try:
-            self.summary.update(self.measure(args.suites))
+            self.measure(args.suites)
         finally:
             self.stop_server()
         return self.summary
 
+    def checkpoint(self) -> None:
+        """bench.json and bench.md as they stand after a suite ends (partial until the run ends); a write
+        that fails here is left to the final write to report."""
+        try:
+            self.write(dict(self.summary, partial=True), None)
+        except OSError:
+            pass
+
+    def write(self, summary: dict, error: Optional[str]) -> None:
+        for name, text in (("bench.json", json.dumps(finite(summary), sort_keys=True, indent=1, allow_nan=False)
+                            + "\n"),
+                           ("bench.md", "\n".join(self.tables) + ("\n" if self.tables else "")
+                            + (f"\n**partial**: {error}\n" if error else ""))):
+            write_whole(self.out / name, text)
+
     def finish(self, error: Optional[str]) -> dict:
-        """Write bench.json and bench.md, whether the run completed or not."""
+        """Write bench.json and bench.md, whether the run completed or not: every finished suite's figures,
+        and for a failure the suite it stopped in, the error, and that suite's own finished requests'
+        TTFT (`partial_ttft_s`: never mixed with other suites')."""
         samples = self.run.samples if self.run else []
         ok = [s for s in samples if s.ok]
-        self.summary.update(requests_ok=len(ok), requests_failed=len(samples) - len(ok), partial=error is not None)
+        self.summary.update(requests_ok=len(ok), requests_failed=len(samples) - len(ok), partial=error is not None,
+                            suites_finished=list(self.finished))
         if error:
             self.summary["error"] = error
-            self.summary.update(spread("partial_ttft_s", [s.ttft_s for s in ok]))
+            if self.current:
+                self.summary["failed_suite"] = self.current
+                mine = [s for s in samples[self.suite_first_sample:] if s.ok]
+                self.summary.update(spread("partial_ttft_s", [s.ttft_s for s in mine]))
         if self.process is None and Path(self.server_log).exists():
             self.summary["server_log"] = self.server_log
         self.summary = finite(self.summary)
@@ -272,6 +302,11 @@ class Bench:
             except OSError as exc:
                 self.write_error = self.write_error or f"cannot write {self.out / name}: {exc.strerror or exc}"
         return self.summary
+
+    def kept(self) -> str:
+        """What a failed run kept, for its one line."""
+        suites = ", ".join(self.finished) if self.finished else "none"
+        return f"finished suites kept: {suites}"
 
 
 def write_whole(path: Path, text: str) -> None:
@@ -339,7 +374,7 @@ def main(argv: list[str]) -> int:
         if error and bench.write_error:  # one line for both: the run's fault, then what could not be kept
             line = f"{error}; and {bench.write_error}, so no partial results were kept ({kept})"
         elif error:
-            line = f"{error} (partial results in {bench.out}/bench.json, {kept})"
+            line = f"{error} (partial results in {bench.out}/bench.json, {bench.kept()}; {kept})"
         else:
             line = bench.write_error
         print(f"servebuild-bench: error: {line}", file=sys.stderr)

@@ -1,0 +1,162 @@
+"""The bench's figures mean what they say (issue 32, point 3), against a scripted server in this process
+that remembers every prompt it has seen (a second sight of a prompt answers faster: a prefix cache) and
+fails or stalls at a chosen request. No engine, no Docker: the bench tool runs as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from support import REPO_ROOT
+
+TOOL = REPO_ROOT / "servebuild" / "tools" / "servebuild_bench.py"
+
+
+class Scripted:
+    """/health, /v1/models, and streamed completions: `tokens` chunks `gap_s` apart after a first-token
+    delay of `fresh_s` for a prompt it has not seen and `cached_s` for one it has. Request number
+    `fail_at` (1-based, counting only requests of more than one token) answers HTTP 500; `stall_at`
+    sleeps for a minute before answering."""
+
+    def __init__(self, fresh_s=0.05, cached_s=0.005, gap_s=0.002, fail_at=0, stall_at=0):
+        self.fresh_s, self.cached_s, self.gap_s = fresh_s, cached_s, gap_s
+        self.fail_at, self.stall_at = fail_at, stall_at
+        self.seen: list[tuple[str, int, bool]] = []  # (prompt, max_tokens, seen before)
+        self.counted = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _json(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/health":
+                    self._json(200, {})
+                elif self.path == "/v1/models":
+                    self._json(200, {"data": [{"id": "scripted"}]})
+                else:
+                    self._json(404, {})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body.get("prompt") or json.dumps(body.get("messages"))
+                tokens = int(body.get("max_tokens", 1))
+                with outer.lock:
+                    seen = any(p == prompt for p, _, _ in outer.seen)
+                    outer.seen.append((prompt, tokens, seen))
+                    outer.counted += tokens > 1
+                    number = outer.counted if tokens > 1 else 0
+                if number and number == outer.fail_at:
+                    return self._json(500, {"error": "scripted: internal error"})
+                if number and number == outer.stall_at:
+                    time.sleep(60)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                time.sleep(outer.cached_s if seen else outer.fresh_s)
+                for i in range(tokens):
+                    if i:
+                        time.sleep(outer.gap_s)
+                    self._event({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]})
+                self._event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                             "usage": {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": tokens}})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _event(self, chunk):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def scripted():
+    made = []
+
+    def start(**kw):
+        made.append(Scripted(**kw))
+        return made[-1]
+    yield start
+    for server in made:
+        server.close()
+
+
+def bench(url: str, out, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), "--url", url, "--out", str(out), "--calibrate", "off",
+                           "--census", "off", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def error_lines(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.strip()]
+
+
+# ------------------------------------------------------------------ 1. finished suites are kept
+
+def test_a_suite_that_fails_keeps_the_suites_that_finished_and_names_itself(scripted, tmp_path):
+    """decode (1 warm-up + 2 runs) finishes; tail's third measured request (the 7th counted) fails. The
+    old bench kept only a `partial_ttft_s` mixed across both suites and lost every decode figure."""
+    server = scripted(fail_at=7)
+    out = tmp_path / "out"
+    proc = bench(server.url, out, "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8", "--requests", "5")
+    lines = error_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "tail request 3 (tail): HTTP 500" in lines[0] and "finished suites kept" in lines[0], lines[0]
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["partial"] is True and summary["failed_suite"] == "tail"
+    assert "tail request 3 (tail): HTTP 500" in summary["error"]
+    assert summary["suites_finished"] == ["decode"]
+    assert summary["decode_tg_tps"] > 0 and summary["decode_tpot_ms"] > 0 and summary["decode_tg_tps_n"] == 2
+    assert "tail_ttft_s_p50" not in summary  # the failed suite's own figures are not passed off as finished
+    assert summary["partial_ttft_s_n"] == 2  # the failed suite's two finished requests only, not decode's too
+    assert "### decode" in (out / "bench.md").read_text()
+
+
+def test_each_suite_is_written_as_it_ends(scripted, tmp_path):
+    """bench.json holds the first suite's figures while the second still runs (a kill -9 keeps them)."""
+    server = scripted(stall_at=4)  # decode: warm-up + 2 runs; tail's warm-up stalls
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--calibrate", "off",
+                             "--census", "off", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.counted < 4:
+            time.sleep(0.05)
+        assert server.counted >= 4
+        time.sleep(0.3)
+        summary = json.loads((out / "bench.json").read_text())
+        assert summary["decode_tg_tps"] > 0 and summary["suites_finished"] == ["decode"]
+        assert summary["partial"] is True
+    finally:
+        proc.kill()
+        proc.wait()
