@@ -204,6 +204,10 @@ class Bench:
             found = RUNNERS[suite](self.run)
             found[f"{suite}_s"] = round(time.monotonic() - started, 2)
             found.update({f"{suite}_{k}": v for k, v in census.stop().items()})
+            cached = [x.cached_tokens for x in self.run.samples[self.suite_first_sample:]
+                      if x.ok and x.cached_tokens is not None]
+            if cached:  # the server's own count of prompt tokens it served from its prefix cache
+                found[f"{suite}_cached_tokens_max"] = max(cached)
             accepted = accept_length(before, scrape(server))
             if accepted is not None:
                 found[f"{suite}_metrics_accept_length"] = round(accepted, 3)

@@ -160,3 +160,35 @@ def test_each_suite_is_written_as_it_ends(scripted, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# ------------------------------------------------------------------ 2. TTFT from prompts not seen before
+
+def measured(server: Scripted, tokens: int) -> list[tuple[str, int, bool]]:
+    return [s for s in server.seen if s[1] == tokens]
+
+
+def test_decode_ttft_is_from_a_prompt_the_server_has_not_seen(scripted, tmp_path):
+    """The decode warm-up sent the very prompt it then measured: every decode TTFT was a prefix-cache hit
+    (the scripted server answers a repeat 10x faster). The first measured run is now the server's first
+    sight of the prompt, and the repeats' TTFT is reported apart, named as cached."""
+    server = scripted(fresh_s=0.1, cached_s=0.005)
+    out = tmp_path / "out"
+    proc = bench(server.url, out, "--suite", "decode", "--runs", "3", "--max-tokens", "8")
+    assert proc.returncode == 0, proc.stderr
+    runs = measured(server, 8)
+    assert len(runs) == 3 and runs[0][2] is False, "the first measured decode prompt was sent before"
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["decode_ttft_s"] >= 0.1  # uncached
+    assert summary["decode_ttft_prefix_cached_s"] < 0.1 and summary["decode_ttft_prefix_cached_s_n"] == 2
+
+
+def test_every_story_prompt_is_measured_unseen(scripted, tmp_path):
+    server = scripted(fresh_s=0.1, cached_s=0.005)
+    out = tmp_path / "out"
+    proc = bench(server.url, out, "--suite", "story", "--max-tokens", "8")
+    assert proc.returncode == 0, proc.stderr
+    runs = measured(server, 8)
+    assert len(runs) == 5 and not any(seen for _, _, seen in runs)
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["story_ttft_s_min"] >= 0.1 and summary["story_ttft_s_n"] == 5
