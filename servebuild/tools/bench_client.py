@@ -180,11 +180,18 @@ def get(server: Server, path: str, timeout: float = 10.0, limit: int = 8 << 20) 
 
 
 def wait_healthy(server: Server, timeout_s: float, process: Optional["ServerProcess"] = None,
-                 path: str = "/health") -> float:
-    """Seconds until GET /health answers 200; a BenchError if it never does, or the server process ends."""
+                 path: str = "/health", report=None, every_s: float = 30.0) -> float:
+    """Seconds until GET /health answers 200; a BenchError if it never does, or the server process ends.
+    `report(text)`, when given, hears what it waits for at the start and every `every_s` seconds after."""
     start = time.monotonic()
     last = "no answer yet"
+    said = start
+    if report:
+        report(f"waiting for GET {server.url}{path} to answer 200 (up to {timeout_s:.0f} s, --health-timeout)")
     while True:
+        if report and time.monotonic() - said >= every_s:
+            said = time.monotonic()
+            report(f"still waiting for GET {server.url}{path}: {said - start:.0f} s of {timeout_s:.0f} s ({last})")
         if process is not None and process.poll() is not None:
             raise BenchError(f"the server exited with code {process.poll()} before it was healthy "
                              f"({process.last_line() or 'no output'}; log: {process.log_path})")

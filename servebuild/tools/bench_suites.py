@@ -147,11 +147,13 @@ class Run:
     warmup: int = 1
     on_sample: Callable[[Sample], None] = lambda s: None
     samples: list = field(default_factory=list)
+    progress: Callable[[str, str, int, int], None] = lambda suite, case, done, of: None
 
-    def one(self, suite: str, case: str, index: int, prompt, max_tokens: int) -> Sample:
+    def one(self, suite: str, case: str, index: int, prompt, max_tokens: int, of: int = 0) -> Sample:
         sample = stream(self.server, request_body(self.server, prompt, max_tokens), Sample(suite, case, index))
         self.samples.append(sample)
         self.on_sample(sample)
+        self.progress(suite, case, index + 1, of)
         if not sample.ok:
             raise BenchError(f"{suite} request {index + 1} ({case}): {sample.error}")
         return sample
@@ -169,6 +171,7 @@ class Run:
         results: list[Optional[Sample]] = [None] * len(prompts)
         lock = threading.Lock()
         next_index = [0]
+        finished = [0]
 
         def worker() -> None:
             while True:
@@ -182,6 +185,10 @@ class Run:
                                         Sample(suite, case, i))
                 except Exception as exc:  # noqa: BLE001  a thread's failure is the request's, never lost
                     results[i] = Sample(suite, case, i, error=f"{type(exc).__name__}: {exc}"[:300])
+                with lock:
+                    finished[0] += 1
+                    done_now = finished[0]
+                self.progress(suite, case, done_now, len(prompts))
 
         threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, len(prompts)))]
         try:
@@ -207,7 +214,7 @@ def prefill(run: Run) -> dict:
     run.warm(lambda: run.maker.make(min(run.sizes)), 1)
     out = {}
     for size in run.sizes:
-        got = [run.one("prefill", f"{size}", i, run.maker.make(size), 1) for i in range(run.runs)]
+        got = [run.one("prefill", f"{size}", i, run.maker.make(size), 1, run.runs) for i in range(run.runs)]
         out.update(spread(f"prefill_{size}_ttft_s", [s.ttft_s for s in got]))
         out.update(spread(f"prefill_{size}_prompt_tokens", [s.prompt_tokens for s in got], digits=0))
         out.update(spread(f"prefill_{size}_tps", [s.prompt_tokens / s.ttft_s for s in got
@@ -227,7 +234,7 @@ def unseen(prompt: str) -> str:
 def decode(run: Run) -> dict:
     prompt = read_prompt("code-review.txt")
     run.warm(lambda: unseen(prompt), 16)
-    got = [run.one("decode", "code-review", i, prompt, run.max_tokens) for i in range(run.runs)]
+    got = [run.one("decode", "code-review", i, prompt, run.max_tokens, run.runs) for i in range(run.runs)]
     # the same prompt every run (temperature 0: the texts must agree), so only the first run's TTFT is
     # the server's first sight of it; the repeats' TTFT is a prefix-cache hit wherever the server caches
     return {**spread("decode_tg_tps", [s.decode_tps for s in got], digits=2),
@@ -242,7 +249,7 @@ def decode(run: Run) -> dict:
 def story(run: Run) -> dict:
     prompts = stories()
     run.warm(lambda: unseen(prompts[0]), 16)
-    got = [run.one("story", f"story-{i + 1}", i, p, run.max_tokens) for i, p in enumerate(prompts)]
+    got = [run.one("story", f"story-{i + 1}", i, p, run.max_tokens, len(prompts)) for i, p in enumerate(prompts)]
     joined = "".join(s.text_sha256 for s in got)
     return {**spread("story_tg_tps", [s.decode_tps for s in got], digits=2),
             **spread("story_tpot_ms", [s.tpot_s for s in got], scale=1000.0, digits=3),
@@ -253,7 +260,8 @@ def story(run: Run) -> dict:
 
 def tail(run: Run) -> dict:
     run.warm(lambda: run.maker.make(TAIL_PROMPT_TOKENS), 64)
-    got = [run.one("tail", "tail", i, run.maker.make(TAIL_PROMPT_TOKENS), 64) for i in range(run.requests)]
+    got = [run.one("tail", "tail", i, run.maker.make(TAIL_PROMPT_TOKENS), 64, run.requests)
+           for i in range(run.requests)]
     return {**tails("tail_ttft_s", [s.ttft_s for s in got]),
             **tails("tail_latency_s", [s.latency_s for s in got]),
             **spread("tail_decode_tps", [s.decode_tps for s in got], digits=2),

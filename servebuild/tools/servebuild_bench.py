@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -98,6 +99,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--calibrate", choices=("on", "off"), default="on",
                    help="two 1-token requests first to fit prompt sizes to the tokenizer; off: nothing precedes "
                         "the measured requests (with --warmup 0, the first pays any live compile)")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress lines on stderr (the health wait, each suite, request i of n, elapsed); "
+                        "auto: when stderr is a terminal")
     p.add_argument("--census", choices=("auto", "off"), default="auto",
                    help="count files the run writes under /cache (live compiles) where the image has the tool")
     args = p.parse_args(argv)
@@ -157,9 +161,37 @@ class Census:
         return {"jit_compiled_files": sum(changed.values())} if isinstance(changed, dict) else {}
 
 
+class Progress:
+    """Lines on stderr while the bench runs: what the health wait waits for, each suite as it starts,
+    and request i of n with the seconds since the suite started (the first, the last, and at most one
+    every `every_s` seconds between: a 100-request tail is a few lines, not a hundred)."""
+
+    def __init__(self, on: bool, every_s: float = 2.0):
+        self.on, self.every_s = on, every_s
+        self.lock = threading.Lock()
+        self.suite_start = self.last = time.monotonic()
+
+    def say(self, text: str) -> None:
+        if self.on:
+            print(f"servebuild-bench: {text}", file=sys.stderr, flush=True)
+
+    def suite(self, name: str, number: int, of: int) -> None:
+        self.suite_start = self.last = time.monotonic()
+        self.say(f"suite {name} ({number} of {of}) started")
+
+    def request(self, suite: str, case: str, done: int, of: int) -> None:
+        with self.lock:
+            now = time.monotonic()
+            if done in (1, of) or now - self.last >= self.every_s:
+                self.last = now
+                self.say(f"{suite} {case}: request {done}{f' of {of}' if of else ''}, "
+                         f"{now - self.suite_start:.1f} s into the suite")
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace):
         self.args = args
+        self.progress = Progress(args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()))
         self.out = Path(args.out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -184,7 +216,7 @@ class Bench:
         """Health, model, calibration, then each suite, its figures put in the summary (and bench.json
         written) as it ends."""
         server = self.server()
-        wait_healthy(server, self.args.health_timeout, self.process)
+        wait_healthy(server, self.args.health_timeout, self.process, report=self.progress.say)
         if not server.model:
             server = dataclasses.replace(server, model=first_model(server))
         self.summary["model"] = server.model
@@ -192,11 +224,12 @@ class Bench:
         self.run = Run(server, maker, sizes=self.args.size_list, runs=self.args.runs, max_tokens=self.args.max_tokens,
                        requests=self.args.requests, concurrencies=self.args.conc_list, grid_sizes=self.args.grid_list,
                        warmup=self.args.warmup, on_sample=write_samples(self.out / "samples.jsonl"),
-                       samples=self.run.samples if self.run else [])
+                       samples=self.run.samples if self.run else [], progress=self.progress.request)
         if self.args.calibrate == "on":
             self.summary[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
-        for suite in suites:
+        for number, suite in enumerate(suites, start=1):
             self.current, self.suite_first_sample = prefix + suite, len(self.run.samples)
+            self.progress.suite(prefix + suite, number, len(suites))
             before = scrape(server)
             census = Census(self.args.census, self.out)
             census.start()
@@ -368,6 +401,7 @@ def main(argv: list[str]) -> int:
         error = str(exc)
     except (KeyboardInterrupt, Terminated) as exc:
         error, code = ("interrupted", 130) if isinstance(exc, KeyboardInterrupt) else ("terminated", 143)
+        error += f" during suite {bench.current}" if bench.current else " before any suite started"
     except Exception as exc:  # noqa: BLE001  one line, never a traceback; the partial record is still written
         error = f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     summary = bench.finish(error)

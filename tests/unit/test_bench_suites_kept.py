@@ -192,3 +192,60 @@ def test_every_story_prompt_is_measured_unseen(scripted, tmp_path):
     assert len(runs) == 5 and not any(seen for _, _, seen in runs)
     summary = json.loads((out / "bench.json").read_text())
     assert summary["story_ttft_s_min"] >= 0.1 and summary["story_ttft_s_n"] == 5
+
+
+# ------------------------------------------------------------------ 3. progress, the health wait, Ctrl-C
+
+def test_progress_names_the_suite_the_request_and_the_time(scripted, tmp_path):
+    server = scripted()
+    proc = bench(server.url, tmp_path / "out", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "4",
+                 "--requests", "3", "--progress", "on")
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    assert f"waiting for GET {server.url}/health to answer 200 (up to 1800 s, --health-timeout)" in err, err
+    assert "suite decode (1 of 2)" in err and "suite tail (2 of 2)" in err, err
+    for line in ("decode code-review: request 1 of 2", "decode code-review: request 2 of 2", "tail tail: request 3 of 3"):
+        assert line in err, err
+    assert " s into the suite" in err, err
+
+
+def test_without_a_terminal_the_bench_is_quiet_until_its_one_line(scripted, tmp_path):
+    server = scripted(fail_at=2)
+    proc = bench(server.url, tmp_path / "out", "--suite", "decode", "--runs", "2", "--max-tokens", "4")
+    assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr
+
+
+def test_a_health_wait_says_what_it_waits_for(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    proc = bench(url, tmp_path / "out", "--suite", "decode", "--health-timeout", "2", "--progress", "on")
+    assert proc.returncode == 2, proc.stderr
+    assert f"waiting for GET {url}/health to answer 200 (up to 2 s, --health-timeout)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"servebuild-bench: error: the server at {url} was not healthy after 2 s"), proc.stderr
+
+
+def test_ctrl_c_names_the_suite_it_interrupted_and_the_suites_kept(scripted, tmp_path):
+    server = scripted(stall_at=4)  # decode: warm-up + 2 runs finish; tail's warm-up stalls
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--calibrate", "off",
+                             "--census", "off", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.counted < 4:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 130 and len(lines) == 1 and "Traceback" not in err, err
+    assert "interrupted during suite tail" in lines[0] and "finished suites kept: decode" in lines[0], lines[0]
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["failed_suite"] == "tail" and summary["decode_tg_tps"] > 0
