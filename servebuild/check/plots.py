@@ -2,7 +2,7 @@
 
 - ttft.png: the TTFT of every measured request of each bisect row (all its runs), one box each, every
   request drawn as a point over it, on a log axis when the spread is wide (a live compile is a dot far right);
-- decode.png: each row's decode rate (median of its runs, the range as an error bar);
+- decode.png: each row's single-stream decode rate, 1/TPOT (median of its runs, the range as an error bar);
 - ksweep.png: decode rate and accept length against the DSpark k of a `servebuild-bench --suite ksweep`.
 """
 
@@ -89,7 +89,7 @@ def decode_plot(bars: dict[str, tuple[float, float, float]], metric: str, path: 
     for i, value in enumerate(medians):
         ax.annotate(f"{value:.1f}", (i, value), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
-    ax.set_ylabel(f"{metric} (tok/s; median of runs, bar: range)")
+    ax.set_ylabel(f"{metric}: single-stream 1/TPOT (tok/s; median of runs, bar: range)")
     ax.set_title("decode rate per variant")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
@@ -121,9 +121,10 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
     if not ks:
         return None
     fig, ax = _pyplot().subplots(figsize=(6.5, 4.2))
-    lines = ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o", label="median TG (tok/s)")
+    lines = ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o",
+                    label="single-stream 1/TPOT (tok/s, median)")
     ax.set_xlabel("k: speculative draft tokens (DSpark k)")
-    ax.set_ylabel("median decode rate (tok/s)")
+    ax.set_ylabel("single-stream 1/TPOT (tok/s, median of runs)")
     ax.set_xticks(ks)
     ax.grid(alpha=0.3)
     accepted = [(k, summary.get(f"ksweep_k{k}_accept_length")) for k in ks]

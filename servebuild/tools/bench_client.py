@@ -54,15 +54,22 @@ class Sample:
 
     @property
     def tpot_s(self) -> Optional[float]:
-        """Time per output token after the first."""
-        decode = self.decode_s
+        """Time per output token after the first, as vLLM's `vllm bench serve` and SGLang's `bench_serving`
+        define it: (e2e latency - TTFT) / (output tokens - 1)."""
         tokens = self.completion_tokens
-        if decode is None or not tokens or tokens < 2:
+        if self.latency_s is None or self.ttft_s is None or not tokens or tokens < 2:
             return None
-        return decode / (tokens - 1)
+        return (self.latency_s - self.ttft_s) / (tokens - 1)
+
+    @property
+    def itl_s(self) -> list:
+        """Inter-token latencies: the gaps between successive streamed token chunks (vLLM's and SGLang's ITL)."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:])]
 
     @property
     def decode_tps(self) -> Optional[float]:
+        """One stream's decode rate, 1/TPOT (not an output throughput: no TTFT in it, one request)."""
         tpot = self.tpot_s
         return 1.0 / tpot if tpot else None
 

@@ -115,8 +115,26 @@ def spread(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> di
     nums = numbers(values, scale)
     if not nums:
         return {}
-    return {prefix: round(statistics.median(nums), digits), f"{prefix}_min": round(min(nums), digits),
-            f"{prefix}_max": round(max(nums), digits), f"{prefix}_n": len(nums)}
+    def r(v: float):  # digits 0: a count, written as an integer (2048, not 2048.0)
+        return int(round(v)) if digits == 0 else round(v, digits)
+    return {prefix: r(statistics.median(nums)), f"{prefix}_min": r(min(nums)), f"{prefix}_max": r(max(nums)),
+            f"{prefix}_n": len(nums)}
+
+
+def itl(prefix: str, samples: list, scale: float = 1000.0, digits: int = 3) -> dict:
+    """ITL as vLLM's and SGLang's serving benchmarks report it: every gap between streamed tokens of every
+    request, pooled; prefix_mean, prefix_p50 (the median), prefix_p99."""
+    nums = numbers([g for s in samples for g in s.itl_s], scale)
+    if not nums:
+        return {}
+    return {f"{prefix}_mean": round(statistics.fmean(nums), digits),
+            f"{prefix}_p50": round(percentile(nums, 50), digits), f"{prefix}_p99": round(percentile(nums, 99), digits)}
+
+
+def output_throughput(samples: list, duration_s: float) -> float:
+    """Output throughput as `vllm bench serve` and SGLang's `bench_serving` define it: all output tokens
+    over the run's duration (from the first measured request sent to the last one finished)."""
+    return round(sum(s.completion_tokens or 0 for s in samples) / max(duration_s, 1e-9), 2)
 
 
 def tails(prefix: str, values: list, scale: float = 1.0, digits: int = 4) -> dict:
@@ -234,7 +252,9 @@ def unseen(prompt: str) -> str:
 def decode(run: Run) -> dict:
     prompt = read_prompt("code-review.txt")
     run.warm(lambda: unseen(prompt), 16)
+    start = time.monotonic()
     got = [run.one("decode", "code-review", i, prompt, run.max_tokens, run.runs) for i in range(run.runs)]
+    duration = time.monotonic() - start
     # the same prompt every run (temperature 0: the texts must agree), so only the first run's TTFT is
     # the server's first sight of it; the repeats' TTFT is a prefix-cache hit wherever the server caches
     return {**spread("decode_tg_tps", [s.decode_tps for s in got], digits=2),
@@ -242,6 +262,9 @@ def decode(run: Run) -> dict:
             **spread("decode_ttft_s", [got[0].ttft_s]),
             **spread("decode_ttft_prefix_cached_s", [s.ttft_s for s in got[1:]]),
             **spread("decode_accept_length", [s.accept_length for s in got], digits=3),
+            **spread("decode_e2el_s", [s.latency_s for s in got]),
+            **itl("decode_itl_ms", got),
+            "decode_output_throughput_tps": output_throughput(got, duration),
             "decode_completion_tokens": got[-1].completion_tokens,
             "decode_outputs_identical": len({s.text_sha256 for s in got}) == 1}
 
@@ -249,22 +272,32 @@ def decode(run: Run) -> dict:
 def story(run: Run) -> dict:
     prompts = stories()
     run.warm(lambda: unseen(prompts[0]), 16)
+    start = time.monotonic()
     got = [run.one("story", f"story-{i + 1}", i, p, run.max_tokens, len(prompts)) for i, p in enumerate(prompts)]
+    duration = time.monotonic() - start
     joined = "".join(s.text_sha256 for s in got)
     return {**spread("story_tg_tps", [s.decode_tps for s in got], digits=2),
             **spread("story_tpot_ms", [s.tpot_s for s in got], scale=1000.0, digits=3),
             **spread("story_ttft_s", [s.ttft_s for s in got]),
             **spread("story_accept_length", [s.accept_length for s in got], digits=3),
+            **spread("story_e2el_s", [s.latency_s for s in got]),
+            **itl("story_itl_ms", got),
+            "story_output_throughput_tps": output_throughput(got, duration),
             "story_outputs_sha256": hashlib.sha256(joined.encode()).hexdigest()[:16]}
 
 
 def tail(run: Run) -> dict:
     run.warm(lambda: run.maker.make(TAIL_PROMPT_TOKENS), 64)
+    start = time.monotonic()
     got = [run.one("tail", "tail", i, run.maker.make(TAIL_PROMPT_TOKENS), 64, run.requests)
            for i in range(run.requests)]
+    duration = time.monotonic() - start
     return {**tails("tail_ttft_s", [s.ttft_s for s in got]),
             **tails("tail_latency_s", [s.latency_s for s in got]),
             **spread("tail_decode_tps", [s.decode_tps for s in got], digits=2),
+            **spread("tail_tpot_ms", [s.tpot_s for s in got], scale=1000.0, digits=3),
+            **itl("tail_itl_ms", got),
+            "tail_output_throughput_tps": output_throughput(got, duration),
             **spread("tail_prompt_tokens", [s.prompt_tokens for s in got], digits=0),
             "tail_requests": len(got)}
 
@@ -281,7 +314,10 @@ def grid(run: Run) -> dict:
             key = f"grid_{size}_c{conc}"
             stats = tails(f"{key}_ttft_ms", [s.ttft_s for s in got], scale=1000.0, digits=2)
             out.update({k: v for k, v in stats.items() if k.endswith(("_mean", "_p90", "_p99"))})
-            out[f"{key}_output_tps"] = round(sum(s.completion_tokens or 0 for s in got) / max(wall, 1e-9), 2)
+            out[f"{key}_output_tps"] = output_throughput(got, wall)
+            out.update({k: v for k, v in spread(f"{key}_tpot_ms", [s.tpot_s for s in got], scale=1000.0,
+                                                  digits=3).items() if not k.endswith(("_min", "_max", "_n"))})
+            out.update({k: v for k, v in itl(f"{key}_itl_ms", got).items() if k.endswith("_p99")})
             out.update({k: v for k, v in spread(f"{key}_accept_length", [s.accept_length for s in got],
                                                   digits=3).items() if not k.endswith(("_min", "_max", "_n"))})
     return out
@@ -305,20 +341,24 @@ def table(suite: str, s: dict) -> str:
         rows = [[f"{n:,}", _f(s.get(f"prefill_{n}_prompt_tokens"), ",.0f"), _f(s.get(f"prefill_{n}_ttft_s"), ".3f", " s"),
                  _f(s.get(f"prefill_{n}_tps"), ",.0f", " tok/s")] for n in sizes]
     elif suite in ("decode", "story"):
-        head = ["Workload", "Median TG", "TG range", "Median TPOT", "Accept length", "Runs"]
+        head = ["Workload", "Single-stream 1/TPOT (median)", "1/TPOT range", "Median TPOT", "Output throughput",
+                "Median E2E latency", "Accept length", "Runs"]
         label = "Code review" if suite == "decode" else "Story chat"
         rows = [[label, _f(s.get(f"{suite}_tg_tps"), ".1f", " tok/s"),
                  f"{_f(s.get(f'{suite}_tg_tps_min'), '.1f')}-{_f(s.get(f'{suite}_tg_tps_max'), '.1f')}",
-                 _f(s.get(f"{suite}_tpot_ms"), ".2f", " ms"), _f(s.get(f"{suite}_accept_length"), ".2f"),
+                 _f(s.get(f"{suite}_tpot_ms"), ".2f", " ms"), _f(s.get(f"{suite}_output_throughput_tps"), ".1f", " tok/s"),
+                 _f(s.get(f"{suite}_e2el_s"), ".3f", " s"), _f(s.get(f"{suite}_accept_length"), ".2f"),
                  str(s.get(f"{suite}_tg_tps_n", 0))]]
     elif suite == "tail":
-        head = ["TTFT p50", "TTFT p90", "TTFT p99", "Latency p99", "Decode-only", "Requests"]
+        head = ["TTFT p50", "TTFT p90", "TTFT p99", "Latency p99", "Single-stream 1/TPOT (median)",
+                "Output throughput", "ITL p99", "Requests"]
         rows = [[_f(s.get("tail_ttft_s_p50"), ".3f", " s"), _f(s.get("tail_ttft_s_p90"), ".3f", " s"),
                  _f(s.get("tail_ttft_s_p99"), ".3f", " s"), _f(s.get("tail_latency_s_p99"), ".3f", " s"),
-                 _f(s.get("tail_decode_tps"), ".1f", " tok/s"), str(s.get("tail_requests", 0))]]
+                 _f(s.get("tail_decode_tps"), ".1f", " tok/s"), _f(s.get("tail_output_throughput_tps"), ".1f", " tok/s"),
+                 _f(s.get("tail_itl_ms_p99"), ".2f", " ms"), str(s.get("tail_requests", 0))]]
     elif suite == "grid":
         head = ["Input", "Concurrency", "TTFT mean (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)", "Accept length",
-                "Output tok/s"]
+                "Output throughput (tok/s)"]
         cells = sorted({(int(k.split("_")[1]), int(k.split("_")[2][1:])) for k in s
                         if k.startswith("grid_") and k.endswith("_ttft_ms_mean")})
         rows = [[f"{n:,}", str(c), _f(s.get(f"grid_{n}_c{c}_ttft_ms_mean"), ".1f"),
@@ -326,7 +366,7 @@ def table(suite: str, s: dict) -> str:
                  _f(s.get(f"grid_{n}_c{c}_accept_length"), ".2f"), _f(s.get(f"grid_{n}_c{c}_output_tps"), ".1f")]
                 for n, c in cells]
     elif suite == "ksweep":
-        head = ["DSpark k", "Median TG", "Median TPOT", "Accept length", "Note"]
+        head = ["DSpark k", "Single-stream 1/TPOT (median)", "Median TPOT", "Accept length", "Note"]
         ks = sorted({int(k.split("_")[1][1:]) for k in s if k.startswith("ksweep_k") and k.endswith("_tg_tps")})
         best = max(ks, key=lambda k: s.get(f"ksweep_k{k}_tg_tps") or 0) if ks else None
         rows = [[str(k), _f(s.get(f"ksweep_k{k}_tg_tps"), ".1f", " tok/s"), _f(s.get(f"ksweep_k{k}_tpot_ms"), ".2f", " ms"),

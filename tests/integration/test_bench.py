@@ -105,7 +105,7 @@ def test_every_suite_fills_every_field_from_a_real_server(cpu_server, tmp_path):
     assert prompts == {"256", "1024"}
     table = (out / "bench.md").read_text()
     for head in ("| Requested tokens | Actual prompt tokens | Median TTFT | Prefill rate |",
-                 "| Workload | Median TG | TG range | Median TPOT |", "| TTFT p50 | TTFT p90 | TTFT p99 | Latency p99 |",
+                 "| Workload | Single-stream 1/TPOT (median) | 1/TPOT range | Median TPOT | Output throughput |", "| TTFT p50 | TTFT p90 | TTFT p99 | Latency p99 |",
                  "| Input | Concurrency | TTFT mean (ms) |"):
         assert head in table
     assert (out / "ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -130,7 +130,7 @@ def test_ksweep_starts_one_server_per_k_and_plots_it(tiny_model, tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "bench.json").read_text())
     assert summary["ksweep_k1_tg_tps"] > 0 and summary["ksweep_k2_tg_tps"] > 0
-    assert "| DSpark k | Median TG | Median TPOT | Accept length | Note |" in (out / "bench.md").read_text()
+    assert "| DSpark k | Single-stream 1/TPOT (median) | Median TPOT | Accept length | Note |" in (out / "bench.md").read_text()
     assert (out / "ksweep.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "server.log").read_text().count("Uvicorn running") == 2  # two starts, both logged
     with socket.socket() as s:  # and the last server was stopped

@@ -249,3 +249,62 @@ def test_ctrl_c_names_the_suite_it_interrupted_and_the_suites_kept(scripted, tmp
     assert "interrupted during suite tail" in lines[0] and "finished suites kept: decode" in lines[0], lines[0]
     summary = json.loads((out / "bench.json").read_text())
     assert summary["failed_suite"] == "tail" and summary["decode_tg_tps"] > 0
+
+
+# ------------------------------------------------------------------ 4. the field's definitions
+
+sys.path.insert(0, str(REPO_ROOT / "servebuild" / "tools"))
+import bench_client  # noqa: E402
+import bench_suites  # noqa: E402
+
+
+def test_tpot_is_e2e_minus_ttft_over_output_tokens_minus_one():
+    """vLLM's `vllm bench serve` and SGLang's `bench_serving`: TPOT = (latency - ttft) / (output_len - 1),
+    the stream's end included (the old TPOT ended at the last token's arrival: 0.08 here)."""
+    s = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=6, ttft_s=0.5, latency_s=1.0,
+                            token_times=[0.5, 0.6, 0.7, 0.8, 0.85, 0.9])
+    assert s.tpot_s == pytest.approx(0.1) and s.decode_tps == pytest.approx(10.0)
+    assert s.itl_s == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05])  # the gaps between streamed tokens
+    one = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=1, ttft_s=0.5, latency_s=0.6)
+    assert one.tpot_s is None and one.itl_s == []
+
+
+def test_output_throughput_is_all_output_tokens_over_the_runs_duration():
+    got = [bench_client.Sample("tail", "t", i, ok=True, completion_tokens=64) for i in range(3)]
+    assert bench_suites.output_throughput(got, 2.0) == pytest.approx(96.0)
+
+
+def test_itl_figures_pool_every_gap_of_every_request():
+    a = bench_client.Sample("d", "x", 0, ok=True, token_times=[0.0, 0.01, 0.02])
+    b = bench_client.Sample("d", "x", 1, ok=True, token_times=[0.0, 0.01, 0.11])
+    got = bench_suites.itl("d_itl_ms", [a, b])
+    assert got["d_itl_ms_p50"] == pytest.approx(10.0) and got["d_itl_ms_mean"] == pytest.approx(32.5)
+    assert got["d_itl_ms_p99"] == pytest.approx(bench_suites.percentile([10, 10, 10, 100], 99))
+
+
+def test_token_counts_are_integers():
+    got = bench_suites.spread("x_prompt_tokens", [2048, 2048, 2050], digits=0)
+    assert got["x_prompt_tokens"] == 2048 and type(got["x_prompt_tokens"]) is int
+    assert type(got["x_prompt_tokens_min"]) is int and type(got["x_prompt_tokens_max"]) is int
+    assert json.dumps(got["x_prompt_tokens"]) == "2048"
+
+
+def test_suites_report_output_throughput_e2e_and_itl(scripted, tmp_path):
+    server = scripted(fresh_s=0.05, gap_s=0.01)
+    out = tmp_path / "out"
+    proc = bench(server.url, out, "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8", "--requests", "3")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "bench.json").read_text())
+    samples = [json.loads(ln) for ln in (out / "samples.jsonl").read_text().splitlines()]
+    for suite, tokens in (("decode", 8), ("tail", 64)):
+        mine = [x for x in samples if x["suite"] == suite]
+        wall = sum(x["latency_s"] for x in mine)
+        # all output tokens over the run's duration: at most over the requests' own time, never 1/TPOT
+        assert 0.8 * len(mine) * tokens / wall <= s[f"{suite}_output_throughput_tps"] <= len(mine) * tokens / wall
+        assert s[f"{suite}_output_throughput_tps"] < s[f"{suite}_tg_tps" if suite == "decode" else "tail_decode_tps"]
+        assert 8 <= s[f"{suite}_itl_ms_p50"] <= 30
+        assert s[f"{suite}_e2el_s" if suite == "decode" else "tail_latency_s_p50"] > 0.05
+    assert type(s["tail_prompt_tokens"]) is int
+    md = (out / "bench.md").read_text()
+    assert "Single-stream 1/TPOT" in md and "Median TG" not in md and "Decode-only" not in md
+    assert "Output throughput" in md

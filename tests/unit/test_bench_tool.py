@@ -72,8 +72,8 @@ def test_a_chat_role_opener_is_not_the_first_token():
     assert bench_client._chunk('{"choices": "x"}') is None and bench_client._chunk("[1]") is None
 
 
-def test_tpot_and_decode_rate_come_from_arrival_times():
-    s = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=5, ttft_s=0.5,
+def test_tpot_and_decode_rate_come_from_ttft_and_the_end_of_the_stream():
+    s = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=5, ttft_s=0.5, latency_s=0.9,
                             token_times=[0.5, 0.6, 0.7, 0.8, 0.9])
     assert s.tpot_s == pytest.approx(0.1) and s.decode_tps == pytest.approx(10.0)
     assert "token_times" not in s.record() and s.record()["tpot_s"] == pytest.approx(0.1)
