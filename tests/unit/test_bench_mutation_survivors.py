@@ -1,0 +1,109 @@
+"""The bench's and bisect's held-out mutation survivors (issue 32): each test kills one mutant that the
+suite let live. The median, not the mean; p99, not p90; TTFT at the first content token, not at a chat
+role-only chunk; the compile count over files, not kinds; bisect's run time the median of the runs, not
+the last; a value exactly at the threshold passes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from servebuild.check import bisect as ab
+from support import REPO_ROOT
+from unit.test_bench_wire import StandIn
+
+sys.path.insert(0, str(REPO_ROOT / "servebuild" / "tools"))
+import bench_client  # noqa: E402
+import bench_suites  # noqa: E402
+import servebuild_bench  # noqa: E402
+
+
+# ------------------------------------------------------------------ the median, not the mean
+
+def test_the_bench_summary_is_the_median_not_the_mean():
+    got = bench_suites.spread("decode_tg_tps", [1.0, 2.0, 30.0])  # mean 11
+    assert got == {"decode_tg_tps": 2.0, "decode_tg_tps_min": 1.0, "decode_tg_tps_max": 30.0, "decode_tg_tps_n": 3}
+    assert bench_suites.spread("n", [10, 20, 30, 1000], digits=0)["n"] == 25  # even count: the middle two's mean
+
+
+def test_bisect_metrics_are_the_median_of_the_runs_not_the_mean():
+    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    for value in (1.0, 2.0, 30.0):
+        row.add(0, 10.0, {"tps": value}, "log", None)
+    assert row.metrics["tps"] == 2.0
+
+
+# ------------------------------------------------------------------ p99, not p90
+
+def test_tails_p99_is_the_99th_percentile_not_the_90th():
+    got = bench_suites.tails("tail_ttft_s", [float(v) for v in range(101)])  # 0..100: the q-th is q
+    assert got["tail_ttft_s_p50"] == 50.0 and got["tail_ttft_s_p90"] == 90.0 and got["tail_ttft_s_p99"] == 99.0
+    assert got["tail_ttft_s_mean"] == 50.0 and got["tail_ttft_s_max"] == 100.0
+
+
+def test_itl_p99_is_the_99th_percentile():
+    times = [0.0]
+    for gap in range(101):  # gaps of 0, 1, ..., 100 ms
+        times.append(times[-1] + gap / 1000)
+    samples = [bench_client.Sample("d", "x", 0, ok=True, token_times=times)]
+    got = bench_suites.itl("x_itl_ms", samples)
+    assert got["x_itl_ms_p99"] == pytest.approx(99.0) and got["x_itl_ms_p50"] == pytest.approx(50.0)
+
+
+# ------------------------------------------------------------------ TTFT at the first content token
+
+def chat_events(pause_pieces: int) -> list[bytes]:
+    """A chat stream: a role-only opener (content ""), then `pause_pieces` keep-alive comments, then text."""
+    opener = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    events = [f"data: {json.dumps(opener)}\n\n".encode()]
+    events += [b": keep-alive\n\n"] * pause_pieces
+    for text in ("a", "b"):
+        events.append(f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': text}}]})}\n\n".encode())
+    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    events.append(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+    return events
+
+
+def test_ttft_is_taken_at_the_first_content_token_not_the_role_opener():
+    server = StandIn(chat_events(3), pause=0.1)  # the text comes >= 0.4 s after the opener
+    try:
+        s = bench_client.Server(server.url, model="stand-in", api="chat", request_timeout_s=20)
+        sample = bench_client.stream(s, bench_client.request_body(s, "hello", 2), bench_client.Sample("d", "x", 0))
+    finally:
+        server.close()
+    assert sample.ok, sample.error
+    assert sample.ttft_s >= 0.35, sample.ttft_s
+    assert len(sample.token_times) == 2 and sample.token_times[0] == sample.ttft_s
+
+
+# ------------------------------------------------------------------ compiles: files, not kinds
+
+def test_the_bench_census_counts_files_not_kinds(tmp_path, monkeypatch):
+    census = servebuild_bench.Census("off", tmp_path)
+    census.on = True
+    census.listing.write_text("{}")
+    monkeypatch.setattr(census, "_tool", lambda *a: {"changed": {"triton": 5, "flashinfer": 1}})
+    assert census.stop() == {"jit_compiled_files": 6}
+
+
+def test_bisect_counts_compiled_files_not_kinds():
+    out = f'{ab.CACHE_MARK} {{"changed": {{"triton": 5, "flashinfer": 1}}}}\n{{"ttft": 3}}\n'
+    assert ab.parse_metrics(out)["jit_compiled_files"] == 6
+
+
+# ------------------------------------------------------------------ bisect's run time; the threshold
+
+def test_bisect_run_time_is_the_median_of_the_runs_not_the_last():
+    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    for run_s in (5.0, 1.0, 30.0):  # median 5, last 30, mean 12
+        row.add(0, run_s, {}, "log", None)
+    assert row.run_s == 5.0
+
+
+@pytest.mark.parametrize("value,expected", [(3.0, "pass"), (3, "pass"), (2.999, "fail"), (3.001, "pass")])
+def test_a_value_exactly_at_the_threshold_passes(value, expected):
+    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=0, metrics={"tok_s": value})
+    assert ab.outcome(row, "tok_s", 3.0) == expected
