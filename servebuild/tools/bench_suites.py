@@ -31,6 +31,7 @@ from bench_client import BenchError, Sample, Server, request_body, stream
 PROMPTS = Path(__file__).resolve().parent / "bench_prompts"
 SUITES = ("prefill", "decode", "story", "tail", "grid")
 TAIL_PROMPT_TOKENS = 1569  # the seed's tail test: ~1,569 prompt tokens, 64 generated, 100 requests
+NONCE_CHECK_FLOOR_S = 0.005  # a cache hit the nonce check names saves at least this much TTFT
 CHARS_PER_TOKEN = 4.0      # first guess for English prose; calibrated on the server's own count
 
 
@@ -84,6 +85,46 @@ class PromptMaker:
                                  f"characters of prose, which no tokenizer does; --calibrate off keeps the guess")
             self.ratio, self.overhead = ratio, overhead
         return t2
+
+
+def control_prompt(maker: "PromptMaker", tokens: int) -> str:
+    """A prompt of about `tokens` tokens that shares no prefix with any `maker.make` prompt whatever its
+    nonce does: the prose's words in reverse order, behind a different opener."""
+    words = " ".join(reversed(maker.corpus.split()))
+    want = maker.body_chars(tokens)
+    body = (words + " ") * (want // (len(words) + 1) + 1)
+    return f"(control prompt {uuid.uuid4().hex}) " + body[:want] + maker.TAIL
+
+
+def nonce_check(server: Server, maker: "PromptMaker", tokens: int = TAIL_PROMPT_TOKENS) -> dict:
+    """Does the nonce keep the server's prefix cache out of the measurements? Four one-token requests:
+    a first of the shape (it pays any set-up), a fresh prompt, the same prompt again (a prefix-cache
+    hit where the server caches) and a control that shares no prefix with either by construction.
+    A 'fresh' prompt answered in under half the control's TTFT (and over NONCE_CHECK_FLOOR_S sooner: a
+    server that answers in a millisecond or two shows noise, not a cache), or whose prompt tokens the server
+    counts as mostly cached, was served from the cache: the nonce failed, and every TTFT the suites
+    would measure is a cache hit. That is a BenchError (one line), not a figure."""
+    def one(prompt: str) -> Sample:
+        sample = stream(server, request_body(server, prompt, 1), Sample("nonce-check", "nonce-check", 0))
+        if not sample.ok:
+            raise BenchError(f"nonce check request: {sample.error}")
+        return sample
+
+    one(maker.make(tokens))
+    fresh_prompt = maker.make(tokens)
+    fresh, repeat, control = one(fresh_prompt), one(fresh_prompt), one(control_prompt(maker, tokens))
+    out = {"nonce_check_fresh_ttft_s": round(fresh.ttft_s, 4), "nonce_check_repeat_ttft_s": round(repeat.ttft_s, 4),
+           "nonce_check_control_ttft_s": round(control.ttft_s, 4)}
+    cached = fresh.cached_tokens or 0
+    faster = fresh.ttft_s < 0.5 * control.ttft_s and control.ttft_s - fresh.ttft_s > NONCE_CHECK_FLOOR_S
+    if faster or (fresh.prompt_tokens and cached > 0.5 * fresh.prompt_tokens):
+        raise BenchError(f"nonce check: a fresh prompt of {fresh.prompt_tokens or tokens} tokens was served from the "
+                         f"prefix cache (TTFT {fresh.ttft_s:.4f} s against {control.ttft_s:.4f} s for a control of "
+                         f"the same length{f', {cached} tokens cached' if cached else ''}): every TTFT would "
+                         f"measure the cache, so nothing was measured")
+    visible = repeat.ttft_s < 0.5 * control.ttft_s and control.ttft_s - repeat.ttft_s > NONCE_CHECK_FLOOR_S
+    out["nonce_check"] = "ok" if visible else "ok, no prefix cache visible"
+    return out
 
 
 # ---- statistics

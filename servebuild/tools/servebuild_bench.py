@@ -31,7 +31,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_client import BenchError, Server, ServerProcess, accept_length, first_model, scrape, wait_healthy  # noqa: E402
-from bench_suites import RUNNERS, SUITES, PromptMaker, Run, spread, table, write_samples  # noqa: E402
+from bench_suites import RUNNERS, SUITES, PromptMaker, Run, nonce_check, spread, table, write_samples  # noqa: E402
 
 # the image's cache tool (beside this file in the project: servebuild/tools)
 CACHE_TOOL = next((p for p in (Path(__file__).resolve().parent / "servebuild_cache.py",
@@ -102,6 +102,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress lines on stderr (the health wait, each suite, request i of n, elapsed); "
                         "auto: when stderr is a terminal")
+    p.add_argument("--nonce-check", choices=("on", "off"), default="on",
+                   help="after calibration (--calibrate on): four one-token requests that refuse the run when a "
+                        "fresh prompt is served from the prefix cache (the nonce failed)")
     p.add_argument("--census", choices=("auto", "off"), default="auto",
                    help="count files the run writes under /cache (live compiles) where the image has the tool")
     args = p.parse_args(argv)
@@ -227,6 +230,9 @@ class Bench:
                        samples=self.run.samples if self.run else [], progress=self.progress.request)
         if self.args.calibrate == "on":
             self.summary[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
+            if self.args.nonce_check == "on":
+                self.progress.say("nonce check: four one-token requests")
+                self.summary.update({prefix + k: v for k, v in nonce_check(server, maker).items()})
         for number, suite in enumerate(suites, start=1):
             self.current, self.suite_first_sample = prefix + suite, len(self.run.samples)
             self.progress.suite(prefix + suite, number, len(suites))

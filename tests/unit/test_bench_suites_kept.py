@@ -308,3 +308,51 @@ def test_suites_report_output_throughput_e2e_and_itl(scripted, tmp_path):
     md = (out / "bench.md").read_text()
     assert "Single-stream 1/TPOT" in md and "Median TG" not in md and "Decode-only" not in md
     assert "Output throughput" in md
+
+
+# ------------------------------------------------------------------ the nonce checks itself
+
+def test_the_nonce_check_passes_when_fresh_prompts_are_fresh(scripted, tmp_path):
+    server = scripted(fresh_s=0.08, cached_s=0.005)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--census", "off",
+                           "--suite", "decode", "--runs", "1", "--max-tokens", "4"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "bench.json").read_text())
+    assert s["nonce_check"] == "ok" and s["nonce_check_fresh_ttft_s"] >= 0.08 > s["nonce_check_repeat_ttft_s"]
+
+
+def test_a_broken_nonce_is_refused_in_one_line(scripted, tmp_path, monkeypatch, capsys):
+    """With the nonce patched to a constant, every 'fresh' prompt of a length is the same prompt: the old
+    bench measured cache hits and reported them with partial: false. Now: one line, exit 2."""
+    import uuid
+    import servebuild_bench
+    server = scripted(fresh_s=0.08, cached_s=0.005)
+    monkeypatch.setattr(bench_suites.uuid, "uuid4", lambda: uuid.UUID(int=0))
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        code = servebuild_bench.main(["--url", server.url, "--out", str(tmp_path / "out"), "--census", "off",
+                                      "--suite", "prefill", "--sizes", "512", "--runs", "2"])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1, err
+    assert "nonce check: a fresh prompt of" in err[0] and "was served from the prefix cache" in err[0], err[0]
+    assert not [p for p, tokens, _ in server.seen if tokens > 1]  # nothing was measured
+
+
+def test_the_nonce_check_does_not_refuse_a_server_too_fast_to_tell(scripted, tmp_path, monkeypatch, capsys):
+    """A stand-in that answers in a few milliseconds shows noise, not a cache: under the floor, no refusal."""
+    import uuid
+    import servebuild_bench
+    server = scripted(fresh_s=0.003, cached_s=0.0005)
+    monkeypatch.setattr(bench_suites.uuid, "uuid4", lambda: uuid.UUID(int=0))
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        code = servebuild_bench.main(["--url", server.url, "--out", str(tmp_path / "out"), "--census", "off",
+                                      "--suite", "decode", "--runs", "1", "--max-tokens", "4"])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["nonce_check"] == "ok, no prefix cache visible"
