@@ -3,7 +3,8 @@
 - ttft.png: the TTFT of every measured request of each bisect row (all its runs), one box each, every
   request drawn as a point over it, on a log axis when the spread is wide (a live compile is a dot far right);
 - decode.png: each row's single-stream decode rate, 1/TPOT (median of its runs, the range as an error bar);
-- ksweep.png: decode rate and accept length against the DSpark k of a `servebuild-bench --suite ksweep`.
+- ksweep.png: single-stream 1/TPOT (and accept length, where measured) against the DSpark k of a
+  `servebuild-bench --suite ksweep`.
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ def ttft_plot(series: dict[str, list[float]], path: Path, title: str) -> Optiona
     values = [v for vs in series.values() for v in vs if v > 0]
     if values and max(values) / max(min(values), 1e-9) > 20:
         ax.set_xscale("log")
+        # 1, 2 and 5 of each decade labelled as plain numbers (the default labels only 0.1 and 1)
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("time to first token (s)")
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
@@ -134,8 +140,10 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
         lines += twin.plot([k for k, _ in accepted], [v for _, v in accepted], marker="s", color="#dd8452",
                            label="accept length (right axis)")
         twin.set_ylabel("accept length")
-    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
-    ax.set_title("speculative k sweep: decode rate and accept length")
+    # above the axes, not in them: in the upper left it hid the k=1 point, usually the highest
+    ax.legend(lines, [line.get_label() for line in lines], loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=len(lines), frameon=False)
+    ax.set_title("speculative k sweep: single-stream 1/TPOT" + (" and accept length" if accepted else ""), pad=24)
     return _save(fig, path)
 
 
