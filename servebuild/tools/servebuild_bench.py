@@ -86,7 +86,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--serve", help="shell command that starts the server (stopped at the end); ksweep: with {k}")
     p.add_argument("--health-timeout", type=seconds, default=1800.0, help="seconds to wait for /health")
     p.add_argument("--request-timeout", type=seconds, default=600.0, help="seconds per request, all of it")
-    p.add_argument("--out", default="bench-out", help="directory for bench.json, samples.jsonl, bench.md")
+    p.add_argument("--out", help="directory for bench.json, samples.jsonl, bench.md (default: a new "
+                                 "bench-out/SUITE-TIME for each run, never an earlier run's)")
     p.add_argument("--sizes", default="2048,8192,32768", help="prefill: prompt sizes in tokens")
     p.add_argument("--runs", type=int, default=3, help="prefill and decode: runs per case")
     p.add_argument("--max-tokens", type=int, default=256, help="decode, story, grid: tokens generated")
@@ -128,6 +129,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if len(value) > longest:
             raise BenchError(f"{flag} {shown}: longer than {longest} characters")
     Server(args.url).parts()  # a URL it can reach: http://HOST:PORT
+    if args.out is None:
+        args.out = fresh_out(args.suite)
     args.size_list = numbers(args.sizes, "--sizes")
     args.grid_list = numbers(args.grid_sizes, "--grid-sizes")
     args.conc_list = numbers(args.concurrencies, "--concurrencies")
@@ -135,6 +138,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if 0 in args.size_list + args.grid_list + args.conc_list:
         raise BenchError("sizes and concurrencies are at least 1")
     return args
+
+
+def fresh_out(suite: str) -> str:
+    """bench-out/SUITE-TIME, a directory no earlier run wrote (a suffix -2, -3... within one second)."""
+    base = f"bench-out/{suite.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while os.path.exists(out):
+        n += 1
+        out = f"{base}-{n}"
+    return out
 
 
 class Census:

@@ -356,3 +356,16 @@ def test_the_nonce_check_does_not_refuse_a_server_too_fast_to_tell(scripted, tmp
         signal.signal(signal.SIGTERM, handler)
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "bench.json").read_text())["nonce_check"] == "ok, no prefix cache visible"
+
+
+def test_without_out_each_run_has_a_directory_of_its_own(scripted, tmp_path):
+    """The default --out was bench-out, overwritten by the next run."""
+    server = scripted()
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--calibrate", "off", "--census", "off",
+                               "--suite", "decode", "--runs", "1", "--max-tokens", "4"], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    runs = sorted((tmp_path / "bench-out").iterdir())
+    assert len(runs) == 2 and all((r / "bench.json").is_file() for r in runs), runs
+    assert all(r.name.startswith("decode-") for r in runs)
