@@ -281,7 +281,23 @@ def prefill(run: Run) -> dict:
         cached = [s.cached_tokens for s in got if s.cached_tokens is not None]
         if cached:
             out[f"prefill_{size}_cached_tokens_max"] = max(cached)
+    points = [(out.get(f"prefill_{n}_prompt_tokens"), out.get(f"prefill_{n}_ttft_s")) for n in run.sizes]
+    out.update(marginal_rate([(t, x) for t, x in points if t and x]))
     return out
+
+
+def marginal_rate(points: list) -> dict:
+    """The prefill rate with the fixed per-request cost taken out: the least-squares line through
+    (prompt tokens, median TTFT) of two or more sizes, as prefill_marginal_tps (1 / its slope) and
+    prefill_fixed_s (its intercept). prefill_N_tps, tokens / TTFT, has the fixed cost in it."""
+    if len({t for t, _ in points}) < 2:
+        return {}
+    n = len(points)
+    mt, mx = sum(t for t, _ in points) / n, sum(x for _, x in points) / n
+    slope = sum((t - mt) * (x - mx) for t, x in points) / sum((t - mt) ** 2 for t, _ in points)
+    if slope <= 0:  # TTFT that does not grow with the prompt: no rate to give
+        return {}
+    return {"prefill_marginal_tps": round(1.0 / slope, 1), "prefill_fixed_s": round(mx - slope * mt, 4)}
 
 
 def unseen(prompt: str) -> str:

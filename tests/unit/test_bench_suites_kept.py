@@ -369,3 +369,12 @@ def test_without_out_each_run_has_a_directory_of_its_own(scripted, tmp_path):
     runs = sorted((tmp_path / "bench-out").iterdir())
     assert len(runs) == 2 and all((r / "bench.json").is_file() for r in runs), runs
     assert all(r.name.startswith("decode-") for r in runs)
+
+
+def test_the_marginal_prefill_rate_takes_the_fixed_cost_out():
+    """TTFT = 0.05 s + tokens / 100,000: tokens / TTFT says 29,000-80,000 tok/s by size; the line says
+    100,000 tok/s and 0.05 s fixed."""
+    points = [(n, 0.05 + n / 100_000) for n in (2048, 8192, 32768)]
+    got = bench_suites.marginal_rate(points)
+    assert got["prefill_marginal_tps"] == pytest.approx(100_000, rel=1e-3) and got["prefill_fixed_s"] == 0.05
+    assert bench_suites.marginal_rate(points[:1]) == {} and bench_suites.marginal_rate([(1, 0.2), (2, 0.1)]) == {}
