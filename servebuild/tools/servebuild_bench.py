@@ -4,11 +4,15 @@
     servebuild-bench --serve "$SERVEBUILD_LAUNCHER" --suite tail      # start the server, wait, measure, stop
     servebuild-bench --suite ksweep --ks 0,5,6,7 --serve "launcher --speculative-num-draft-tokens {k}"
 
-It waits for GET /health (--health-timeout), warms up, measures, and writes DIR/bench.json (one flat
-object: medians, ranges, percentiles, accept length, live compiles), DIR/samples.jsonl (every request
-as it finished) and DIR/bench.md (the seed's tables); the flat object is also the last line printed.
-A request that fails (refused, cut, malformed chunk, HTTP error), a server that dies or never becomes
-healthy: one line on stderr, exit 2, and what was measured until then kept with "partial": true.
+It waits for GET /health (--health-timeout), calibrates, checks that its nonce keeps the prefix cache
+out, warms up, measures, and writes DIR/bench.json (one flat object: medians, ranges, percentiles,
+accept length, live compiles), DIR/samples.jsonl (every request as it finished) and DIR/bench.md (the
+seed's tables), bench.json and bench.md again as each suite ends; the flat object is also the last line
+printed. TPOT, ITL, E2E latency and output throughput are defined as vLLM's `vllm bench serve` and
+SGLang's `bench_serving` define them (README, Benchmarks). A request that fails (refused, cut,
+malformed chunk, HTTP error), a server that dies or never becomes healthy, Ctrl-C: one line on stderr
+(which suite, which suites were kept), exit 2 (130, 143), every finished suite's figures kept with
+"partial": true, failed_suite and the error. --progress on: progress lines on stderr.
 
 Standard library only: the images carry it in /opt/servebuild/tools (the host runs it as `invoke bench`).
 """
