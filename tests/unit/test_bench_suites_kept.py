@@ -378,3 +378,34 @@ def test_the_marginal_prefill_rate_takes_the_fixed_cost_out():
     got = bench_suites.marginal_rate(points)
     assert got["prefill_marginal_tps"] == pytest.approx(100_000, rel=1e-3) and got["prefill_fixed_s"] == 0.05
     assert bench_suites.marginal_rate(points[:1]) == {} and bench_suites.marginal_rate([(1, 0.2), (2, 0.1)]) == {}
+
+
+def test_a_server_that_dies_in_the_second_suite_leaves_the_first_suites_figures(tmp_path):
+    """The issue's case, with the project's stand-in (tests/integration/standin_server.py, pure Python):
+    the process exits mid-stream in tail's second measured request, after decode finished."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    standin = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests" / "integration" / "standin_server.py"),
+                                str(port), "die-mid-stream", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        out = tmp_path / "out"
+        proc = bench(url, out, "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8", "--requests", "5")
+    finally:
+        standin.kill()
+        standin.wait()
+    lines = error_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "tail request 2 (tail)" in lines[0] and "finished suites kept: decode" in lines[0], lines[0]
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["failed_suite"] == "tail" and summary["suites_finished"] == ["decode"]
+    assert summary["decode_tg_tps"] > 0 and summary["decode_ttft_s"] > 0 and summary["decode_output_throughput_tps"] > 0
+    assert summary["partial_ttft_s_n"] == 1
