@@ -162,3 +162,23 @@ def test_warm_names_volume_for_a_source_path_too_long_to_check(spec):
     assert err.value.field == "--volume" and err.value.exit_code == 2, message[:200]
     assert message.startswith("--volume: ") and "SRC cannot be checked: File name too long" in message, message[:200]
     assert "\n" not in message and len(message) < 300, message[:200]
+
+
+@pytest.mark.parametrize("changed, status", [({}, 0), ({"triton": 2, "inductor": 1}, 1)])
+def test_warm_check_exits_1_when_the_command_added_cache_files_else_0(fake_engine, tmp_path, capsys, changed,
+                                                                       status):
+    """A fake runner: `warm --check` (cli.warm) is 0 when the command's start compiled nothing and 1 when
+    the census after it counts new compile products; --check tags nothing either way (issue 31, point 10)."""
+    import json
+
+    from servebuild.cli.warm import warm
+    engine, log = fake_engine
+    client = tmp_path / "docker"
+    client.write_text(client.read_text().replace("""echo '{"changed": {}}'""",
+                                                 f"echo '{json.dumps({'changed': changed})}'"))
+    root = tmp_path / "project"
+    root.mkdir()
+    assert warm(root, image=IMAGE_ID, run="true", gpus="none", check=True) == status
+    assert f"warm --check: {sum(changed.values())} new cache files while the command ran" in capsys.readouterr().out
+    assert [c for c in calls(log) if c.split()[0] in ("tag", "commit", "cp") or c.startswith("image tag")
+            or (c.startswith("build") and c != "build --help")] == []
