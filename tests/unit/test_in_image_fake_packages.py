@@ -49,6 +49,14 @@ FAKES = {
             with open(os.path.join(folder, "demo.so"), "wb") as handle:
                 handle.write(bytes(n))
 
+        def _jit_ninja_module(n: int):  # a build as ninja leaves it: its log holds the build's clock
+            folder = os.path.join(os.environ["FAKE_CACHE"], "tvm-ffi", f"ninja_{n}_{CURRENT[-1]}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "ninja.so"), "wb") as handle:
+                handle.write(bytes(n))
+            with open(os.path.join(folder, ".ninja_log"), "w") as handle:
+                handle.write("# ninja log v6\\n12\\t345\\t1764000000123456789\\tninja.so\\tabc123\\n")
+
         def _jit_nothing_module(n: int):
             return None
 
@@ -155,6 +163,19 @@ def test_aot_max_bytes_is_enforced(fakes):
     assert not (fakes / "seed" / "aot.json").exists()
     shutil.rmtree(fakes / "cache")  # the refused run left its build there
     assert aot(fakes, [WRITES], max_bytes=128).returncode == 0
+
+
+def test_aot_puts_the_steps_settled_time_in_ninjas_state(fakes, monkeypatch):
+    """$SERVEBUILD_SETTLED (the settle step's time, exported by the rendered RUN) replaces the build's clock
+    in ninja's log of what the builder wrote: without it the seed's ninja state holds the build's time and
+    two builds of one recipe differ (issue 31, point 10: SERVEBUILD_SETTLED could be ignored)."""
+    ninja = {"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_ninja_module", "args": [8]}
+    monkeypatch.setenv("SERVEBUILD_SETTLED", "1700000000")
+    proc = aot(fakes, [ninja])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for arch in ("9.0a", "10.0a"):
+        log = (fakes / "seed" / "cache" / "tvm-ffi" / f"ninja_8_{arch}" / ".ninja_log").read_text()
+        assert log == "# ninja log v6\n0\t0\t1700000000000000000\tninja.so\tabc123\n", log
 
 
 RECORD = """
