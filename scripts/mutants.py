@@ -395,7 +395,8 @@ MUTANTS = [
            (f"{FAKES}::test_aot_builds_each_kernel_for_each_arch_and_moves_the_cache_to_the_seed",)),
     # the created time: the newest exclude-newer date, not the oldest
     Mutant("created-from-oldest-exclude-newer", "servebuild/plan/make.py", "        when, rel = dated[-1]",
-           "        when, rel = dated[0]", ("tests/unit/test_settle.py::test_created_is_a_fact_of_the_inputs",)),
+           "        when, rel = dated[0]",
+           ("tests/unit/test_settle.py::test_created_is_the_newest_exclude_newer_date_of_the_sets_the_image_installs",)),
     # the JIT recorder (servebuild/tools/jit_record.py)
     Mutant("jit-record-unplain-arg-replayable", "servebuild/tools/jit_record.py",
            "replayable=all(p is not None for p in plain))", "replayable=True)",

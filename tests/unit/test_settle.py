@@ -151,6 +151,26 @@ def test_created_is_a_fact_of_the_inputs(monkeypatch):
         created_timestamp(torch, "linux/amd64")
 
 
+@pytest.mark.parametrize("precompiled, created, source", [
+    ("2026-05-01T00:00:00Z", "2026-07-26T00:00:00Z", "constraints/sglang/py3.12-linux-amd64.txt"),
+    ("2026-08-01T00:00:00Z", "2026-08-01T00:00:00Z", "constraints/sglang/precompiled-py3.12-linux-amd64.txt"),
+])
+def test_created_is_the_newest_exclude_newer_date_of_the_sets_the_image_installs(tmp_path, monkeypatch, precompiled,
+                                                                                 created, source):
+    """Of two hashed sets with other exclude-newer dates the image is created at the newer one, whichever
+    set holds it (issue 31, point 10: the oldest could be taken)."""
+    from support import copy_real
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    root = tmp_path / "project"
+    copy_real(root, "recipes/sglang-native-fp8.yaml", "recipes/torch-cu130.yaml", "constraints", "patches", "recordings")
+    path = root / "constraints/sglang/precompiled-py3.12-linux-amd64.txt"
+    text = path.read_text()
+    assert text.count("2026-07-26T00:00:00Z") >= 1
+    path.write_text(text.replace("2026-07-26T00:00:00Z", precompiled))
+    assert created_timestamp(load_recipe("sglang-native-fp8", root), "linux/amd64") == (
+        created, f"exclude-newer of {source}")
+
+
 def test_the_settled_config_changes_only_the_times_after_the_base():
     config = {"architecture": "amd64", "created": "2026-12-01T10:00:00.123Z", "rootfs": {"diff_ids": ["a", "b"]},
               "history": [{"created": "2026-07-01T00:00:00Z", "created_by": "ADD rootfs.tar /"},
