@@ -63,6 +63,9 @@ SPECIAL = "tests/unit/test_in_image_special_files.py"
 LOCKT = "tests/unit/test_lock_types.py"
 WARMB = "tests/unit/test_warm_bounds.py"
 CENSUS = "tests/unit/test_census_compiles.py"
+SETTLE = "tests/unit/test_settle.py"
+CONFINED = "tests/unit/test_cache_tool_confined.py"
+WIRE = "tests/unit/test_bench_wire.py"
 
 
 def h(mode: str) -> str:
@@ -472,6 +475,65 @@ MUTANTS = [
     Mutant("census-unchanged-counted", "servebuild/tools/servebuild_cache.py",
            "        if before.get(rel) == stamp:\n            continue", "        if False:\n            continue",
            (f"{CENSUS}::test_a_start_that_wrote_nothing_counts_nothing",)),
+    # the settled step (servebuild/render/settle.py)
+    Mutant("settle-step-time-fixed", "servebuild/render/settle.py",
+           "export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))",
+           "export {STEP_TIME}={TAR_MTIME}", (f"{SETTLE}::test_the_settled_step_really_settles",),
+           "the old settle: every output at 2000-01-01, older than the headers it was built from"),
+    Mutant("settle-step-time-no-floor", "servebuild/render/settle.py",
+           "${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME}", "${{newest%%.*}} + 1",
+           (f"{SETTLE}::test_the_settled_step_really_settles",)),
+    Mutant("settle-logs-kept", "servebuild/render/settle.py",
+           'SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "\n'
+           '          f"&& find / ', 'SETTLE = (f"find / ', (f"{SETTLE}::test_the_settled_step_empties_the_logs_it_wrote",)),
+    Mutant("settle-no-tmp-tmpfs", "servebuild/render/settle.py", "    flags = [TMP, *flags]", "    flags = [*flags]",
+           (f"{SETTLE}::test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle",)),
+    Mutant("settle-bind-anywhere", "servebuild/render/settle.py",
+           '        if not target.startswith(MOUNT_ROOT + "/"):', "        if False:",
+           (f"{SETTLE}::test_what_cannot_be_settled_is_refused",)),
+    Mutant("settle-add-into-tmp-allowed", "servebuild/render/settle.py",
+           'elif keyword == "ADD" and _dest(instruction).startswith("/tmp"):', "elif False:",
+           (f"{SETTLE}::test_what_cannot_be_settled_is_refused",)),
+    Mutant("settle-copy-into-tmp-allowed", "servebuild/render/settle.py",
+           '    if dest.startswith("/tmp"):\n        raise SettleError', "    if False:\n        raise SettleError",
+           (f"{SETTLE}::test_what_cannot_be_settled_is_refused",)),
+    Mutant("settle-copy-dirs-keep-context-time", "servebuild/render/settle.py", 'dirs = ("" if stage else',
+           'dirs = ("" if True else', (f"{SETTLE}::test_a_copy_into_a_directory_runs_as_copy_would",)),
+    # the in-image cache tool's seed and census (servebuild/tools/servebuild_cache.py)
+    Mutant("seed-rewrites-origin", "servebuild/tools/servebuild_cache.py",
+           "            if origin is None:\n                text = json.dumps",
+           "            if True:\n                text = json.dumps",
+           (f"{CONFINED}::test_a_second_seed_does_not_rewrite_the_origin_it_wrote",
+            f"{CONFINED}::test_seed_keeps_an_origin_from_another_image_and_warm_still_refuses_the_cache")),
+    Mutant("seed-overwrites-the-volume", "servebuild/tools/servebuild_cache.py",
+           "        elif not exists_at(entry.name, dir_fd):  # never overwrites", "        elif True:  # never overwrites",
+           ("tests/unit/test_aot.py::test_the_cache_tool_seeds_only_what_is_missing_and_packs_only_what_a_run_added",)),
+    Mutant("seed-copies-a-link-out", "servebuild/tools/servebuild_cache.py",
+           'if os.path.isabs(text) or lexical.split(os.sep)[0] == ".." or not within(os.path.realpath(path), root):',
+           "if False:", (f"{CONFINED}::test_seed_copies_a_link_inside_the_seed_as_a_link_and_skips_one_that_leaves_it",)),
+    Mutant("seed-leaves-temp-file", "servebuild/tools/servebuild_cache.py", "            os.unlink(temp, dir_fd=dir_fd)",
+           "            pass", (f"{CONFINED}::test_a_write_that_fails_mid_seed_leaves_no_temp_file",)),
+    Mutant("census-skips-unreadable-dir", "servebuild/tools/servebuild_cache.py",
+           "def unreadable(exc: OSError) -> None:\n    raise exc", "def unreadable(exc: OSError) -> None:\n    return None",
+           (f"{CONFINED}::test_census_and_pack_name_a_directory_they_cannot_read",)),
+    # the bench client (servebuild/tools/bench_client.py, servebuild_bench.py)
+    Mutant("bench-cr-alone-not-a-line-end", "servebuild/tools/bench_client.py", '_EOL = re.compile(rb"\\r\\n|\\r|\\n")',
+           '_EOL = re.compile(rb"\\r\\n|\\n")', (f"{WIRE}::test_every_sse_line_ending_is_read",
+                                                f"{WIRE}::test_sse_lines_splits_on_every_ending_and_bounds_a_line")),
+    Mutant("bench-split-crlf-two-endings", "servebuild/tools/bench_client.py",
+           '        if after_cr and data.startswith(b"\\n"):\n            data = data[1:]',
+           "        if False:\n            data = data[1:]",
+           (f"{WIRE}::test_a_crlf_split_across_two_writes_is_one_line_ending",)),
+    Mutant("bench-line-unbounded", "servebuild/tools/bench_client.py",
+           "        if len(buf) > limit and len(_EOL.split(buf, 1)[0]) > limit:", "        if False:",
+           (f"{WIRE}::test_a_line_over_the_limit_is_one_error",
+            f"{WIRE}::test_sse_lines_splits_on_every_ending_and_bounds_a_line")),
+    Mutant("bench-url-control-char-taken", "servebuild/tools/servebuild_bench.py", "        if not value.isprintable():",
+           "        if False:", (f"{WIRE}::test_a_url_or_model_with_a_line_break_is_one_line",)),
+    Mutant("bench-out-written-in-place", "servebuild/tools/servebuild_bench.py",
+           '        with open(tmp, "x", encoding="utf-8") as fh:\n            fh.write(text)\n        os.replace(tmp, path)',
+           '        with open(path, "w", encoding="utf-8") as fh:\n            fh.write(text)',
+           ("tests/cli/test_bench_out_full.py",)),
 ]
 
 

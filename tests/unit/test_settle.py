@@ -84,6 +84,25 @@ def test_the_settled_step_really_settles(tmp_path):
     assert subprocess.run(["bash", "-o", "pipefail", "-c", local("RUN false\n")], cwd=work).returncode != 0
 
 
+def test_the_settled_step_empties_the_logs_it_wrote(tmp_path):
+    """The composed shell, run here: a log file (under /var/log, standing in a folder here) the step wrote
+    or appended to is left empty, so the layer holds no apt or dpkg log of the day it was built; a log the
+    step did not touch keeps its content."""
+    logs, work = tmp_path / "log", tmp_path / "work"
+    logs.mkdir()
+    work.mkdir()
+    (logs / "old.log").write_text("from an earlier step\n")
+    (logs / "apt.log").write_text("earlier\n")
+    os.utime(logs / "old.log", (1_700_000_000, 1_700_000_000))
+    os.utime(logs / "apt.log", (1_700_000_000, 1_700_000_000))
+    text = (settle(f"RUN echo installed >> {logs}/apt.log && echo new > {logs}/dpkg.log\n")
+            .removeprefix(f"RUN {TMP}{INDENT}").replace("find /usr /opt ", f"find {tmp_path / 'inputs'} ")
+            .replace("find /var/log /var/cache/ldconfig ", f"find {logs} ").replace("find / ", f"find {work} "))
+    subprocess.run(["bash", "-o", "pipefail", "-c", text], cwd=work, check=True)
+    assert (logs / "apt.log").read_text() == "" and (logs / "dpkg.log").read_text() == ""
+    assert (logs / "old.log").read_text() == "from an earlier step\n"
+
+
 @pytest.mark.parametrize("copy, bind, into", [
     ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "/opt/venv"),
     ("COPY launchers/ /usr/local/bin/", "source=launchers/,target=/mnt/src", "/usr/local/bin"),
