@@ -123,3 +123,16 @@ def test_census_without_since_reports_no_changes(tmp_path):
     put(cache, "triton/A/k.cubin", 10, 10**18)
     out = census(cache)
     assert "changed" not in out and out["kinds"] == {"triton": 1}
+
+
+def test_a_rotated_log_is_a_log_not_a_compile(tmp_path):
+    """A log a logging handler rotated (flashinfer_jit.log.1, new or rewritten) is counted under logs, never
+    as a compile or a rewrite."""
+    cache = tmp_path / "cache"
+    put(cache, "flashinfer/flashinfer_jit.log.1", 300, 10**18)
+
+    def rotate():
+        put(cache, "flashinfer/flashinfer_jit.log.1", 420, 2 * 10**18)
+        put(cache, "flashinfer/flashinfer_jit.log.2", 300, 2 * 10**18)
+    out = since(cache, tmp_path, rotate)
+    assert out["changed"] == {} and out["rewritten"] == {} and out["logs"] == {"flashinfer": 2}

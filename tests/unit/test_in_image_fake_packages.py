@@ -138,6 +138,16 @@ def test_aot_builds_each_kernel_for_each_arch_and_moves_the_cache_to_the_seed(fa
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["aot", "aot"], proc.stdout
 
 
+def test_an_empty_cache_directory_of_the_image_is_not_seeded(fakes):
+    """A cache directory the image made and no kernel wrote into (deep_gemm, 1777) stays where it is and is
+    not moved into the seed: the seed holds what was compiled, nothing else."""
+    (fakes / "cache" / "deep_gemm").mkdir(parents=True)
+    proc = aot(fakes, [WRITES])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(os.listdir(fakes / "seed" / "cache")) == ["tvm-ffi"]
+    assert sorted(os.listdir(fakes / "cache")) == ["deep_gemm", "tvm-ffi"]
+
+
 @pytest.mark.parametrize("kernel,words", [
     ({"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_nothing_module", "args": [1]},
      "the builder returned but wrote nothing under cache"),

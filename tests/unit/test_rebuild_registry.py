@@ -240,6 +240,21 @@ def test_a_layer_matching_its_blob_digest_but_not_its_diff_id_is_an_integrity_er
     assert fake_build.calls == 0
 
 
+@pytest.mark.parametrize("diff_ids", [1, 3], ids=["fewer", "more"])
+def test_a_config_naming_other_than_one_diff_id_per_layer_is_refused_before_a_layer_get(registry, fake_build,
+                                                                                        diff_ids):
+    """The manifest's layers and the config's rootfs.diff_ids are one per layer: a registry image whose two
+    lists differ in length is one RegistryError line before any layer blob is read (an IndexError, or a
+    layer compared with nothing, without the check)."""
+    layers = [layer({"etc/a": b"a"}), layer({"etc/b": b"b"})]
+    ids = [d for _, d in layers] + [sha(b"a third")]
+    reg = registry(layers, labels(), diff_ids=ids[:diff_ids])
+    with pytest.raises(RegistryError, match=f"the manifest names 2 layers, the config {diff_ids}") as err:
+        check(reg)
+    assert "\n" not in str(err.value)
+    assert reg.layer_gets() == [] and fake_build.calls == 0
+
+
 class SavedDocker:
     """A docker whose `docker save` stream holds the given members (name -> bytes)."""
 
