@@ -254,6 +254,26 @@ def test_the_outcome_without_a_metric_is_the_exit_status(exit_code, metric, thre
     assert ab.outcome(row(exit_code, {"tok_s": 3}), metric, threshold) == expected
 
 
+@pytest.mark.parametrize("value, expected", [(2.0, "pass"), (2, "pass"), (1.999, "fail"), ("2.0", "no-metric"),
+                                             ([2.0], "no-metric")])
+def test_a_metric_exactly_at_the_threshold_passes(value, expected):
+    """--threshold is the least passing value; a metric that is not a number is no metric, never compared."""
+    assert ab.outcome(row(0, {"tok_s": value}), "tok_s", 2.0) == expected
+
+
+@pytest.mark.parametrize("n, first", [(8, 1), (8, 5), (8, 8), (1, 1), (8, None), (3, None)])
+def test_the_search_finds_the_first_prefix_whose_outcome_differs(n, first):
+    """Prefixes below `first` fail, from it on they pass (None: every prefix passes): the search names
+    `first`, or None when the whole stack agrees with the release, measuring each prefix at most once."""
+    asked = []
+
+    def result(i):
+        asked.append(i)
+        return "fail" if first is None or i < first else "pass"
+    assert ab.first_change(n, result) == first
+    assert len(asked) == len(set(asked)) and asked[0] == n, asked
+
+
 def test_a_row_exits_with_its_first_failing_run():
     r = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
     r.add(0, 1.0, {}, "log1", None)
