@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servebuild.check import bisect as ab  # noqa: E402
+from servebuild.check import bisect  # noqa: E402
 from servebuild.build.docker import DockerClient  # noqa: E402
 from servebuild.build.run import build  # noqa: E402
 from servebuild.plan.make import BuildOptions, make_plan
@@ -98,8 +98,8 @@ def main() -> int:
     edited = edit_local_patch(root, recipe, variants[1]) if len(variants) > 1 else None
     patch_edit_s = timed_build(docker, root, recipe, platform, variants[1])[1] if edited else None
     total = sum(r["build_s"] for r in rows)
-    sizes = {r["variant"]: ab.layer_sizes(docker, r["tag"]) for r in rows}
-    unique = ab.unique_bytes(sizes) if len(sizes) > 1 else {}
+    sizes = {r["variant"]: bisect.layer_sizes(docker, r["tag"]) for r in rows}
+    unique = bisect.unique_bytes(sizes) if len(sizes) > 1 else {}
     image = int(docker.image_inspect(result.tag)["Size"])
     manifest = json.loads(result.manifest_path.read_text())
     base = int(docker.image_inspect(manifest["bases"]["runtime"]["resolved"])["Size"])

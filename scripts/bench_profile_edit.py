@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from servebuild.check import bisect as ab  # noqa: E402
+from servebuild.check import bisect  # noqa: E402
 from servebuild.build.docker import DockerClient  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def main() -> int:
                 subprocess.run([str(ROOT / ".venv/bin/invoke"), "lock", "--recipe", name], cwd=clone,
                                capture_output=True, check=True)
             second_s = build(clone, args.recipe, args.variant, second, args.ca_bundle)
-            a, b = ab.layer_sizes(docker, first), ab.layer_sizes(docker, second)
+            a, b = bisect.layer_sizes(docker, first), bisect.layer_sizes(docker, second)
             old = {diff for diff, _ in a}
             new = [(diff, size) for diff, size in b if diff not in old]
             record = {"recipe": args.recipe, "variant": args.variant, "first_build_s": round(first_s, 1),

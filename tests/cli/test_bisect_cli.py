@@ -67,12 +67,12 @@ def test_bad_bisect_input_is_one_line(args, words):
 
 
 def test_a_metric_the_command_never_printed_stops_the_search():
-    from servebuild.check import bisect as ab
+    from servebuild.check import bisect
     from servebuild.errors import InputError
 
-    class Measured(ab.Session):
+    class Measured(bisect.Session):
         def __init__(self):
-            self.measured = {"prefix-1": [ab.Row(variant="prefix-1", patches=[], tag="t", image_id="i", build_s=1,
+            self.measured = {"prefix-1": [bisect.Row(variant="prefix-1", patches=[], tag="t", image_id="i", build_s=1,
                                                  exit=0, metrics={"tok_s": 3})]}
 
         def measure(self, name):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servebuild.build import bases, run
-from servebuild.plan import make as pipeline
+from servebuild.plan import make
 from servebuild.build.docker import DockerClient
 from servebuild.sources.stack import default_cache_dir
 from servebuild.cli.options import MAIN_RECIPE
@@ -63,8 +63,8 @@ def project(tmp_path_factory, upstream) -> Path:
 def build_fixture(root: Path, engine: DockerClient, platform: str, tag: str, cache_dir: Path,
                   recipe: str = "toy", **opts):
     opts.setdefault("ca_bundle", HOST_CA if HOST_CA.exists() else None)
-    options = pipeline.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)
-    plan = pipeline.make_plan(root, recipe, options)
+    options = make.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)
+    plan = make.make_plan(root, recipe, options)
     start = time.monotonic()
     result = run.build(plan, engine)
     CREATED_TAGS.append(tag)

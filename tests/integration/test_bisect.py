@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from integration.conftest import CREATED_TAGS, HOST_CA
-from servebuild.check import bisect as ab
+from servebuild.check import bisect
 from servebuild.plan.make import BuildOptions
 from support import fixture_recipe, make_project, make_upstream, own_cache_keys
 
@@ -45,7 +45,7 @@ def every(names, profiles):
 
 def test_run_measures_every_variant(engine, base_images, project, tmp_path):
     root, cache = project
-    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), every(VARIANTS, [None, "toy-serve"]),
+    session = bisect.Session(root, "toy", bisect.Probe(COMMAND, timeout_s=120), every(VARIANTS, [None, "toy-serve"]),
                          {name: options(cache, name) for name in VARIANTS}, out_dir=tmp_path / "report")
     for name in VARIANTS:
         session.measure(name)
@@ -64,21 +64,21 @@ def test_run_measures_every_variant(engine, base_images, project, tmp_path):
     for name in VARIANTS:
         unique = rows[(name, None)].unique_bytes
         assert unique is not None and 0 < unique < size * 0.05, (name, unique, size)
-    print("\n" + ab.table(session.rows))
+    print("\n" + bisect.table(session.rows))
 
 
 def test_search_names_the_first_patch_that_changes_the_metric(engine, base_images, project):
     root, cache = project
     stack = ["pr-1", "pr-2", "local-version-banner"]
     jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
-    session = ab.Session(root, "toy", ab.Probe(COMMAND, timeout_s=120), every(dict(jobs), [None]),
+    session = bisect.Session(root, "toy", bisect.Probe(COMMAND, timeout_s=120), every(dict(jobs), [None]),
                          {name: options(cache, name, s) for name, s in jobs})
-    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "patched", 1.0))
+    found = bisect.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "patched", 1.0))
     assert found == 3
     message = session.culprit(jobs, found)
     assert message.startswith("first patch that changes the outcome: local-version-banner "
                               "(patches/toy-version-banner.patch, diff sha256 ")
-    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "hopper", 1.0))
+    found = bisect.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "hopper", 1.0))
     assert found == 2 and "pr-2" in session.culprit(jobs, found)
     # the full stack first, prefix 0 only when the search ends next to it: prefixes 3, 1, 2, each
     # built once for both questions
@@ -91,14 +91,14 @@ def test_bisection_costs_a_logarithmic_number_of_results():
     def result(i):
         seen.append(i)
         return "pass" if i < 37 else "fail"
-    assert ab.first_change(100, result) == 37
+    assert bisect.first_change(100, result) == 37
     assert len(set(seen)) <= 2 + 7  # ends, then log2(100) probes
 
 
 def test_metric_and_threshold_come_together():
     from servebuild.errors import InputError
     with pytest.raises(InputError, match="--metric NAME and --threshold NUMBER together"):
-        ab.parse_threshold("ttft", None)
+        bisect.parse_threshold("ttft", None)
 
 
 def step_patch(i: int) -> str:
@@ -144,9 +144,9 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
     stack = [f"step-{i}" for i in range(1, 9)]
     jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
     plans = {name: options(cache, f"s8-{name}", s) for name, s in jobs}
-    greets = ab.Probe("toy-serve --port 5 | grep -q hello", timeout_s=120)
-    session = ab.Session(root, "toy", greets, every(plans, [None]), {name: plans[name] for name, _ in jobs})
-    found = ab.first_change(len(stack), lambda i: session.outcome(jobs[i][0], None, None))
+    greets = bisect.Probe("toy-serve --port 5 | grep -q hello", timeout_s=120)
+    session = bisect.Session(root, "toy", greets, every(plans, [None]), {name: plans[name] for name, _ in jobs})
+    found = bisect.first_change(len(stack), lambda i: session.outcome(jobs[i][0], None, None))
     print(f"\n8-patch search: culprit prefix {found}, builds {sorted(session.measured)}")
     assert found == 6 and len(session.measured) <= 4
     line = session.culprit(jobs, found)
@@ -154,12 +154,12 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
     assert "exit 0 with prefix-5 -> exit 1 with prefix-6" in line and "4 of 9 prefixes built" in line
 
     # a check no patch changes: "no change", reusing the prefixes already built
-    quiet = ab.Session(root, "toy", ab.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), every(plans, [None]),
+    quiet = bisect.Session(root, "toy", bisect.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), every(plans, [None]),
                        {name: plans[name] for name, _ in jobs})
-    assert ab.first_change(len(stack), lambda i: quiet.outcome(jobs[i][0], None, None)) is None
+    assert bisect.first_change(len(stack), lambda i: quiet.outcome(jobs[i][0], None, None)) is None
     assert quiet.culprit(jobs, None).startswith("no patch changes the outcome: prefix-0 and prefix-8 agree")
     assert set(quiet.measured) == {"prefix-8", "prefix-4", "prefix-2", "prefix-1", "prefix-0"}
-    print(ab.table(quiet.rows))
+    print(bisect.table(quiet.rows))
 
 
 # each run: its order (a counter file on the host, through a volume), the variable given with --env, the
@@ -182,13 +182,13 @@ def test_repeat_interleaves_rows_and_keeps_every_log(engine, base_images, projec
     counter = tmp_path / "counter"
     counter.mkdir()
     counter.chmod(0o777)
-    names = ab.profile_names(load_recipe("toy", root), "toy-serve,release:toy-serve", ["release", "prs"])
+    names = bisect.profile_names(load_recipe("toy", root), "toy-serve,release:toy-serve", ["release", "prs"])
     assert names == {"release": ["toy-serve"], "prs": ["toy-serve"]}
     names["prs"] = [None, "toy-serve"]  # two rows for prs: the command alone, and with the profile
-    probe = ab.Probe(REPEAT_COMMAND, timeout_s=120, metrics_file="/tmp/m.jsonl",
+    probe = bisect.Probe(REPEAT_COMMAND, timeout_s=120, metrics_file="/tmp/m.jsonl",
                      run=RunOptions(gpus="none", env=(("FLAVOUR", "tart"),), volumes=(f"{counter}:/counter",)))
     out = tmp_path / "bisect"
-    session = ab.Session(root, "toy", probe, names, {n: options(cache, n) for n in ("release", "prs")},
+    session = bisect.Session(root, "toy", probe, names, {n: options(cache, n) for n in ("release", "prs")},
                          repeat=3, out_dir=out)
     session.measure_all(["release", "prs"])
     json_path, md_path, _ = session.report()

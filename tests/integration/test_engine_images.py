@@ -21,7 +21,7 @@ import pytest
 from integration import warm_checks
 from integration.conftest import CREATED_TAGS, build_fixture
 from servebuild.check import profiles as argcheck
-from servebuild.check import bisect as ab
+from servebuild.check import bisect
 from servebuild.check import smoke
 from servebuild.errors import ServebuildError
 from servebuild.recipe.load import load_recipe
@@ -107,7 +107,7 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
             tags.append(other)
             _, other_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", other, cache, recipe=recipe,
                                              variant=SECOND[recipe])
-            unique = ab.unique_bytes({t: ab.layer_sizes(engine, t) for t in (tag, other)})
+            unique = bisect.unique_bytes({t: bisect.layer_sizes(engine, t) for t in (tag, other)})
             record.update(second_variant=SECOND[recipe], second_build_s=round(other_seconds, 1),
                           unique_bytes=unique)
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")

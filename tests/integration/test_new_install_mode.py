@@ -69,14 +69,14 @@ def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tm
     """Every step's /tmp is a tmpfs, so the next RUN would see nothing: refused before any build, naming
     the mode and what to write instead."""
     from servebuild.errors import InputError
-    from servebuild.plan import make as pipeline
+    from servebuild.plan import make
     from servebuild.render.context import render_dockerfile
     register_mode(AddToTmp())
     try:
         recipe = fixture_recipe(upstream)
         recipe["engine"]["install"] = "add-to-tmp"
         root = make_project(tmp_path, upstream, recipe)
-        plan = pipeline.make_plan(root, "toy", pipeline.BuildOptions(platform="linux/amd64", dry_run=True))
+        plan = make.make_plan(root, "toy", make.BuildOptions(platform="linux/amd64", dry_run=True))
         with pytest.raises(InputError) as err:
             render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, "linux/amd64", {"build": "b", "runtime": "r"},
                               root)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from integration.conftest import build_fixture
-from servebuild.lock import lockfile as locking
+from servebuild.lock import lockfile
 from servebuild.lock import compute
 from servebuild.sources.stack import SourceCache
 from servebuild.build.docker import DockerClient
@@ -64,7 +64,7 @@ def _locked_project(upstream, tmp_path):
     (root / "wheels").mkdir()
     (root / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     loaded = load_recipe("toy", root)
-    locking.write_lock(locking.lock_path(loaded),
+    lockfile.write_lock(lockfile.lock_path(loaded),
                        compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {},
                                             tmp_path / "lockwork"))
     return root
@@ -74,12 +74,12 @@ def _locked_project(upstream, tmp_path):
                                  "patches/toy-version-banner.patch"])
 def test_locked_refuses_a_changed_named_file(upstream, tmp_path, rel):
     root = _locked_project(upstream, tmp_path)
-    locking.read_lock(load_recipe("toy", root))  # current: accepted
+    lockfile.read_lock(load_recipe("toy", root))  # current: accepted
     path = root / rel
     data = path.read_bytes()
     path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit, same size
     with pytest.raises((ServebuildError, RecipeError)) as info:
-        locking.read_lock(load_recipe("toy", root))
+        lockfile.read_lock(load_recipe("toy", root))
     line = str(info.value)
     assert "\n" not in line and rel in line
     if rel.startswith("patches/"):  # a local patch's hash is in the recipe too: refused on loading
@@ -101,12 +101,12 @@ def test_commit_must_be_exactly_40_lowercase_hex(upstream, tmp_path, commit):
 def test_the_lock_file_shape_is_checked_before_use(upstream, tmp_path):
     root = _locked_project(upstream, tmp_path)
     loaded = load_recipe("toy", root)
-    path = locking.lock_path(loaded)
+    path = lockfile.lock_path(loaded)
     data = yaml.safe_load(path.read_text())
     data["files"] = ["not", "a", "mapping"]
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ServebuildError) as info:
-        locking.read_lock(load_recipe("toy", root))
+        lockfile.read_lock(load_recipe("toy", root))
     assert "\n" not in str(info.value) and "toy.lock.yaml" in str(info.value)
 
 

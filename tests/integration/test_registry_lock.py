@@ -6,7 +6,7 @@ import json
 import subprocess
 
 from integration.conftest import CREATED_TAGS, build_fixture
-from servebuild.lock import lockfile as locking
+from servebuild.lock import lockfile
 from servebuild.lock import basedigest, compute
 from servebuild.recipe.load import load_recipe
 from servebuild.sources.stack import SourceCache
@@ -37,7 +37,7 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
     data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "w")
     assert data.unresolved == []
     assert data.bases.build.digest == pushed
-    locking.write_lock(locking.lock_path(loaded), data)
+    lockfile.write_lock(lockfile.lock_path(loaded), data)
 
     result, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-digest:amd64", tmp_path / "cache",
                               locked=True)

@@ -89,7 +89,7 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
     from integration.test_farm import SecondEngine
     from servebuild.build import bases, committed, run
     from servebuild.build.docker import DockerClient, Endpoint
-    from servebuild.plan import make as pipeline
+    from servebuild.plan import make
 
     want = engine.image_id(torch_image)
     loaded, pins = main_pins("amd64")
@@ -103,10 +103,10 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
         try:
             base_id = bases.bootstrap_base(node2, pins, "amd64", base_ref, tmp_path / "cache", loaded.recipe.name,
                                            bases.lock_display(loaded))
-            options = pipeline.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
+            options = make.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
                                             echo=False, no_cache=True, build_root=tmp_path / "build",
                                             ca_bundle=HOST_CA if HOST_CA.exists() else None)
-            result = run.build(pipeline.make_plan(REPO_ROOT, "torch-cu130-bookworm", options), node2)
+            result = run.build(make.make_plan(REPO_ROOT, "torch-cu130-bookworm", options), node2)
         finally:
             os.umask(old)
         assert base_id == engine.image_id(base_ref), (base_id, engine.image_id(base_ref))

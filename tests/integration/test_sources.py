@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from integration.conftest import build_fixture
-from servebuild.lock import lockfile as locking
+from servebuild.lock import lockfile
 from servebuild.lock import compute
 from servebuild.errors import IntegrityError, Refused, ServebuildError
 from servebuild.recipe.schema import EngineSource
@@ -140,9 +140,9 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
     loaded = load_recipe("toy", root)
 
     with pytest.raises(Refused, match="no lock file; run `invoke lock --recipe toy`"):
-        locking.read_lock(loaded)
+        lockfile.read_lock(loaded)
     data = compute.compute_lock(loaded, cache, {}, tmp_path / "lockwork")
-    locking.write_lock(locking.lock_path(loaded), data)
+    lockfile.write_lock(lockfile.lock_path(loaded), data)
     assert data.unresolved == []
     by_id = {p.id: p for p in data.patches}
     assert by_id["pr-1"].commit == up.pr1_merge
@@ -176,7 +176,7 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
 def test_unresolved_lock_is_refused_naming_the_entry(tmp_path):
     loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
     with pytest.raises(ServebuildError) as info:
-        locking.read_lock(loaded)
+        lockfile.read_lock(loaded)
     assert "recipes/sglang-native-fp8.lock.yaml" in str(info.value)
     assert "unresolved entries, first: bases.build" in str(info.value)
 
@@ -343,7 +343,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
 
     loaded = load_recipe("toy", root)
     data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")
-    locking.write_lock(locking.lock_path(loaded), data)
+    lockfile.write_lock(lockfile.lock_path(loaded), data)
     plan = make_plan(root, "toy", options)
     by_id = {e.id: e for e in plan.loaded.recipe.engine.source.patches}
     assert by_id["pr-1"].commit == up.pr1_merge and by_id["pr-2"].commit == up.pr2_head

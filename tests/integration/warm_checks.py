@@ -155,10 +155,10 @@ def warm_end_to_end(engine: DockerClient, tag: str, base_image: str, tmp_path_fa
     proc = cli("warm", "--image", tag, "--gpus", "0;1", "--run", "true")
     assert proc.returncode == 2 and "is not all, none or a GPU list" in proc.stderr, proc.stderr
     # bisect's rows count the same: the files a run wrote under /cache
-    from servebuild.check import bisect as ab
-    code, _, output = ab.run_in_image(engine, tag, ab.Probe(CPU_COMPILE, timeout_s=600), None, "none",
+    from servebuild.check import bisect
+    code, _, output = bisect.run_in_image(engine, tag, bisect.Probe(CPU_COMPILE, timeout_s=600), None, "none",
                                       work / "bisect-run.log")
-    assert code == 0 and ab.parse_metrics(output).get("jit_compiled_files") == first.new_files["tvm-ffi"], output[-600:]
+    assert code == 0 and bisect.parse_metrics(output).get("jit_compiled_files") == first.new_files["tvm-ffi"], output[-600:]
     record = json.loads((work / "first" / "warm.json").read_text())
     return {"warm_new_files": first.new_files, "warm_bytes": first.bytes, "warm_second_run": second.new_files,
             "warm_layer_files": record["files"]}

@@ -307,12 +307,12 @@ def test_the_cache_tool_seeds_only_what_is_missing_and_packs_only_what_a_run_add
 
 
 def test_bisect_rows_carry_the_images_compile_count():
-    from servebuild.check import bisect as ab
+    from servebuild.check import bisect
     out = ('log\n{"ttft_ms": 12}\nSERVEBUILD-CACHE {"changed": {"triton": 3, "tvm-ffi": 8}, "files": 40}\n')
-    assert ab.parse_metrics(out) == {"ttft_ms": 12, "jit_compiled_files": 11}
-    assert ab.parse_metrics('SERVEBUILD-CACHE {"changed": {}}\n') == {"jit_compiled_files": 0}
-    assert ab.parse_metrics("no json\n") == {}  # an image without the cache tool: no such metric
-    script = ab.Probe("run-it").script()
+    assert bisect.parse_metrics(out) == {"ttft_ms": 12, "jit_compiled_files": 11}
+    assert bisect.parse_metrics('SERVEBUILD-CACHE {"changed": {}}\n') == {"jit_compiled_files": 0}
+    assert bisect.parse_metrics("no json\n") == {}  # an image without the cache tool: no such metric
+    script = bisect.Probe("run-it").script()
     assert script.index("census --listing") < script.index("run-it") < script.index("census --since")
     assert script.rstrip().endswith("exit $rc")
 

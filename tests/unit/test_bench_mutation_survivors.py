@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from servebuild.check import bisect as ab
+from servebuild.check import bisect
 from support import REPO_ROOT
 from unit.test_bench_wire import StandIn
 
@@ -29,7 +29,7 @@ def test_the_bench_summary_is_the_median_not_the_mean():
 
 
 def test_bisect_metrics_are_the_median_of_the_runs_not_the_mean():
-    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
     for value in (1.0, 2.0, 30.0):
         row.add(0, 10.0, {"tps": value}, "log", None)
     assert row.metrics["tps"] == 2.0
@@ -90,14 +90,14 @@ def test_the_bench_census_counts_files_not_kinds(tmp_path, monkeypatch):
 
 
 def test_bisect_counts_compiled_files_not_kinds():
-    out = f'{ab.CACHE_MARK} {{"changed": {{"triton": 5, "flashinfer": 1}}}}\n{{"ttft": 3}}\n'
-    assert ab.parse_metrics(out)["jit_compiled_files"] == 6
+    out = f'{bisect.CACHE_MARK} {{"changed": {{"triton": 5, "flashinfer": 1}}}}\n{{"ttft": 3}}\n'
+    assert bisect.parse_metrics(out)["jit_compiled_files"] == 6
 
 
 # ------------------------------------------------------------------ bisect's run time; the threshold
 
 def test_bisect_run_time_is_the_median_of_the_runs_not_the_last():
-    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
     for run_s in (5.0, 1.0, 30.0):  # median 5, last 30, mean 12
         row.add(0, run_s, {}, "log", None)
     assert row.run_s == 5.0
@@ -105,5 +105,5 @@ def test_bisect_run_time_is_the_median_of_the_runs_not_the_last():
 
 @pytest.mark.parametrize("value,expected", [(3.0, "pass"), (3, "pass"), (2.999, "fail"), (3.001, "pass")])
 def test_a_value_exactly_at_the_threshold_passes(value, expected):
-    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=0, metrics={"tok_s": value})
-    assert ab.outcome(row, "tok_s", 3.0) == expected
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=0, metrics={"tok_s": value})
+    assert bisect.outcome(row, "tok_s", 3.0) == expected

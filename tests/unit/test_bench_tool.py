@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from servebuild.check import bisect as ab
+from servebuild.check import bisect
 from servebuild.errors import InputError, RecipeError
 from servebuild.recipe.load import load_recipe
 from support import REPO_ROOT
@@ -80,57 +80,57 @@ def test_tpot_and_decode_rate_come_from_ttft_and_the_end_of_the_stream():
 
 
 def marked(text: str) -> str:
-    return f"noise\n{ab.METRICS_MARK} {base64.b64encode(text.encode()).decode()}\n"
+    return f"noise\n{bisect.METRICS_MARK} {base64.b64encode(text.encode()).decode()}\n"
 
 
 def test_a_jsonl_metrics_file_counts_its_last_object():
     jsonl = '{"run": 1, "ttft": 9}\n{"run": 2, "ttft": 3}\n'
-    assert ab.parse_metrics(marked(jsonl)) == {"run": 2, "ttft": 3}
+    assert bisect.parse_metrics(marked(jsonl)) == {"run": 2, "ttft": 3}
     pretty = json.dumps({"a": 1, "b": {"c": 2}}, indent=2)
-    assert ab.parse_metrics(marked(pretty)) == {"a": 1, "b": {"c": 2}}
-    assert ab.parse_metrics(marked("not json")) == {}
-    assert ab.parse_metrics("x\n{\"last\": 1}\ny\n") == {"last": 1}  # no file: the last JSON line printed
-    assert ab.parse_metrics(f"{ab.METRICS_MARK} !!!not-base64\n") == {}
+    assert bisect.parse_metrics(marked(pretty)) == {"a": 1, "b": {"c": 2}}
+    assert bisect.parse_metrics(marked("not json")) == {}
+    assert bisect.parse_metrics("x\n{\"last\": 1}\ny\n") == {"last": 1}  # no file: the last JSON line printed
+    assert bisect.parse_metrics(f"{bisect.METRICS_MARK} !!!not-base64\n") == {}
 
 
 def test_row_metrics_are_medians_and_a_failed_run_shows():
-    row = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
     for code, value in ((0, 3.0), (0, 9.0), (1, 4.0)):
         row.add(code, 10.0, {"tps": value, "name": "x"}, "logs/v-run1.log", None)
     assert row.metrics == {"tps": 4.0, "name": "x"} and row.spread == {"tps": [3.0, 9.0]} and row.exit == 1
     row.add(None, 900.0, {}, "logs/v-run4.log", None)
     assert row.exit is None
-    line = ab.table([row]).splitlines()[2]
+    line = bisect.table([row]).splitlines()[2]
     assert "| timeout |" in line and "4 (3-9)" in line and "logs/v-run{1..4}.log" in line
 
 
 def test_a_row_that_only_built_shows_no_exit():
-    row = ab.Row(variant="v", patches=["p"], tag="t", image_id="i", build_s=5.0)
-    assert "| 0 | - | - | -" in ab.table([row]).splitlines()[2]  # no run: neither an exit nor a timeout
+    row = bisect.Row(variant="v", patches=["p"], tag="t", image_id="i", build_s=5.0)
+    assert "| 0 | - | - | -" in bisect.table([row]).splitlines()[2]  # no run: neither an exit nor a timeout
 
 
 def test_profiles_default_to_the_recipes_and_may_be_chosen_per_variant():
     loaded = load_recipe("sglang-native-fp8-bookworm", REPO_ROOT)
     variants = ["adaptive-prefill-only", "original-fix"]
-    assert ab.profile_names(loaded, None, variants) == {v: ["sglang-native-fp8"] for v in variants}
-    got = ab.profile_names(loaded, "sglang-native-fp8,adaptive-prefill-only:sglang-native-fp8-fixed-prefill",
+    assert bisect.profile_names(loaded, None, variants) == {v: ["sglang-native-fp8"] for v in variants}
+    got = bisect.profile_names(loaded, "sglang-native-fp8,adaptive-prefill-only:sglang-native-fp8-fixed-prefill",
                            variants)
     assert got == {"adaptive-prefill-only": ["sglang-native-fp8-fixed-prefill"], "original-fix": ["sglang-native-fp8"]}
     with pytest.raises(InputError, match="'final' is not a variant of this run"):
-        ab.profile_names(loaded, "final:sglang-native-fp8", variants)
+        bisect.profile_names(loaded, "final:sglang-native-fp8", variants)
     with pytest.raises(RecipeError, match="no profile 'nope'"):
-        ab.profile_names(loaded, "original-fix:nope", variants)
+        bisect.profile_names(loaded, "original-fix:nope", variants)
     with pytest.raises(InputError, match="twice"):
-        ab.profile_names(loaded, "sglang-native-fp8,sglang-native-fp8", variants)
+        bisect.profile_names(loaded, "sglang-native-fp8,sglang-native-fp8", variants)
 
 
 def test_the_default_run_starts_the_launcher_and_runs_the_bench():
     from servebuild.check.container import RunOptions
-    probe = ab.bench_probe("tail --requests 50", 7200, RunOptions())
+    probe = bisect.bench_probe("tail --requests 50", 7200, RunOptions())
     assert probe.command.startswith('servebuild-bench --serve "$SERVEBUILD_LAUNCHER" --url "$SERVEBUILD_BENCH_URL"')
     assert probe.command.endswith("--suite tail --requests 50") and "--health-timeout 6900" in probe.command
-    assert probe.metrics_file == ab.BENCH_OUT + "/bench.json" and probe.artifacts == ab.BENCH_OUT
-    assert ab.DEFAULT_TIMEOUT_S >= 3600
+    assert probe.metrics_file == bisect.BENCH_OUT + "/bench.json" and probe.artifacts == bisect.BENCH_OUT
+    assert bisect.DEFAULT_TIMEOUT_S >= 3600
 
 
 def test_gpu_devices_become_dockers_device_list():

@@ -125,7 +125,7 @@ def test_committed_locks_survive_schema_growth(monkeypatch):
     committed lock current, as the build's own lock check sees it."""
     from pydantic import Field
 
-    from servebuild.recipe import load as loading
+    from servebuild.recipe import load as recipe_load
     from servebuild.lock.lockfile import pin_for_build
     from servebuild.recipe.schema import Recipe
 
@@ -133,7 +133,7 @@ def test_committed_locks_survive_schema_growth(monkeypatch):
         new_knob: int = Field(default=7)
 
     before = {name: load_recipe(name, REPO_ROOT).sha256 for name in REAL_LOCKED}
-    monkeypatch.setattr(loading, "Recipe", GrownRecipe)
+    monkeypatch.setattr(recipe_load, "Recipe", GrownRecipe)
     for name in REAL_LOCKED:
         loaded = load_recipe(name, REPO_ROOT)
         assert isinstance(loaded.recipe, GrownRecipe) and loaded.recipe.new_knob == 7
@@ -228,21 +228,21 @@ def test_good_tags_pass(tag):
 
 
 def test_bisect_options_are_checked_before_anything_builds():
-    from servebuild.check import bisect as ab
+    from servebuild.check import bisect
     for metric, threshold, message in (("m", "abc", "not a finite number"), ("m", "nan", "not a finite number"),
                                        ("", "1", "together"), ("m", None, "together")):
         with pytest.raises(InputError, match=message):
-            ab.parse_threshold(metric, threshold)
+            bisect.parse_threshold(metric, threshold)
     from servebuild.check.container import RunOptions
-    for probe, message in ((ab.Probe("true", timeout_s=0), "positive"), (ab.Probe(" "), "empty"),
-                           (ab.Probe("true", run=RunOptions(volumes=("--privileged",))), "SRC:DST"),
-                           (ab.Probe("true", run=RunOptions(volumes=("/tmp:/x\n",))), "line break"),
-                           (ab.Probe("true", run=RunOptions(network="none;rm")), "not a docker network"),
-                           (ab.Probe("true", run=RunOptions(shm_size="32 gigs")), "not a size"),
-                           (ab.Probe("true", run=RunOptions(gpus="device=0")), "not all, none")):
+    for probe, message in ((bisect.Probe("true", timeout_s=0), "positive"), (bisect.Probe(" "), "empty"),
+                           (bisect.Probe("true", run=RunOptions(volumes=("--privileged",))), "SRC:DST"),
+                           (bisect.Probe("true", run=RunOptions(volumes=("/tmp:/x\n",))), "line break"),
+                           (bisect.Probe("true", run=RunOptions(network="none;rm")), "not a docker network"),
+                           (bisect.Probe("true", run=RunOptions(shm_size="32 gigs")), "not a size"),
+                           (bisect.Probe("true", run=RunOptions(gpus="device=0")), "not all, none")):
         with pytest.raises(InputError, match=message):
             probe.check()
-    script = ab.Probe("true", metrics_file="x'; touch /pwned; '").script()
+    script = bisect.Probe("true", metrics_file="x'; touch /pwned; '").script()
     import shlex
     assert shlex.quote("x'; touch /pwned; '") in script and "[ -f 'x'; touch" not in script
 
@@ -280,7 +280,7 @@ def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, read
     """Mirror maps, the user config and lock files go through the recipe's bounded YAML reader."""
     from servebuild.plan.config import load_config, load_mirror_map
     from servebuild.errors import ServebuildError
-    from servebuild.lock import lockfile as locking
+    from servebuild.lock import lockfile
     path = tmp_path / "input.yaml"
     if reader == "lock":
         (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE))
@@ -289,7 +289,7 @@ def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, read
     start = time.monotonic()
     with pytest.raises(ServebuildError) as info:
         {"mirror map": lambda: load_mirror_map(path), "config": lambda: load_config(path),
-         "lock": lambda: locking.load_lock_file(load_recipe("hostile", project))}[reader]()
+         "lock": lambda: lockfile.load_lock_file(load_recipe("hostile", project))}[reader]()
     line = str(info.value)
     assert "\n" not in line and words in line and path.name in line, line
     assert time.monotonic() - start < 5  # a hang guard, not a speed target (see scripts/bench_hostile_yaml.py)

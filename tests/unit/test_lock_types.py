@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from servebuild.errors import ServebuildError
-from servebuild.lock import lockfile as locking
+from servebuild.lock import lockfile
 from servebuild.recipe.load import load_recipe
 from support import copy_real
 
@@ -27,14 +27,14 @@ def lock_with(project, edit) -> str:
     edit(data)
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ServebuildError) as info:
-        locking.load_lock_file(load_recipe("torch-cu130", project))
+        lockfile.load_lock_file(load_recipe("torch-cu130", project))
     line = str(info.value)
     assert "\n" not in line and "recipes/torch-cu130.lock.yaml" in line, line
     return line
 
 
 def test_the_unedited_lock_loads(project):
-    assert locking.load_lock_file(load_recipe("torch-cu130", project)).lock_version == 1
+    assert lockfile.load_lock_file(load_recipe("torch-cu130", project)).lock_version == 1
 
 
 @pytest.mark.parametrize("value", [2, 0, "1", True, 1.0, None])
@@ -67,7 +67,7 @@ def test_patch_entry_fields_have_exact_types(engine_project, field, value):
     data["patches"][0][field] = value
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ServebuildError) as info:
-        locking.load_lock_file(load_recipe("sglang-native-fp8", engine_project))
+        lockfile.load_lock_file(load_recipe("sglang-native-fp8", engine_project))
     line = str(info.value)
     assert "\n" not in line and "sglang-native-fp8.lock.yaml" in line and f"patches.0.{field}" in line, line
 
@@ -102,7 +102,7 @@ def test_a_lock_file_hash_that_is_not_a_sha256_is_refused(project, digest):
 def test_a_lock_with_an_empty_unresolved_or_files_loads(project, field):
     """`unresolved:` (or `files:`) with nothing after it is YAML null: an empty list (mapping), not an error."""
     edit_lock(project, "torch-cu130", lambda d: d.update({field: None}))
-    lock = locking.load_lock_file(load_recipe("torch-cu130", project))
+    lock = lockfile.load_lock_file(load_recipe("torch-cu130", project))
     assert getattr(lock, field) == ([] if field == "unresolved" else {})
 
 
@@ -110,10 +110,10 @@ def test_a_lock_with_unresolved_entries_is_refused_for_a_locked_build(project):
     from servebuild.errors import Refused
     loaded = load_recipe("torch-cu130", project)
     with pytest.raises(Refused, match="lock has 2 unresolved entries, first: bases.build") as info:
-        locking.read_lock(loaded)
+        lockfile.read_lock(loaded)
     assert info.value.field == "unresolved" and "\n" not in str(info.value)
     edit_lock(project, "torch-cu130", lambda d: d.update(unresolved=[]))
-    assert locking.read_lock(loaded).unresolved == []
+    assert lockfile.read_lock(loaded).unresolved == []
 
 
 @pytest.mark.parametrize("change, words, field", [
@@ -138,7 +138,7 @@ def test_a_stale_lock_is_an_integrity_error_naming_what_changed(project, change,
     else:
         edit_lock(project, "torch-cu130", lambda d: d["files"].pop(rel))
     with pytest.raises(IntegrityError) as info:
-        locking.current_lock(load_recipe("torch-cu130", project))
+        lockfile.current_lock(load_recipe("torch-cu130", project))
     assert type(info.value) is IntegrityError and words in str(info.value) and info.value.field == field, str(info.value)
 
 
@@ -151,7 +151,7 @@ def test_an_unresolved_lock_entry_leaves_the_recipes_own_pin(engine_project):
         first.update(commit=None, sha256=None)
     edit_lock(engine_project, "sglang-native-fp8", unresolve)
     loaded = load_recipe("sglang-native-fp8", engine_project)
-    pinned, lock = locking.pin_for_build(loaded)
+    pinned, lock = lockfile.pin_for_build(loaded)
     assert lock is not None and lock.patch("sglang-pr-33276").commit is None
     entry = next(e for e in pinned.recipe.engine.source.patches if e.id == "sglang-pr-33276")
     assert entry.commit == "ec741e4161b8c25b575a36f87b781c3d35ededc9"

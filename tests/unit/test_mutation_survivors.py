@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servebuild.check import bisect as ab
+from servebuild.check import bisect
 from servebuild.errors import IntegrityError, RecipeError, ServebuildError
 from servebuild.recipe.load import load_recipe
 from servebuild.release import credentials, signing
@@ -227,23 +227,23 @@ def test_a_release_archive_with_a_path_out_of_the_tree_is_refused(tmp_path, kind
 
 def test_of_several_json_lines_the_last_one_counts():
     out = 'noise\n{"ttft": 9, "run": 1}\nmore noise\n{"ttft": 3, "run": 2}\ntail\n'
-    assert ab.parse_metrics(out) == {"ttft": 3, "run": 2}
+    assert bisect.parse_metrics(out) == {"ttft": 3, "run": 2}
 
 
 def test_of_several_metrics_files_the_last_one_counts():
     import base64
-    marked = [f"{ab.METRICS_MARK} {base64.b64encode(json.dumps({'ttft': v}).encode()).decode()}" for v in (9, 3)]
-    assert ab.parse_metrics("\n".join(["x", marked[0], '{"ttft": 1}', marked[1], "y"]) + "\n") == {"ttft": 3}
+    marked = [f"{bisect.METRICS_MARK} {base64.b64encode(json.dumps({'ttft': v}).encode()).decode()}" for v in (9, 3)]
+    assert bisect.parse_metrics("\n".join(["x", marked[0], '{"ttft": 1}', marked[1], "y"]) + "\n") == {"ttft": 3}
 
 
 def test_of_several_cache_censuses_the_last_one_counts():
-    out = (f'{ab.CACHE_MARK} {{"changed": {{"a": 5}}}}\n{ab.CACHE_MARK} {{"changed": {{"a": 1, "b": 1}}}}\n'
+    out = (f'{bisect.CACHE_MARK} {{"changed": {{"a": 5}}}}\n{bisect.CACHE_MARK} {{"changed": {{"a": 1, "b": 1}}}}\n'
            '{"ttft": 3}\n')
-    assert ab.parse_metrics(out) == {"ttft": 3, "jit_compiled_files": 2}
+    assert bisect.parse_metrics(out) == {"ttft": 3, "jit_compiled_files": 2}
 
 
-def row(exit_code, metrics=None) -> ab.Row:
-    return ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=exit_code, metrics=metrics or {})
+def row(exit_code, metrics=None) -> bisect.Row:
+    return bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=exit_code, metrics=metrics or {})
 
 
 @pytest.mark.parametrize("exit_code,metric,threshold,expected", [
@@ -251,14 +251,14 @@ def row(exit_code, metrics=None) -> ab.Row:
     (0, "tok_s", 2.0, "pass"), (0, "tok_s", 4.0, "fail"), (0, "ttft", 1.0, "no-metric"),
     (None, "tok_s", 2.0, "timeout")])
 def test_the_outcome_without_a_metric_is_the_exit_status(exit_code, metric, threshold, expected):
-    assert ab.outcome(row(exit_code, {"tok_s": 3}), metric, threshold) == expected
+    assert bisect.outcome(row(exit_code, {"tok_s": 3}), metric, threshold) == expected
 
 
 @pytest.mark.parametrize("value, expected", [(2.0, "pass"), (2, "pass"), (1.999, "fail"), ("2.0", "no-metric"),
                                              ([2.0], "no-metric")])
 def test_a_metric_exactly_at_the_threshold_passes(value, expected):
     """--threshold is the least passing value; a metric that is not a number is no metric, never compared."""
-    assert ab.outcome(row(0, {"tok_s": value}), "tok_s", 2.0) == expected
+    assert bisect.outcome(row(0, {"tok_s": value}), "tok_s", 2.0) == expected
 
 
 @pytest.mark.parametrize("n, first", [(8, 1), (8, 5), (8, 8), (1, 1), (8, None), (3, None)])
@@ -270,12 +270,12 @@ def test_the_search_finds_the_first_prefix_whose_outcome_differs(n, first):
     def result(i):
         asked.append(i)
         return "fail" if first is None or i < first else "pass"
-    assert ab.first_change(n, result) == first
+    assert bisect.first_change(n, result) == first
     assert len(asked) == len(set(asked)) and asked[0] == n, asked
 
 
 def test_a_row_exits_with_its_first_failing_run():
-    r = ab.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    r = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
     r.add(0, 1.0, {}, "log1", None)
     assert r.exit == 0
     r.add(3, 1.0, {}, "log2", None)

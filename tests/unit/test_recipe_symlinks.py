@@ -52,12 +52,12 @@ def test_a_recipe_symlinked_inside_the_project_is_allowed(project):
 
 
 def test_a_lock_symlinked_outside_the_project_is_refused(project, tmp_path):
-    from servebuild.lock import lockfile as locking
+    from servebuild.lock import lockfile
     outside = tmp_path / "outside"
     outside.mkdir()
     lock = project / "recipes" / "torch-cu130.lock.yaml"
     shutil.move(lock, outside / lock.name)
     lock.symlink_to(outside / lock.name)
     with pytest.raises(InputError) as info:
-        locking.load_lock_file(load_recipe("torch-cu130", project))
+        lockfile.load_lock_file(load_recipe("torch-cu130", project))
     assert "recipes/torch-cu130.lock.yaml" in str(info.value) and "outside the project" in str(info.value)
