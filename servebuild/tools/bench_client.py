@@ -264,7 +264,7 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
             sample.error = late if dog.fired else f"HTTP {resp.status} from {path}: {text[:300]}"
             return sample
         line_no = 0
-        for raw in sse_lines(resp.read1):  # lines end in CRLF, LF or CR alone (the SSE grammar)
+        for raw in sse_lines(until_cut(resp.read1)):  # lines end in CRLF, LF or CR alone (the SSE grammar)
             if dog.fired:
                 break
             line_no += 1
@@ -335,6 +335,18 @@ class StreamLineTooLong(Exception):
 
 
 _EOL = re.compile(rb"\r\n|\r|\n")
+
+
+def until_cut(read):
+    """`read`, with a connection cut once the stream has begun (a chunked body without its last chunk:
+    the server died or closed it) read as the stream's end: what was streamed is judged as it stands
+    (no [DONE] or finish_reason: the stream ended early), whether the cut came as a FIN or a reset."""
+    def reading(n: int) -> bytes:
+        try:
+            return read(n)
+        except (http.client.IncompleteRead, ConnectionResetError):
+            return b""
+    return reading
 
 
 def sse_lines(read, limit: int = MAX_LINE) -> Iterator[bytes]:
