@@ -24,10 +24,12 @@ class Scripted:
     """/health, /v1/models, and streamed completions: `tokens` chunks `gap_s` apart after a first-token
     delay of `fresh_s` for a prompt it has not seen and `cached_s` for one it has. Request number
     `fail_at` (1-based, counting only requests of more than one token) answers HTTP 500; `stall_at`
-    sleeps for a minute before answering."""
+    sleeps for a minute before answering. The first prompt holding `outlier` (if given) waits
+    `outlier_s` more: one slow answer, as a loaded host gives."""
 
-    def __init__(self, fresh_s=0.05, cached_s=0.005, gap_s=0.002, fail_at=0, stall_at=0):
+    def __init__(self, fresh_s=0.05, cached_s=0.005, gap_s=0.002, fail_at=0, stall_at=0, outlier=None, outlier_s=0.0):
         self.fresh_s, self.cached_s, self.gap_s = fresh_s, cached_s, gap_s
+        self.outlier, self.outlier_s = outlier, outlier_s
         self.fail_at, self.stall_at = fail_at, stall_at
         self.seen: list[tuple[str, int, bool]] = []  # (prompt, max_tokens, seen before)
         self.counted = 0
@@ -62,6 +64,8 @@ class Scripted:
                 tokens = int(body.get("max_tokens", 1))
                 with outer.lock:
                     seen = any(p == prompt for p, _, _ in outer.seen)
+                    slow = bool(outer.outlier) and outer.outlier in prompt and not any(
+                        outer.outlier in p for p, _, _ in outer.seen)
                     outer.seen.append((prompt, tokens, seen))
                     outer.counted += tokens > 1
                     number = outer.counted if tokens > 1 else 0
@@ -73,7 +77,7 @@ class Scripted:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                time.sleep(outer.cached_s if seen else outer.fresh_s)
+                time.sleep((outer.cached_s if seen else outer.fresh_s) + (outer.outlier_s if slow else 0))
                 for i in range(tokens):
                     if i:
                         time.sleep(outer.gap_s)
@@ -409,3 +413,18 @@ def test_a_server_that_dies_in_the_second_suite_leaves_the_first_suites_figures(
     assert summary["failed_suite"] == "tail" and summary["suites_finished"] == ["decode"]
     assert summary["decode_tg_tps"] > 0 and summary["decode_ttft_s"] > 0 and summary["decode_output_throughput_tps"] > 0
     assert summary["partial_ttft_s_n"] == 1
+
+
+def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
+    """A server with no prefix cache at all, whose first control answer is slow once (a loaded host: a
+    2 ms stand-in once took 9.5 ms). The check compares medians of three fresh prompts and three
+    controls; the first design compared one of each and refused this run as a cache hit."""
+    server = scripted(fresh_s=0.003, cached_s=0.003, outlier="(control prompt ", outlier_s=0.06)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--census", "off",
+                           "--suite", "prefill", "--sizes", "512", "--runs", "2"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["nonce_check"] == "ok, no prefix cache visible"
+    assert summary["nonce_check_control_ttft_s"] < 0.03  # the median, not the one slow answer
