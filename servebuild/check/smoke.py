@@ -43,6 +43,12 @@ def expectations(loaded: Optional[LoadedRecipe], manifest: Optional[dict], image
         engine_name = (manifest.get("engine") or {}).get("name")
     else:
         raise SmokeError("need a recipe or an image with a servebuild manifest", field="--recipe")
+    if engine_name:  # an engine image always proves its engine: an `expect: {}` would skip every check and PASS
+        version = (r.engine.version if loaded is not None else (manifest.get("engine") or {}).get("version"))
+        expect = {**expect, "imports": list(expect.get("imports") or []) + (
+            [] if engine_name in (expect.get("imports") or []) else [engine_name])}
+        if version and engine_name not in (expect.get("versions") or {}):
+            expect["versions"] = {**(expect.get("versions") or {}), engine_name: version}
     kind = kind_for(engine_name) if engine_name else None
     if kind is not None:  # the engine kind's own checks: JIT paths, entry points, cache environment
         cache_env = {k: v for k, v in kind.runtime_env().items() if v.startswith(CACHE_ROOT)}
