@@ -126,9 +126,6 @@ class Container:
         self.docker, self.name = docker, f"servebuild-warm-{uuid.uuid4().hex[:12]}"
         docker.run("run", "-d", "--name", self.name, *args, "--entrypoint", "/bin/sleep", image_id, "infinity")
 
-    def exec(self, *argv: str, timeout: Optional[float] = None, check: bool = True):
-        return self.docker.run("exec", self.name, *argv, check=check, timeout=timeout)
-
     def stream(self, *argv: str, out, timeout: float) -> tuple[int, bytes, int]:
         """ARGV in the container, its output copied to `out` as it comes (DockerClient.stream)."""
         return self.docker.stream("exec", self.name, *argv, out=out, timeout=timeout)
