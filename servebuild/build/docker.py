@@ -51,6 +51,7 @@ class BuildRequest:
     target: Optional[str] = None
     inline_cache: bool = False      # embed BuildKit cache metadata in the image (for a registry cache ref)
     network: Optional[str] = None   # RUN steps' network (`host` on engines without a bridge network)
+    notes: tuple[str, ...] = ()     # servebuild's own lines before BuildKit's (which stages a variant shares)
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,10 @@ class DockerClient:
             # no link followed, no FIFO opened: a planted build.log is one line, not a write elsewhere
             with writing(log_path, "the build log"), os.fdopen(open_host_file(log_path, "the build log"), "w") as log:
                 log.write("$ " + " ".join(cmd) + "\n")
+                for note in req.notes:
+                    log.write(f"servebuild: {note}\n")
+                    if echo is not None:
+                        echo.write(f"[     0s] {note}\n")
                 proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
                 assert proc.stdout is not None

@@ -26,7 +26,7 @@ from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
 from servebuild.render.aot import SEED
-from servebuild.render.context import write_context
+from servebuild.render.context import dockerfile_data, write_context
 from servebuild.sources.debs import fetch_debs
 from servebuild.sources.prepare import prepare_engine_source
 from servebuild.sources.stack import PreparedSource, SourceCache
@@ -42,6 +42,7 @@ class Rendered:
     context: Path
     build_args: dict[str, str]
     manifest_inputs: dict
+    notes: tuple[str, ...] = ()  # which build-time stages this variant shares with its release (render/reuse.py)
 
 
 @dataclass(frozen=True)
@@ -152,17 +153,36 @@ def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, d
     if engine:
         build_args["ENGINE_VERSION"] = source.version(engine.version) if source else engine.version
     manifest_inputs = inputs_manifest(plan.loaded, plan.platform, bases, source, build_args)
+    overlay = changed_files(plan, source)
+    stages = {}
+    if engine:
+        data = dockerfile_data(recipe, plan.loaded.root, plan.platform, plan.bases, overlay_files=overlay)
+        stages = {name: base for name, base in data["stage_bases"].items()
+                  if data["aot" if name == "aot" else "profile_check"]}
+    if stages:  # recorded: which engine each build-time stage ran on
+        manifest_inputs["stages"] = {name: {"on": b.base, **({"because": b.because} if b.because else {})}
+                                     for name, b in sorted(stages.items())}
     context = plan.build_dir / "context"
     make_dir(plan.build_dir, "the build directory")
     try:
         with writing(context, "the build context"):
             write_context(plan.loaded, plan.platform, plan.bases, context, manifest_inputs,
                           tarball or (source.tarball if source else None),
-                          debs if debs is not None else pinned_debs(plan, fetch=False))
+                          debs if debs is not None else pinned_debs(plan, fetch=False), overlay)
     except BaseException:  # a full disk or ^C: no half context is left for a later build to trust
         shutil.rmtree(context, ignore_errors=True)
         raise
-    return Rendered(context=context, build_args=build_args, manifest_inputs=manifest_inputs)
+    return Rendered(context=context, build_args=build_args, manifest_inputs=manifest_inputs,
+                    notes=tuple(b.describe(name) for name, b in sorted(stages.items())))
+
+
+def changed_files(plan: BuildPlan, source: Optional[PreparedSource]) -> Optional[list[str]]:
+    """The files of the engine's tree the patch stack changes; [] for an empty stack; None when the
+    sources are not prepared (a dry run of a stack: the build-time stages then run on the variant)."""
+    engine = plan.loaded.recipe.engine
+    if source is not None:
+        return source.changed_files()
+    return [] if engine is not None and not engine.source.patches else None
 
 
 def _host_resources() -> tuple[int, int]:
@@ -227,7 +247,7 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
     request = BuildRequest(context=rendered.context, platform=plan.platform, build_args=rendered.build_args,
                            labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
                            cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
-                           network=docker.endpoint.network if docker.endpoint else None)
+                           network=docker.endpoint.network if docker.endpoint else None, notes=rendered.notes)
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
     image_id = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
     packages, apt, aot = installed_lists(docker, image_id, plan.platform)

@@ -43,6 +43,13 @@ class EngineKind:
     # a hook that stops the server right after its own argument parser (engines/<kind>/argcheck.py):
     # every launch profile is parsed by the pinned engine while the image builds
     argcheck: Optional[Path] = None
+    # What a variant's patches must touch for the build-time stages to need the patched engine
+    # (render/reuse.py): paths in the installed site (`sglang/...`), a prefix ending in "/" is a folder.
+    # A variant touching none of them gets the stage its release built (kernels compiled once, profiles
+    # parsed once). "" is every file: a kind that declares nothing shares nothing. The engine-image test
+    # holds each list against what the real engine imports (tests/integration/test_engine_images.py).
+    kernel_inputs: tuple[str, ...] = ("",)   # the aot builders, their kernel sources (native files always count)
+    parser_inputs: tuple[str, ...] = ("",)   # the argument parser and every module it imports before it answers
     health_path: Optional[str] = None   # the server's health endpoint: the image's HEALTHCHECK
     # HEALTHCHECK failures do not count while a server loads its model and compiles (DSV4: minutes)
     health_start_period = 1800

@@ -71,6 +71,19 @@ class InstallMode:
             return "touches native code"
         return None
 
+    # -- what variants share (render/reuse.py)
+    def release_fragment(self, engine, platform: str) -> Optional[Fragment]:
+        """Steps that make the release engine runnable on top of the runtime stage before the mode's
+        runtime fragment (the patched overlay) is applied: the stage the build-time work of a variant
+        that cannot change it runs on. None: the mode has no such point (the engine stage installs the
+        patched tree), every variant runs that work on its own engine."""
+        return None
+
+    def site_path(self, engine, path: str) -> Optional[str]:
+        """Where a file of the patched tree lands in the installed site (`sglang/srt/x.py`), None if the
+        install does not carry it. Only asked of a mode with a release fragment."""
+        return None
+
     # -- rendering
     def fragment(self, engine, platform: str) -> Fragment:
         """The engine stage's install steps, into /opt/engine/site. The patched tree is the context

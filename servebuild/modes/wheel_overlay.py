@@ -31,6 +31,17 @@ class WheelOverlay(InstallMode):
             return "touches native code that the release wheel ships compiled"
         return None
 
+    def release_fragment(self, engine, platform):
+        # the release wheel's own dist-info back beside its package: the release as pip installed it
+        return Fragment("COPY --from=engine /opt/engine-info/ /opt/engine/site/\n")
+
+    def site_path(self, engine, path):
+        package = engine.overlay_from.rstrip("/")
+        if not path.startswith(package + "/"):
+            return None  # outside the overlaid package: not installed (tests, docs)
+        parent = package.rpartition("/")[0]
+        return path[len(parent) + 1:] if parent else path
+
     def fragment(self, engine, platform):
         return Fragment("modes/wheel-overlay.j2")
 

@@ -39,8 +39,10 @@ def aot_kernels(recipe: Recipe, root: Path) -> list[dict]:
     return declared + recorded
 
 
-def aot_spec(recipe: Recipe, kernels: list[dict]) -> dict:
-    return {"recipe": recipe.name, "arch_list": recipe.cuda_arch_list, "max_bytes": recipe.aot.max_bytes,
+def aot_spec(recipe: Recipe, kernels: list[dict], owner: str) -> dict:
+    """What aot_build.py reads. `owner`: the recipe whose file declares the aot section, not the one
+    built: a recipe that extends it without touching aot shares its aot stage (render/reuse.py)."""
+    return {"recipe": owner, "arch_list": recipe.cuda_arch_list, "max_bytes": recipe.aot.max_bytes,
             "kernels": kernels}
 
 

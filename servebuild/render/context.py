@@ -10,7 +10,7 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import jinja2
 
@@ -27,6 +27,7 @@ from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENC
                                    RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
                                    aot_spec, site_packages)
 from servebuild.errors import InputError
+from servebuild.render.reuse import stage_bases
 from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
@@ -47,10 +48,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool = False) -> str:
-    """The engine's install mode's fragment for the engine stage (or, `runtime`, the runtime stage)."""
+def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool = False,
+                  release: bool = False) -> str:
+    """The engine's install mode's fragment for the engine stage (or, `runtime`, the runtime stage;
+    `release`, the release engine's stage)."""
     mode = engine.mode
-    frag = mode.runtime_fragment(engine, platform) if runtime else mode.fragment(engine, platform)
+    frag = (mode.release_fragment(engine, platform) if release else
+            mode.runtime_fragment(engine, platform) if runtime else mode.fragment(engine, platform))
     if frag is None:
         return ""
     template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
@@ -58,9 +62,11 @@ def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool 
 
 
 def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str],
-                    pinned_apt: Optional[dict[str, list[str]]] = None) -> dict:
+                    pinned_apt: Optional[dict[str, list[str]]] = None,
+                    overlay_files: Optional[Sequence[str]] = None) -> dict:
     """Every value the templates print. `pinned_apt`: stage -> the lock's `name:arch=version` of each
-    package its apt step installs (the step then installs those .debs from the context, debs/STAGE/)."""
+    package its apt step installs (the step then installs those .debs from the context, debs/STAGE/).
+    `overlay_files`: the files the patch stack changes (render/reuse.py; None: not known)."""
     engine = recipe.engine
     kind = engine.kind if engine else None
     jit = bool(kind and kind.serve_time_jit)
@@ -81,6 +87,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                          f"{recipe.python}')\""),
         "engine_fragment": mode_fragment(engine, platform, _environment()) if engine else "",
         "runtime_fragment": mode_fragment(engine, platform, _environment(), runtime=True) if engine else "",
+        "release_fragment": mode_fragment(engine, platform, _environment(), release=True) if engine else "",
+        "stage_bases": stage_bases(engine, overlay_files, platform) if engine else {},
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": bool(recipe.launch.profiles),
@@ -101,10 +109,11 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
 
 
 def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
-                      root: Path, pinned_apt: Optional[dict[str, list[str]]] = None) -> str:
-    """Pure function of its inputs: the same recipe, platform, bases and pins give the same bytes."""
+                      root: Path, pinned_apt: Optional[dict[str, list[str]]] = None,
+                      overlay_files: Optional[Sequence[str]] = None) -> str:
+    """Pure function of its inputs: the same recipe, platform, bases, pins and patched files give the same bytes."""
     text = _environment().get_template("Dockerfile.j2").render(
-        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt))
+        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt, overlay_files))
     try:
         return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
     except SettleError as exc:  # a mode's fragment (modes are code: a plugin's, or a test's) that cannot be settled
@@ -115,7 +124,8 @@ def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: 
 
 def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
                   manifest_inputs: dict, source_tarball: Optional[Path],
-                  debs: Optional[dict[str, list[tuple[str, Path]]]] = None) -> Path:
+                  debs: Optional[dict[str, list[tuple[str, Path]]]] = None,
+                  overlay_files: Optional[Sequence[str]] = None) -> Path:
     """Write a fresh build context directory and return it.
 
     BuildKit skips files whose size and mtime did not change when it transfers a context, so a
@@ -128,7 +138,7 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     context.mkdir(parents=True)
     pinned = {stage: [spec for spec, _ in files] for stage, files in (debs or {}).items()}
     (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root,
-                                                          pinned))
+                                                          pinned, overlay_files))
     files = {"requirements.txt": loaded.root / recipe.constraints[platform]}
     files.update({f"wheels/{Path(rel).name}": loaded.root / rel for rel in recipe.wheels})
     if recipe.engine:
@@ -161,7 +171,7 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     if kind is not None and kind.serve_time_jit:
         (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)
     if kernels:
-        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels), strict=True)
+        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels, aot_owner(loaded)), strict=True)
     write_json(context / "manifest.json", manifest_inputs, strict=True)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
@@ -169,6 +179,15 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o100 else 0o644)
         os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
     return context
+
+
+def aot_owner(loaded: LoadedRecipe) -> str:
+    """The name of the recipe whose file declares the aot section (the nearest in the chain): what the
+    aot stage's failures name, and all a recipe extending it shares with it (its aot stage is reused)."""
+    for rf in loaded.chain:
+        if "aot" in rf.data:
+            return str(rf.data.get("name") or loaded.recipe.name)
+    return loaded.recipe.name
 
 
 def content_mtime(path: Path) -> int:

@@ -55,6 +55,10 @@ class PreparedSource:
         return {"url": self.url, "commit": self.commit, "tarball_sha256": self.tarball_sha256,
                 "tree": self.tree, "patches": [p.as_dict() for p in self.patches]}
 
+    def changed_files(self) -> list[str]:
+        """Every file of the tree the stack changes (applied, not dropped), sorted."""
+        return sorted({f for p in self.patches for f in p.files if f not in p.dropped})
+
     def version(self, release: str) -> str:
         """The release version, with a PEP 440 local label naming the patch stack when there is one."""
         if not self.patches:

@@ -65,7 +65,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM servebuild/debian:bookworm-amd64 AS runtime-base
+FROM servebuild/debian:bookworm-amd64 AS runtime-release
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # pinned by the lock (81 packages): binutils:amd64=2.40-2 binutils-common:amd64=2.40-2 binutils-x86-64-linux-gnu:amd64=2.40-2 build-essential:amd64=12.9 bzip2:amd64=1.0.8-5+b1 ca-certificates:all=20230311+deb12u1 cpp:amd64=4:12.2.0-3 cpp-12:amd64=12.2.0-14+deb12u1 dpkg-dev:all=1.21.23 g++:amd64=4:12.2.0-3 g++-12:amd64=12.2.0-14+deb12u1 gcc:amd64=4:12.2.0-3 gcc-12:amd64=12.2.0-14+deb12u1 libasan8:amd64=12.2.0-14+deb12u1 libatomic1:amd64=12.2.0-14+deb12u1 libbinutils:amd64=2.40-2 libc-dev-bin:amd64=2.36-9+deb12u14 libc6-dev:amd64=2.36-9+deb12u14 libcc1-0:amd64=12.2.0-14+deb12u1 libcrypt-dev:amd64=1:4.4.33-2 libctf-nobfd0:amd64=2.40-2 libctf0:amd64=2.40-2 libdpkg-perl:all=1.21.23 libexpat1:amd64=2.5.0-1+deb12u2 libexpat1-dev:amd64=2.5.0-1+deb12u2 libgcc-12-dev:amd64=12.2.0-14+deb12u1 libgomp1:amd64=12.2.0-14+deb12u1 libgprofng0:amd64=2.40-2 libgssapi-krb5-2:amd64=1.20.1-2+deb12u5 libisl23:amd64=0.25-1.1 libitm1:amd64=12.2.0-14+deb12u1 libjansson4:amd64=2.14-2 libjs-jquery:all=3.6.1+dfsg+~3.5.14-1 libjs-sphinxdoc:all=5.3.0-4 libjs-underscore:all=1.13.4~dfsg+~1.11.4-3 libk5crypto3:amd64=1.20.1-2+deb12u5 libkeyutils1:amd64=1.6.3-2 libkrb5-3:amd64=1.20.1-2+deb12u5 libkrb5support0:amd64=1.20.1-2+deb12u5 liblsan0:amd64=12.2.0-14+deb12u1 libmpc3:amd64=1.3.1-1 libmpfr6:amd64=4.2.0-1 libncursesw6:amd64=6.4-4 libnsl-dev:amd64=1.3.0-2 libnsl2:amd64=1.3.0-2 libnuma1:amd64=2.0.16-1 libpython3-dev:amd64=3.11.2-1+b1 libpython3-stdlib:amd64=3.11.2-1+b1 libpython3.11:amd64=3.11.2-6+deb12u8 libpython3.11-dev:amd64=3.11.2-6+deb12u8 libpython3.11-minimal:amd64=3.11.2-6+deb12u8 libpython3.11-stdlib:amd64=3.11.2-6+deb12u8 libquadmath0:amd64=12.2.0-14+deb12u1 libreadline8:amd64=8.2-1.3 libsqlite3-0:amd64=3.40.1-2+deb12u2 libssl3:amd64=3.0.20-1~deb12u2 libstdc++-12-dev:amd64=12.2.0-14+deb12u1 libtirpc-common:all=1.3.3+ds-1 libtirpc-dev:amd64=1.3.3+ds-1 libtirpc3:amd64=1.3.3+ds-1 libtsan2:amd64=12.2.0-14+deb12u1 libubsan1:amd64=12.2.0-14+deb12u1 linux-libc-dev:amd64=6.1.176-1 make:amd64=4.3-4.1 media-types:all=10.0.0 numactl:amd64=2.0.16-1 openssl:amd64=3.0.20-1~deb12u2 patch:amd64=2.7.6-7 python3:amd64=3.11.2-1+b1 python3-dev:amd64=3.11.2-1+b1 python3-distutils:all=3.11.2-3 python3-lib2to3:all=3.11.2-3 python3-minimal:amd64=3.11.2-1+b1 python3.11:amd64=3.11.2-6+deb12u8 python3.11-dev:amd64=3.11.2-6+deb12u8 python3.11-minimal:amd64=3.11.2-6+deb12u8 readline-common:all=8.2-1.3 rpcsvc-proto:amd64=1.4.3-1 tini:amd64=0.19.0-1+b3 xz-utils:amd64=5.4.1-1+deb12u1 zlib1g-dev:amd64=1:1.2.13.dfsg-1
@@ -109,6 +109,37 @@ RUN --mount=type=tmpfs,target=/tmp \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/servebuild; fi ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
+# ---- engine-release stage: the release engine as pip installed it; the build-time stages of a variant
+# whose patches cannot change them run here, once for all such variants (render/reuse.py)
+FROM runtime-release AS engine-release
+RUN --mount=type=tmpfs,target=/tmp \
+    --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,from=engine,source=/opt/engine-info/,target=/mnt/src \
+    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
+ && ( if [ -d /mnt/src ]; then mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src/. /opt/engine/site; else mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src /opt/engine/site/engine-info; fi ) \
+ && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
+ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
+    DG_JIT_CACHE_DIR="/cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
+    HF_HOME="/cache/huggingface" \
+    HUMMING_CACHE_DIR="/cache/humming" \
+    HUMMING_TMP_DIR="/cache/humming/tmp" \
+    LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64/stubs" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:$PATH" \
+    SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
+    SGLANG_CACHE_DIR="/cache/sglang" \
+    SGLANG_DG_CACHE_DIR="/cache/deep_gemm" \
+    TILELANG_CACHE_DIR="/cache/tilelang" \
+    TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    TRITON_CACHE_DIR="/cache/triton" \
+    TRITON_PTXAS_BLACKWELL_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/ptxas" \
+    TRITON_PTXAS_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin/ptxas" \
+    TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
+    VIRTUAL_ENV="/opt/venv"
+FROM runtime-release AS runtime-base
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=tools/overlay_package.py,target=/mnt/src \
@@ -151,6 +182,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
     VIRTUAL_ENV="/opt/venv"
 # ---- profile-check stage: every launcher run once, stopped right after the engine's own argument parser
 # has read its argv (no GPU, no model, no network needed); only its record reaches the image
+# profile-check: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS profile-check
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
@@ -170,6 +202,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
+# aot: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS aot
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \

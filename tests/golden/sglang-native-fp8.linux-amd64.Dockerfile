@@ -66,7 +66,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
-FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-base
+FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-release
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
@@ -111,6 +111,37 @@ RUN --mount=type=tmpfs,target=/tmp \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/servebuild; fi ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
+# ---- engine-release stage: the release engine as pip installed it; the build-time stages of a variant
+# whose patches cannot change them run here, once for all such variants (render/reuse.py)
+FROM runtime-release AS engine-release
+RUN --mount=type=tmpfs,target=/tmp \
+    --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,from=engine,source=/opt/engine-info/,target=/mnt/src \
+    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
+ && ( if [ -d /mnt/src ]; then mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src/. /opt/engine/site; else mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src /opt/engine/site/engine-info; fi ) \
+ && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
+ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
+    DG_JIT_CACHE_DIR="/cache/deep_gemm" \
+    FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
+    HF_HOME="/cache/huggingface" \
+    HUMMING_CACHE_DIR="/cache/humming" \
+    HUMMING_TMP_DIR="/cache/humming/tmp" \
+    LIBRARY_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64/stubs" \
+    NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
+    NVIDIA_VISIBLE_DEVICES="all" \
+    PATH="/opt/engine/site/bin:/opt/venv/bin:/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH" \
+    SERVEBUILD_MANIFEST="/opt/servebuild/manifest.json" \
+    SGLANG_CACHE_DIR="/cache/sglang" \
+    SGLANG_DG_CACHE_DIR="/cache/deep_gemm" \
+    TILELANG_CACHE_DIR="/cache/tilelang" \
+    TORCHINDUCTOR_CACHE_DIR="/cache/inductor" \
+    TORCH_CUDA_ARCH_LIST="9.0a" \
+    TRITON_CACHE_DIR="/cache/triton" \
+    TRITON_PTXAS_BLACKWELL_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
+    TRITON_PTXAS_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
+    TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
+    VIRTUAL_ENV="/opt/venv"
+FROM runtime-release AS runtime-base
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=tools/overlay_package.py,target=/mnt/src \
@@ -153,6 +184,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     VIRTUAL_ENV="/opt/venv"
 # ---- profile-check stage: every launcher run once, stopped right after the engine's own argument parser
 # has read its argv (no GPU, no model, no network needed); only its record reaches the image
+# profile-check: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS profile-check
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
@@ -172,6 +204,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
+# aot: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS aot
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \

@@ -143,6 +143,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     VLLM_NO_USAGE_STATS="1"
 # ---- profile-check stage: every launcher run once, stopped right after the engine's own argument parser
 # has read its argv (no GPU, no model, no network needed); only its record reaches the image
+# profile-check: built on this variant's engine (install vllm-precompiled installs the patched tree in one step: no release engine to share)
 FROM runtime-base AS profile-check
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
@@ -162,6 +163,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
+# aot: built on this variant's engine (install vllm-precompiled installs the patched tree in one step: no release engine to share)
 FROM runtime-base AS aot
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \

@@ -22,6 +22,23 @@ class SGLang(EngineKind):
     cache_env = {"SGLANG_CACHE_DIR": "sglang", "SGLANG_DG_CACHE_DIR": "deep_gemm"}
     aot_jits = {"tvm-ffi": "sglang.jit_kernel.", "flashinfer": "flashinfer.jit."}
     cache_paths = {"sglang": "sglang", "sglang-deep_gemm": "deep_gemm", "tokenspeed_triton": "triton"}
+    # the kernels aot_build compiles come from sglang.jit_kernel's builders and sources (its .cuh/.cu, the
+    # flags its utils pass nvcc); native files anywhere count too (render/reuse.py)
+    kernel_inputs = ("sglang/jit_kernel/",)
+    # every module of 0.5.16 imported when `python -m sglang.launch_server` has parsed its argv (193 files,
+    # listed by the profile-check hook in the built image); the engine-image test fails if one is missing
+    parser_inputs = (
+        "sglang/__init__.py", "sglang/_version.py", "sglang/version.py", "sglang/global_config.py",
+        "sglang/kernel_api_logging.py", "sglang/launch_server.py", "sglang/utils.py", "sglang/kernels/",
+        "sglang/lang/", "sglang/jit_kernel/__init__.py", "sglang/jit_kernel/kv_canary/",
+        "sglang/srt/server_args.py", "sglang/srt/environ.py", "sglang/srt/runtime_context.py",
+        "sglang/srt/arg_groups/", "sglang/srt/compilation/", "sglang/srt/configs/", "sglang/srt/connector/",
+        "sglang/srt/debug_utils/", "sglang/srt/distributed/", "sglang/srt/entrypoints/",
+        "sglang/srt/function_call/", "sglang/srt/lora/", "sglang/srt/multimodal/", "sglang/srt/observability/",
+        "sglang/srt/parser/", "sglang/srt/platforms/", "sglang/srt/plugins/", "sglang/srt/sampling/",
+        "sglang/srt/utils/", "sglang/srt/model_executor/cuda_graph_config.py",
+        "sglang/srt/model_executor/runner_backend_utils/", "sglang/srt/speculative/decoupled_spec_io.py",
+    )
 
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
     DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")

@@ -1,0 +1,69 @@
+"""Which build-time stages a variant shares with its release engine (issue 30).
+
+The aot stage (kernels compiled with no GPU) and the profile-check stage (every launch profile parsed by
+the engine's own parser) read only part of the engine: the kernel builders and their sources, the
+argument parser and what it imports. A variant whose patches touch none of that part gets the stage
+its release builds, on the release engine (`engine-release`: the runtime stage before the overlay,
+with the release's own dist-info), so BuildKit runs it once for every such variant; a variant that
+touches it gets the stage on its own engine (`runtime-base`), and the build log names the first file
+that decided it. The rule reads the patch stack's real file list (the sources station's `git apply
+--numstat`), never a variant's name, and the stage a variant gets is fixed by its inputs: the image
+is the same from a cold cache or a warm one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from servebuild.patchfiles import is_native
+
+RELEASE = "engine-release"   # the release engine, runnable (render/templates/stages/runtime.j2)
+VARIANT = "runtime-base"     # the variant's own engine
+
+
+@dataclass(frozen=True)
+class StageBase:
+    """The stage a build-time step runs on, and why (None: the release's, shared by such variants)."""
+
+    base: str
+    because: Optional[str] = None
+
+    @property
+    def shared(self) -> bool:
+        return self.base == RELEASE
+
+    def describe(self, stage: str) -> str:
+        if self.shared:
+            return f"{stage}: shared with the release engine (no patch touches what it reads)"
+        return f"{stage}: built on this variant's engine ({self.because})"
+
+
+def _covered(site: str, prefixes: Sequence[str]) -> bool:
+    return any(site == p or (p.endswith("/") and site.startswith(p)) or p == "" for p in prefixes)
+
+
+def _first(files: Sequence[str], rule) -> Optional[str]:
+    return next((f for f in sorted(files) if rule(f)), None)
+
+
+def stage_bases(engine, overlay_files: Optional[Sequence[str]], platform: str) -> dict[str, StageBase]:
+    """`aot` and `profile-check` -> the stage each runs on. `overlay_files`: the patched tree's files the
+    patch stack changes (tree paths); None when they are not known (a dry run, `invoke render`): each
+    stage then runs on the variant's engine, which is never wrong, only slower."""
+    mode, kind = engine.mode, engine.kind
+    if mode.release_fragment(engine, platform) is None:
+        why = f"install {mode.name} installs the patched tree in one step: no release engine to share"
+        return {"aot": StageBase(VARIANT, why), "profile-check": StageBase(VARIANT, why)}
+    if overlay_files is None:
+        why = "the patch stack's files are not known before its sources are prepared"
+        return {"aot": StageBase(VARIANT, why), "profile-check": StageBase(VARIANT, why)}
+    installed = {f: mode.site_path(engine, f) for f in overlay_files}
+    installed = {f: s for f, s in installed.items() if s is not None}
+    out = {}
+    kernel = _first(installed, lambda f: is_native(f) or _covered(installed[f], kind.kernel_inputs))
+    out["aot"] = StageBase(VARIANT, f"{kernel} is a kernel input of {kind.name}") if kernel else StageBase(RELEASE)
+    parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))
+    out["profile-check"] = (StageBase(VARIANT, f"{parser} is read by {kind.name}'s argument parser") if parser
+                            else StageBase(RELEASE))
+    return out

@@ -1,0 +1,130 @@
+"""Which build-time stages a variant shares with its release engine (render/reuse.py, issue 30): decided
+by the files its patch stack really changes (the committed patches' own file lists here), never by a
+variant's name; a stage that reads a changed file runs on the variant's engine, and the Dockerfile says so."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from servebuild.recipe.load import load_recipe
+from servebuild.render.aot import aot_kernels, aot_spec
+from servebuild.render.context import aot_owner, render_dockerfile
+from servebuild.render.reuse import RELEASE, VARIANT, stage_bases
+from servebuild.sources.stack import numstat_paths
+from support import REPO_ROOT
+
+SGLANG = "sglang-native-fp8-bookworm"
+BASES = {"build": "b", "runtime": "r"}
+
+
+def engine(name=SGLANG):
+    return load_recipe(name, REPO_ROOT).recipe.engine
+
+
+def patch_files(name: str) -> list[str]:
+    """The files a committed patch changes, as the sources station lists them (git apply --numstat)."""
+    out = subprocess.run(["git", "apply", "--numstat", "-z", str(REPO_ROOT / "patches" / name)],
+                         capture_output=True, check=True, cwd=REPO_ROOT).stdout
+    return numstat_paths(out)
+
+
+def bases(files, name=SGLANG):
+    return {stage: b.base for stage, b in stage_bases(engine(name), files, "linux/amd64").items()}
+
+
+def test_the_release_and_a_scheduler_only_stack_share_both_stages():
+    assert bases([]) == {"aot": RELEASE, "profile-check": RELEASE}
+    assert bases(["python/sglang/srt/managers/scheduler.py"]) == {"aot": RELEASE, "profile-check": RELEASE}
+
+
+def test_the_committed_loader_fix_shares_both_stages():
+    files = patch_files("sglang-dspark-shared-expert-remap.patch")
+    assert files == ["python/sglang/srt/models/deepseek_v4_dspark.py"]
+    assert bases(files) == {"aot": RELEASE, "profile-check": RELEASE}
+
+
+def test_the_adaptive_prefill_patch_shares_the_kernels_but_is_parsed_by_its_own_engine():
+    """It edits environ.py, which SGLang's parser imports (its defaults read it): parsed again; no kernel input."""
+    files = patch_files("sglang-adaptive-prefill.patch")
+    assert "python/sglang/srt/environ.py" in files
+    decided = stage_bases(engine(), files, "linux/amd64")
+    assert decided["aot"].base == RELEASE
+    assert decided["profile-check"].base == VARIANT
+    assert "python/sglang/srt/environ.py" in decided["profile-check"].because
+
+
+@pytest.mark.parametrize("path", ["python/sglang/jit_kernel/add_constant.py",
+                                  "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh",
+                                  "python/sglang/srt/layers/attention/kernel.cuh"])
+def test_a_kernel_source_or_any_native_file_gets_its_own_kernels(path):
+    decided = stage_bases(engine(), ["python/sglang/srt/managers/scheduler.py", path], "linux/amd64")
+    assert decided["aot"].base == VARIANT and path in decided["aot"].because
+
+
+@pytest.mark.parametrize("path", ["python/sglang/srt/server_args.py", "python/sglang/launch_server.py",
+                                  "python/sglang/srt/configs/model_config.py"])
+def test_a_file_the_parser_reads_gets_its_own_profile_check(path):
+    decided = stage_bases(engine(), [path], "linux/amd64")
+    assert decided["profile-check"].base == VARIANT and path in decided["profile-check"].because
+    assert decided["aot"].base == RELEASE
+
+
+def test_files_the_overlay_does_not_install_decide_nothing():
+    assert bases(["test/srt/test_server_args.py", "docs/kernels.cu"]) == {"aot": RELEASE, "profile-check": RELEASE}
+
+
+def test_unknown_files_and_a_mode_without_a_release_engine_share_nothing():
+    assert bases(None) == {"aot": VARIANT, "profile-check": VARIANT}
+    # vllm-precompiled installs the patched tree in its engine stage: every variant has its own engine
+    assert bases([], "vllm-dspark-bookworm") == {"aot": VARIANT, "profile-check": VARIANT}
+
+
+def test_a_kind_that_declares_nothing_shares_nothing():
+    e = engine()
+    kind = type("Undeclared", (type(e.kind),), {"kernel_inputs": ("",), "parser_inputs": ("",)})()
+    decided = stage_bases(_with_kind(e, kind), ["python/sglang/srt/managers/scheduler.py"], "linux/amd64")
+    assert {s: b.base for s, b in decided.items()} == {"aot": VARIANT, "profile-check": VARIANT}
+
+
+def _with_kind(e, kind):
+    class Wrapped:
+        mode = e.mode
+        overlay_from = e.overlay_from
+    Wrapped.kind = kind
+    return Wrapped()
+
+
+def _stage_from(text: str, stage: str) -> str:
+    return re.search(rf"^FROM (\S+) AS {stage}$", text, re.M).group(1)
+
+
+def test_the_dockerfile_puts_each_stage_where_the_rule_says_and_names_why():
+    loaded = load_recipe(SGLANG, REPO_ROOT)
+    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    assert _stage_from(shared, "aot") == _stage_from(shared, "profile-check") == "engine-release"
+    assert "FROM runtime-release AS engine-release" in shared and "FROM runtime-release AS runtime-base" in shared
+    own = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT,
+                            overlay_files=["python/sglang/jit_kernel/add_constant.py"])
+    assert _stage_from(own, "aot") == "runtime-base" and _stage_from(own, "profile-check") == "engine-release"
+    assert "# aot: built on this variant's engine (python/sglang/jit_kernel/add_constant.py is a kernel input" in own
+    # everything up to the build-time stages is the same text: the runtime image's layers do not move
+    assert shared.split("# ---- profile-check")[0] == own.split("# ---- profile-check")[0]
+
+
+def test_a_recipe_extending_another_without_touching_aot_shares_its_aot_spec(tmp_path):
+    """The aot spec names the recipe whose file declares the kernels, not the one built: a derived recipe
+    (another profile, a bad profile in a test) gets the same spec, hence the same aot stage."""
+    parent = load_recipe(SGLANG, REPO_ROOT)
+    for rf in parent.chain:
+        (tmp_path / rf.path.name).write_text(rf.path.read_text())
+    (tmp_path / "child.yaml").write_text(f"name: child\nextends: {SGLANG}\n")
+    child = load_recipe(str(tmp_path / "child.yaml"), REPO_ROOT)
+    spec = lambda loaded: aot_spec(loaded.recipe, aot_kernels(loaded.recipe, REPO_ROOT), aot_owner(loaded))
+    assert spec(child) == spec(parent)
+    assert spec(parent)["recipe"] == aot_owner(parent) != "child"
+    (tmp_path / "own.yaml").write_text(f"name: own\nextends: {SGLANG}\naot:\n  max_bytes: 123456789\n")
+    own = load_recipe(str(tmp_path / "own.yaml"), REPO_ROOT)
+    assert spec(own)["recipe"] == "own"
