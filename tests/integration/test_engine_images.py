@@ -24,6 +24,7 @@ from servebuild.check import profiles as argcheck
 from servebuild.check import bisect
 from servebuild.check import smoke
 from servebuild.errors import ServebuildError
+from servebuild.fsutil import sha256_file
 from servebuild.recipe.load import load_recipe
 from support import RECIPE_CHECKS, REPO_ROOT
 
@@ -105,8 +106,8 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         if recipe in SECOND:
             other = f"servebuild-test/{recipe}:{SECOND[recipe]}-amd64"
             tags.append(other)
-            _, other_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", other, cache, recipe=recipe,
-                                             variant=SECOND[recipe])
+            other_result, other_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", other, cache,
+                                                        recipe=recipe, variant=SECOND[recipe])
             unique = bisect.unique_bytes({t: bisect.layer_sizes(engine, t) for t in (tag, other)})
             record.update(second_variant=SECOND[recipe], second_build_s=round(other_seconds, 1),
                           unique_bytes=unique)
@@ -114,6 +115,10 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
             print(f"second variant: {json.dumps(record)}")
             for t, n in unique.items():
                 assert n is not None and n < 0.01 * record["size_bytes"], (t, n)
+            # the loader fix touches neither the kernels nor the parser: both stages are its release's, cached
+            shared_stages_are_cached(other_result.log_path, {"aot": True, "profile-check": True})
+            record.update(variant_stages(engine, recipe, tag, cache, tmp_path_factory, tags))
+            (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
     finally:
         for t in tags:
             subprocess.run(["/usr/bin/docker", "image", "rm", "-f", t], capture_output=True)
@@ -126,6 +131,97 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp
         from integration import conftest
         if conftest.SNAPSHOT is not None:
             conftest.SNAPSHOT.prune_new_cache(layers_only=True)
+
+
+FIXTURE_PATCHES = REPO_ROOT / "tests" / "fixtures" / "patches"
+STAGE_NOTE = re.compile(r"^servebuild: (aot|profile-check): (shared with the release engine|built on this variant's engine)",
+                        re.M)
+
+
+def shared_stages_are_cached(log_path, want: dict[str, bool], judged=("aot", "profile-check")) -> None:
+    """The build log says, per build-time stage, whether the variant shares its release's (`want`); each
+    stage in `judged` has all its steps CACHED there exactly when it is shared (BuildKit ran none of them).
+    A recipe of another name checks its profiles again whatever the engine (the record names the recipe)."""
+    log = log_path.read_text()
+    said = {m.group(1): m.group(2).startswith("shared") for m in STAGE_NOTE.finditer(log)}
+    assert said == want, (said, want)
+    for stage in judged:
+        steps = re.findall(rf"^#(\d+) \[{stage} \d+/\d+\]", log, re.M)
+        assert steps, f"no {stage} step in {log_path}"
+        cached = [n for n in steps if re.search(rf"^#{n} CACHED$", log, re.M)]
+        assert (len(cached) == len(steps)) == want[stage], (stage, steps, cached)
+
+
+def _fixture_recipe(dest, base: str, name: str, variant: str, patch: str, extra_profile: dict | None = None):
+    """A recipe extending `base` (its chain copied) with one fixture patch as a variant of its own."""
+    loaded = load_recipe(base, REPO_ROOT)
+    for rf in loaded.chain:
+        (dest / rf.path.name).write_text(rf.path.read_text())
+    optional = [e.model_dump(exclude_none=True, exclude_defaults=True)
+                for e in loaded.recipe.engine.source.optional_patches]
+    rel = (FIXTURE_PATCHES / patch).relative_to(REPO_ROOT).as_posix()
+    optional.append({"id": variant, "file": rel, "sha256": sha256_file(FIXTURE_PATCHES / patch)})
+    data = {"name": name, "extends": base, "engine": {"source": {"optional_patches": optional}},
+            "variants": {variant: {"description": f"test fixture: {patch}", "patches": [variant]}}}
+    if extra_profile:
+        data["launch"] = {"profiles": extra_profile}
+    path = dest / f"{name}.yaml"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return str(path)
+
+
+def _seed_files(engine, tag: str) -> dict[str, dict[str, str]]:
+    """kernel (builder and args) -> {file under its cache keys: sha256} of the image's ahead-of-time seed."""
+    out = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", tag, "-c",
+                          "cat /opt/servebuild/seed/aot.json; echo '#files'; cd /opt/servebuild/seed/cache && "
+                          "find . -type f -exec sha256sum {} +"], capture_output=True, text=True, check=True).stdout
+    record, files = out.split("#files\n")
+    sums = {line[66:].removeprefix("./"): line[:64] for line in files.splitlines()}
+    kernels = {}
+    for k in json.loads(record)["kernels"]:
+        keys = tuple(k["keys"])
+        kernels[f"{k['builder']}{tuple(k['args'])}"] = {p: h for p, h in sums.items() if p.startswith(keys)}
+    return kernels
+
+
+def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -> dict:
+    """Two fixture variants of the SGLang image (issue 30). One edits a kernel source: its kernels are
+    compiled on its own engine (the log names the file) and the edited kernel's files differ from the
+    release's, every other kernel's are the same bytes. One adds an argument to SGLang's parser with a
+    profile that uses it: parsed by the patched engine (the release's parser refuses the flag), its kernels
+    still the release's."""
+    dest = tmp_path_factory.mktemp("fixture-variants")
+    kernel_tag, flag_tag = "servebuild-test/fixture-kernel:amd64", "servebuild-test/fixture-flag:amd64"
+    tags += [kernel_tag, flag_tag]
+    path = _fixture_recipe(dest, recipe, "fixture-kernel", "kernel-edit", "sglang-kernel-edit.patch")
+    built, kernel_s = build_fixture(REPO_ROOT, engine, "linux/amd64", kernel_tag, cache, recipe=path,
+                                    variant="kernel-edit")
+    shared_stages_are_cached(built.log_path, {"aot": False, "profile-check": True}, judged=("aot",))
+    assert ("aot: built on this variant's engine (python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel "
+            "input of sglang)") in built.log_path.read_text()
+    release, edited = _seed_files(engine, release_tag), _seed_files(engine, kernel_tag)
+    assert sorted(release) == sorted(edited)
+    changed = sorted(k for k in release if release[k] != edited[k])
+    assert changed and all("add_constant" in k for k in changed), changed
+    assert all(release[k] == edited[k] for k in release if "add_constant" not in k)
+    default = load_recipe(recipe, REPO_ROOT).recipe.launch
+    profile = default.profiles[default.default_profile()]
+    flagged = {"fixture-flag": {"module": profile.module, "dspark_block_size": profile.dspark_block_size,
+                                "env": profile.env, "args": list(profile.args) + ["--servebuild-fixture-flag", "3"]}}
+    path = _fixture_recipe(dest, recipe, "fixture-flag", "adds-a-flag", "sglang-adds-a-flag.patch", flagged)
+    built, flag_s = build_fixture(REPO_ROOT, engine, "linux/amd64", flag_tag, cache, recipe=path,
+                                  variant="adds-a-flag")
+    shared_stages_are_cached(built.log_path, {"aot": True, "profile-check": False})
+    checked = json.loads(subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint",
+                                         "/bin/cat", flag_tag, "/opt/servebuild/profiles-checked.json"],
+                                        capture_output=True, text=True, check=True).stdout)
+    assert "fixture-flag" in checked["profiles"] and "+sb1." in checked["version"], checked
+    with pytest.raises(ServebuildError) as err:  # the release's parser does not know the flag
+        argcheck.check_in_image(engine, release_tag, load_recipe(path, REPO_ROOT))
+    assert "unrecognized arguments: --servebuild-fixture-flag 3" in str(err.value), str(err.value)
+    RECIPE_CHECKS.append(f"fixture variants: kernel edit recompiled {', '.join(changed)} in {kernel_s:.0f} s; "
+                         f"a flag-adding PR parsed by its own engine in {flag_s:.0f} s")
+    return {"kernel_edit_build_s": round(kernel_s, 1), "flag_pr_build_s": round(flag_s, 1)}
 
 
 def parse_every_recipe_of_the_engine(engine, tag, engine_name):
