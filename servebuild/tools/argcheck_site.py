@@ -16,10 +16,15 @@ import sys
 
 _OUT = os.environ.get("SERVEBUILD_ARGCHECK_OUT")
 _HOOK = os.environ.get("SERVEBUILD_ARGCHECK_HOOK")
+# capture mode (profile_check.py, one engine import for every profile): record how the launcher started
+# Python (argv, environment, directory) and end before anything is imported; the check replays it
+_CAPTURE = os.environ.get("SERVEBUILD_ARGCHECK_CAPTURE")
 
 
 def _finish(record):
-    with open(_OUT, "w", encoding="utf-8") as handle:
+    # read at the end, not at start: a replayed profile runs in a child forked from the checker, whose
+    # environment names that child's outcome file
+    with open(os.environ.get("SERVEBUILD_ARGCHECK_OUT") or _OUT, "w", encoding="utf-8") as handle:
         json.dump(record, handle, sort_keys=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -34,12 +39,22 @@ def _parsed(namespace, parsed_by):
     _finish({"ok": True, "parsed_by": parsed_by, "options": len(vars(namespace))})
 
 
-if _OUT and _HOOK:
+def install(hook):
+    """Catch argparse's rejections and load the engine kind's hook (which imports the engine)."""
+    argparse.ArgumentParser.error = _rejected
+    spec = importlib.util.spec_from_file_location("servebuild_argcheck_hook", hook)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install(_parsed)
+
+
+if _CAPTURE and __name__ == "sitecustomize":
+    with open(_CAPTURE, "w", encoding="utf-8") as _handle:
+        json.dump({"argv": list(getattr(sys, "orig_argv", [])), "executable": sys.executable,
+                   "cwd": os.getcwd(), "env": dict(os.environ)}, _handle)
+    os._exit(0)
+elif _OUT and _HOOK and __name__ == "sitecustomize":
     try:
-        argparse.ArgumentParser.error = _rejected
-        _spec = importlib.util.spec_from_file_location("servebuild_argcheck_hook", _HOOK)
-        _module = importlib.util.module_from_spec(_spec)
-        _spec.loader.exec_module(_module)
-        _module.install(_parsed)
+        install(_HOOK)
     except BaseException as exc:  # site.py would swallow it and let the server start: end here
         _finish({"ok": False, "hook_error": f"{type(exc).__name__}: {exc}"})
