@@ -11,7 +11,7 @@ import pytest
 
 from servebuild.build import bases, run
 from servebuild.plan import make
-from servebuild.build.docker import DockerClient
+from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.sources.stack import default_cache_dir
 from servebuild.cli.options import MAIN_RECIPE
 from servebuild.lock.lockfile import load_lock_file
@@ -25,7 +25,13 @@ SNAPSHOT: "EngineSnapshot | None" = None  # taken when the run starts
 
 @pytest.fixture(scope="session")
 def engine() -> DockerClient:
-    """The real engine; its absence is a failure here, never a skip."""
+    """The real engine; its absence is a failure here, never a skip. SERVEBUILD_TEST_BUILD_NETWORK names
+    the network its builds' RUN steps use (scripts/run_tests.py: `host` on its second dockerd, which
+    has no iptables rules of its own)."""
+    network = os.environ.get("SERVEBUILD_TEST_BUILD_NETWORK")
+    if network:
+        return DockerClient(endpoint=Endpoint(host=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+                                              network=network))
     return DockerClient()
 
 
@@ -35,19 +41,26 @@ def main_pins(arch: str):
     return loaded, load_lock_file(loaded).debian[f"linux/{arch}"]
 
 
+def _base_image(engine, arch: str) -> str:
+    tag = bases.default_tag("bookworm", arch)
+    loaded, pins = main_pins(arch)
+    if engine.image_id(tag) is None or bases.base_key(engine.image_inspect(tag)) != pins.base_key():
+        bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name,
+                             bases.lock_display(loaded))
+    return tag
+
+
 @pytest.fixture(scope="session")
 def base_images(engine) -> dict[str, str]:
     """Debian bookworm minbase images for both arches, bootstrapped from the main job's lock (no registry);
     a base made from other pins (or by an older servebuild) is made again."""
-    out = {}
-    for arch in ("amd64", "arm64"):
-        tag = bases.default_tag("bookworm", arch)
-        loaded, pins = main_pins(arch)
-        if engine.image_id(tag) is None or bases.base_key(engine.image_inspect(tag)) != pins.base_key():
-            bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name,
-                                 bases.lock_display(loaded))
-        out[arch] = tag
-    return out
+    return {arch: _base_image(engine, arch) for arch in ("amd64", "arm64")}
+
+
+@pytest.fixture(scope="session")
+def amd64_base(engine) -> str:
+    """The amd64 base alone (the engine images are amd64: no arm64 bootstrap under QEMU for them)."""
+    return _base_image(engine, "amd64")
 
 
 @pytest.fixture(scope="session")

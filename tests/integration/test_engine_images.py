@@ -52,7 +52,7 @@ def image_size(tag: str) -> int:
 
 @pytest.mark.engine_image
 @pytest.mark.parametrize("recipe,variant", CASES, ids=[c[0] for c in CASES])
-def test_engine_image_builds_and_passes_the_smoke_suite(engine, base_images, tmp_path_factory, recipe, variant):
+def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_path_factory, recipe, variant):
     cache = tmp_path_factory.mktemp("engine-source-cache")
     tag = f"servebuild-test/{recipe}:{variant}-amd64"
     tags = [tag]

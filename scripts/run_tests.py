@@ -1,0 +1,100 @@
+"""The whole test suite in two concurrent pytest runs (issue 30: CI inside 45 minutes, every tier real).
+
+    .venv/bin/python scripts/run_tests.py [PYTEST ARGS...]
+
+The two engine-image tests (SGLang and vLLM, about half of CI's time, `-m engine_image`) run on a
+second dockerd this script starts (its own data root, exec root, socket and bridge, no iptables rules:
+tests/integration/test_farm.py's SecondEngine; RUN steps use the host network); everything else runs
+at the same time on the machine's engine. Each run has its own engine, build cache, image store, prune
+and temp directory, so neither sees the other's images or has its cache pruned under it. The engine
+images' run is written to build/tests/engine-images.log (its summary is printed at the end); the other
+run streams here. Then the ten slowest tests and each tier's total over both runs. Exit status: the
+first run that failed (pytest's own code; 5, no tests collected, is a failure too), else 0.
+
+`python -m pytest` still runs everything, one test at a time, on one engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+
+from integration.test_farm import SecondEngine  # noqa: E402
+
+OUT = ROOT / "build" / "tests"
+ENGINE_TESTS = ["tests/integration/test_engine_images.py", "-m", "engine_image"]
+
+
+def pytest(name: str, args: list[str], env: dict, log=None) -> subprocess.Popen:
+    times = OUT / f"{name}.times.json"
+    times.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", f"--basetemp={OUT / ('tmp-' + name)}", "-p", "no:cacheprovider", *args]
+    return subprocess.Popen(cmd, cwd=ROOT, env={**env, "SERVEBUILD_TEST_TIMES": str(times)},
+                            stdout=log, stderr=subprocess.STDOUT if log else None)
+
+
+def summary(names: list[str]) -> None:
+    per_test: dict[str, float] = {}
+    for name in names:
+        path = OUT / f"{name}.times.json"
+        if path.exists():
+            per_test.update(json.loads(path.read_text()))
+    if not per_test:
+        print("run_tests: no test times were written (did either run start?)")
+        return
+    tiers: dict[str, list[float]] = {}
+    for nodeid, seconds in per_test.items():
+        parts = nodeid.split("/")
+        tiers.setdefault(parts[1] if len(parts) > 2 and parts[0] == "tests" else "other", []).append(seconds)
+    print("\n==== where the time went (both runs) ====\nten slowest tests (s):")
+    for nodeid, seconds in sorted(per_test.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"  {seconds:8.1f}  {nodeid}")
+    print("tiers (tests, s):")
+    for tier, times in sorted(tiers.items()):
+        print(f"  {tier:12s} {len(times):5d} {sum(times):9.1f}")
+
+
+def main(extra: list[str]) -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    node = SecondEngine()
+    print(f"run_tests: starting a second dockerd for the engine-image tests ({node.dir})", flush=True)
+    node.start()
+    engine_log = OUT / "engine-images.log"
+    try:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+        with engine_log.open("w") as log:
+            images = pytest("engine-images", [*ENGINE_TESTS, *extra],
+                            {**base, "DOCKER_HOST": f"unix://{node.sock}", "SERVEBUILD_TEST_BUILD_NETWORK": "host"},
+                            log)
+            print(f"run_tests: engine-image tests on node 2 (pid {images.pid}, log {engine_log}); "
+                  f"the rest here", flush=True)
+            rest = pytest("rest", ["-m", "not engine_image", *extra], base)
+            codes = {"rest": rest.wait()}
+            print(f"\nrun_tests: the rest exited {codes['rest']} after {time.monotonic() - start:.0f} s; "
+                  f"waiting for the engine-image tests", flush=True)
+            codes["engine-images"] = images.wait()
+    finally:
+        node.stop()
+        subprocess.run(["rm", "-rf", str(node.dir)], capture_output=True)
+    tail = engine_log.read_text(errors="replace").splitlines()
+    cut = next((i for i, line in enumerate(tail) if "short test summary" in line or "recipes checked" in line),
+               max(0, len(tail) - 60))
+    print(f"\n==== engine-image tests (node 2; whole log: {engine_log}) ====")
+    print("\n".join(tail[cut:]))
+    summary(["rest", "engine-images"])
+    print(f"run_tests: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; "
+          f"wall {time.monotonic() - start:.0f} s")
+    failed = [code for code in (codes["rest"], codes["engine-images"]) if code != 0]
+    return failed[0] if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
