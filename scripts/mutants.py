@@ -66,6 +66,8 @@ CENSUS = "tests/unit/test_census_compiles.py"
 SETTLE = "tests/unit/test_settle.py"
 CONFINED = "tests/unit/test_cache_tool_confined.py"
 WIRE = "tests/unit/test_bench_wire.py"
+REUSE = "tests/unit/test_stage_reuse.py"
+ONEIMPORT = "tests/unit/test_profile_check_one_import.py"
 
 
 def h(mode: str) -> str:
@@ -554,6 +556,40 @@ MUTANTS = [
            '        with open(tmp, "x", encoding="utf-8") as fh:\n            fh.write(text)\n        os.replace(tmp, path)',
            '        with open(path, "w", encoding="utf-8") as fh:\n            fh.write(text)',
            ("tests/cli/test_bench_out_full.py",)),
+    # issue 30: what a variant shares with its release, and the one-import profile check
+    Mutant("reuse-native-files-ignored", "servebuild/render/reuse.py",
+           "lambda f: is_native(f) or _covered(installed[f], kind.kernel_inputs)",
+           "lambda f: _covered(installed[f], kind.kernel_inputs)",
+           (f"{REUSE}::test_a_kernel_source_or_any_native_file_gets_its_own_kernels",)),
+    Mutant("reuse-folder-prefix-matches-any-start", "servebuild/render/reuse.py",
+           '(p.endswith("/") and site.startswith(p))', "site.startswith(p)",
+           (REUSE,), "sglang/srt/server_args.py would then cover sglang/srt/server_args_extra.py too"),
+    Mutant("reuse-parser-rule-dropped", "servebuild/render/reuse.py",
+           "parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))", "parser = None",
+           (f"{REUSE}::test_a_file_the_parser_reads_gets_its_own_profile_check",
+            f"{REUSE}::test_the_adaptive_prefill_patch_shares_the_kernels_but_is_parsed_by_its_own_engine")),
+    Mutant("reuse-unknown-files-shared", "servebuild/render/reuse.py",
+           "    if overlay_files is None:\n        why", "    if overlay_files is None:\n        overlay_files = []\n"
+           "    if False:\n        why",
+           (f"{REUSE}::test_unknown_files_and_a_mode_without_a_release_engine_share_nothing",)),
+    Mutant("reuse-site-path-unstripped", "servebuild/modes/wheel_overlay.py",
+           "return path[len(parent) + 1:] if parent else path", "return path",
+           (REUSE,)),
+    Mutant("aot-spec-names-the-built-recipe", "servebuild/render/context.py",
+           "aot_spec(recipe, kernels, aot_owner(loaded))", "aot_spec(recipe, kernels, recipe.name)",
+           (f"{REUSE}::test_a_recipe_extending_another_without_touching_aot_shares_its_aot_spec",)),
+    Mutant("argcheck-child-env-not-its-own", "servebuild/tools/profile_check.py",
+           "        env = {k: v for k, v in record[\"env\"].items() if k not in SKIP_ENV}\n        os.environ.clear()\n",
+           "        env = {}\n", (f"{ONEIMPORT}::test_each_profile_parses_under_its_own_environment",)),
+    Mutant("argcheck-other-python-forms-replayed", "servebuild/tools/profile_check.py",
+           "    elif not argv[1].startswith(\"-\") and os.path.isfile(argv[1]):",
+           "    elif \"-m\" in argv:\n        i = argv.index(\"-m\")\n        record[\"run\"] = (\"module\", argv[i + 1], argv[i + 2:])\n"
+           "    elif not argv[1].startswith(\"-\") and os.path.isfile(argv[1]):",
+           (f"{ONEIMPORT}::test_a_launcher_that_starts_python_another_way_is_run_whole",)),
+    Mutant("argcheck-fell-off-the-end-passes", "servebuild/tools/profile_check.py",
+           "        os._exit(4)", "        os._exit(0)",
+           (f"{ONEIMPORT}::test_a_server_that_never_parses_is_a_finding_not_a_pass",),
+           "a child that never reached the parser writes no outcome: judged as exited either way"),
 ]
 
 

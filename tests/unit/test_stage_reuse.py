@@ -4,14 +4,14 @@ variant's name; a stage that reads a changed file runs on the variant's engine, 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
 import pytest
 
 from servebuild.recipe.load import load_recipe
-from servebuild.render.aot import aot_kernels, aot_spec
-from servebuild.render.context import aot_owner, render_dockerfile
+from servebuild.render.context import aot_owner, render_dockerfile, write_context
 from servebuild.render.reuse import RELEASE, VARIANT, stage_bases
 from servebuild.sources.stack import numstat_paths
 from support import REPO_ROOT
@@ -72,6 +72,12 @@ def test_a_file_the_parser_reads_gets_its_own_profile_check(path):
     assert decided["aot"].base == RELEASE
 
 
+def test_a_listed_file_covers_itself_not_every_name_it_begins():
+    """`sglang/srt/server_args.py` is one file of the parser; a stub beside it is not imported."""
+    assert bases(["python/sglang/srt/server_args.pyi"]) == {"aot": RELEASE, "profile-check": RELEASE}
+    assert bases(["python/sglang/srt/server_args.py"])["profile-check"] == VARIANT
+
+
 def test_files_the_overlay_does_not_install_decide_nothing():
     assert bases(["test/srt/test_server_args.py", "docs/kernels.cu"]) == {"aot": RELEASE, "profile-check": RELEASE}
 
@@ -115,16 +121,21 @@ def test_the_dockerfile_puts_each_stage_where_the_rule_says_and_names_why():
 
 
 def test_a_recipe_extending_another_without_touching_aot_shares_its_aot_spec(tmp_path):
-    """The aot spec names the recipe whose file declares the kernels, not the one built: a derived recipe
-    (another profile, a bad profile in a test) gets the same spec, hence the same aot stage."""
+    """The aot spec the build context carries names the recipe whose file declares the kernels, not the one
+    built: a derived recipe (another profile, a bad profile in a test) gets the same spec, hence the same
+    aot stage; one that changes aot names itself."""
     parent = load_recipe(SGLANG, REPO_ROOT)
     for rf in parent.chain:
         (tmp_path / rf.path.name).write_text(rf.path.read_text())
     (tmp_path / "child.yaml").write_text(f"name: child\nextends: {SGLANG}\n")
-    child = load_recipe(str(tmp_path / "child.yaml"), REPO_ROOT)
-    spec = lambda loaded: aot_spec(loaded.recipe, aot_kernels(loaded.recipe, REPO_ROOT), aot_owner(loaded))
-    assert spec(child) == spec(parent)
-    assert spec(parent)["recipe"] == aot_owner(parent) != "child"
     (tmp_path / "own.yaml").write_text(f"name: own\nextends: {SGLANG}\naot:\n  max_bytes: 123456789\n")
-    own = load_recipe(str(tmp_path / "own.yaml"), REPO_ROOT)
-    assert spec(own)["recipe"] == "own"
+    (tmp_path / "source.tar").write_bytes(b"")
+
+    def spec(loaded, name):
+        context = write_context(loaded, "linux/amd64", BASES, tmp_path / name, {}, tmp_path / "source.tar")
+        return json.loads((context / "aot" / "spec.json").read_text())
+
+    child = spec(load_recipe(str(tmp_path / "child.yaml"), REPO_ROOT), "child-ctx")
+    assert child == spec(parent, "parent-ctx")
+    assert child["recipe"] == aot_owner(parent) != "child"
+    assert spec(load_recipe(str(tmp_path / "own.yaml"), REPO_ROOT), "own-ctx")["recipe"] == "own"
