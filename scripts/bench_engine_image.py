@@ -57,6 +57,19 @@ def scratch_project() -> Path:
     return root
 
 
+def stages(log_path: Path) -> dict:
+    """Per build-time stage: shared with the release (the build's own note) and whether BuildKit ran any
+    of its steps for this build (every step CACHED), read from the build log."""
+    import re
+    log = log_path.read_text()
+    out = {}
+    for m in re.finditer(r"^servebuild: (aot|profile-check): (shared|built on)", log, re.M):
+        steps = re.findall(rf"^#(\d+) \[{m.group(1)} \d+/\d+\]", log, re.M)
+        cached = all(re.search(rf"^#{n} CACHED$", log, re.M) for n in steps) if steps else None
+        out[m.group(1)] = {"shared": m.group(2) == "shared", "cached": cached}
+    return out
+
+
 def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
     """A one-line change in an added comment of the first local patch the variant carries; the
     recipes' recorded sha256 follows. Returns the patch's path."""
@@ -91,10 +104,13 @@ def main() -> int:
     rows = []
     result, cold = timed_build(docker, root, recipe, platform, variants[0], no_cache=True)
     _, warm = timed_build(docker, root, recipe, platform, variants[0])
-    rows.append({"variant": variants[0], "build_s": round(cold), "warm_rebuild_s": round(warm, 1), "tag": result.tag})
+    rows.append({"variant": variants[0], "build_s": round(cold), "warm_rebuild_s": round(warm, 1), "tag": result.tag,
+                 "stages": stages(result.log_path)})
     for variant in variants[1:]:
         other, seconds = timed_build(docker, root, recipe, platform, variant)
-        rows.append({"variant": variant, "build_s": round(seconds, 1), "tag": other.tag})
+        rows.append({"variant": variant, "build_s": round(seconds, 1), "tag": other.tag,
+                     "stages": stages(other.log_path)})
+        print(f"variant {variant}: {seconds:.1f} s, {rows[-1]['stages']}", flush=True)
     edited = edit_local_patch(root, recipe, variants[1]) if len(variants) > 1 else None
     patch_edit_s = timed_build(docker, root, recipe, platform, variants[1])[1] if edited else None
     total = sum(r["build_s"] for r in rows)

@@ -13,10 +13,12 @@ recognised and made again.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -92,6 +94,25 @@ def bootstrap_base(docker: DockerClient, pins: LockedDebian, arch: str, tag: str
                    recipe: str, lock_file: str, offline: bool = False) -> str:
     """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch; its
     config's times are the Release date, so the id is a function of the pins."""
+    (cache_dir / "rootfs").mkdir(parents=True, exist_ok=True)
+    with _one_at_a_time(cache_dir / "rootfs" / f"{pins.suite}-{arch}.lock"):
+        return _bootstrap(docker, pins, arch, tag, cache_dir, recipe, lock_file, offline)
+
+
+@contextmanager
+def _one_at_a_time(path: Path):
+    """An flock(2) held while a base is bootstrapped: two bootstraps of one suite and arch (two engines of one
+    machine, two test runs) wait for each other instead of sharing one build log and image-id file."""
+    fd = open_host_file(path, "the bootstrap lock", read=True, truncate=False, mode=0o644)  # no link followed
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _bootstrap(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, cache_dir: Path,
+               recipe: str, lock_file: str, offline: bool) -> str:
     tarball = rootfs_tarball(pins, arch, cache_dir, recipe, lock_file, offline=offline)
     context = Path(tempfile.mkdtemp(prefix="base-context."))
     try:
