@@ -51,7 +51,7 @@ def check_volume(volume: str) -> None:
 
 def check_gpus(gpus: str, allow_auto: bool = True) -> str:
     if not GPUS.match(gpus) or (gpus == "auto" and not allow_auto):
-        raise InputError(f"{gpus!r} is not all, none{', auto' if allow_auto else ''} or a device list such as 0,1 "
+        raise InputError(f"{gpus!r} is not all, none{', auto' if allow_auto else ''} or a GPU list such as 0,1 "
                           f"(indexes or GPU-UUIDs)", field="--gpus")
     devices = gpus.split(",")
     if len(set(devices)) != len(devices):

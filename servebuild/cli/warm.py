@@ -9,16 +9,13 @@ from typing import Optional
 
 from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
-from servebuild.check.container import NETWORK, check_volume
+from servebuild.check.container import NETWORK, check_gpus, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, launcher_name, result_tag, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
 from servebuild.fsutil import writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.load import load_recipe
-
-GPUS = re.compile(r"\A(all|none|[0-9]{1,3}(,[0-9]{1,3}){0,63})\Z")
-
 
 SIZE = re.compile(r"\A([0-9]{1,15})([KMG]i?B?)?\Z")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -37,9 +34,7 @@ def checked_request(image: Optional[str], run: Optional[str], profile: Optional[
     """Every option checked before the engine is asked anything (the image is filled in after)."""
     if not run or not run.strip() or "\x00" in run:
         raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
-    gpus = gpus or "all"
-    if not GPUS.match(gpus):
-        raise InputError(f"{gpus!r} is not all, none or a GPU list such as 0,1", field="--gpus")
+    gpus = check_gpus(gpus or "all", allow_auto=False)  # bisect's grammar, less `auto` (warm needs its GPUs)
     network = network or "none"
     if not NETWORK.match(network):
         raise InputError(f"{network!r} is not a docker network name", field="--network")

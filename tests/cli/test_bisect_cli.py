@@ -36,7 +36,7 @@ R = ["--recipe", "sglang-native-fp8-bookworm"]
     (R + ["--run", "true", "--env", "A=b\nc"], "line break"),
     (R + ["--run", "true", "--shm-size", "32 gigs"], "is not a size such as 32g"),
     (R + ["--run", "true", "--network", "none;reboot"], "is not a docker network"),
-    (R + ["--run", "true", "--gpus", "device=0"], "is not all, none, auto or a device list"),
+    (R + ["--run", "true", "--gpus", "device=0"], "is not all, none, auto or a GPU list"),
     (R + ["--run", "true", "--repeat", "0"], "--repeat 0: from 1 to 50"),
     (R + ["--run", "true", "--repeat", "three"], "is not a whole number of runs"),
     (R + ["--run", "true", "--variants", "original-fix", "--profiles", "final:sglang-native-fp8"],
