@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,10 +35,43 @@ OUT = ROOT / "build" / "tests"
 ENGINE_TESTS = ["tests/integration/test_engine_images.py", "-m", "engine_image"]
 
 
+class DiskWatch:
+    """The least free space seen on each filesystem the runs write to (sampled every few seconds):
+    two concurrent runs need the sum of their peaks, and a full disk fails builds far from its cause."""
+
+    def __init__(self, paths: list[Path], every: float = 5.0):
+        self.paths = {os.stat(p).st_dev: p for p in paths if p.exists()}
+        self.least: dict[int, tuple[int, float]] = {}
+        self.start = time.monotonic()
+        self.every = every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        for dev, path in self.paths.items():
+            try:
+                free = shutil.disk_usage(path).free
+            except OSError:
+                continue
+            if dev not in self.least or free < self.least[dev][0]:
+                self.least[dev] = (free, time.monotonic() - self.start)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.sample()
+
+    def report(self) -> str:
+        return "; ".join(f"{self.paths[d]}'s filesystem least free {free / 1e9:.1f} GB at {at:.0f} s"
+                         for d, (free, at) in sorted(self.least.items()))
+
+
 def pytest(name: str, args: list[str], env: dict, log=None) -> subprocess.Popen:
     times = OUT / f"{name}.times.json"
     times.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", f"--basetemp={OUT / ('tmp-' + name)}", "-p", "no:cacheprovider", *args]
+    # outside the checkout: messages name paths under the working directory relative to it, and the
+    # tests compare them with their tmp_path as given
+    basetemp = Path(tempfile.gettempdir()) / f"servebuild-tests-{name}"
+    cmd = [sys.executable, "-m", "pytest", f"--basetemp={basetemp}", "-p", "no:cacheprovider", *args]
     return subprocess.Popen(cmd, cwd=ROOT, env={**env, "SERVEBUILD_TEST_TIMES": str(times)},
                             stdout=log, stderr=subprocess.STDOUT if log else None)
 
@@ -61,12 +97,21 @@ def summary(names: list[str]) -> None:
         print(f"  {tier:12s} {len(times):5d} {sum(times):9.1f}")
 
 
+def docker_root() -> Path:
+    out = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
+    return Path(out.stdout.strip() or "/var/lib/docker")
+
+
 def main(extra: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     node = SecondEngine()
     print(f"run_tests: starting a second dockerd for the engine-image tests ({node.dir})", flush=True)
     node.start()
+    watch = DiskWatch([docker_root(), node.dir, Path(tempfile.gettempdir()), ROOT])
+    watch.sample()
+    print(f"run_tests: disk at start: {watch.report()}", flush=True)
+    watch.thread.start()
     engine_log = OUT / "engine-images.log"
     try:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
@@ -82,6 +127,7 @@ def main(extra: list[str]) -> int:
                   f"waiting for the engine-image tests", flush=True)
             codes["engine-images"] = images.wait()
     finally:
+        watch.stop.set()
         node.stop()
         subprocess.run(["rm", "-rf", str(node.dir)], capture_output=True)
     tail = engine_log.read_text(errors="replace").splitlines()
@@ -90,6 +136,7 @@ def main(extra: list[str]) -> int:
     print(f"\n==== engine-image tests (node 2; whole log: {engine_log}) ====")
     print("\n".join(tail[cut:]))
     summary(["rest", "engine-images"])
+    print(f"run_tests: disk: {watch.report()}")
     print(f"run_tests: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; "
           f"wall {time.monotonic() - start:.0f} s")
     failed = [code for code in (codes["rest"], codes["engine-images"]) if code != 0]
