@@ -49,3 +49,12 @@ def aot_spec(recipe: Recipe, kernels: list[dict], owner: str) -> dict:
 def aot_argv() -> list[str]:
     return ["env", "CUDA_VISIBLE_DEVICES=", f"{VENV}/bin/python", "/opt/servebuild/aot/aot_build.py",
             "--spec", "/opt/servebuild/aot/spec.json", "--cache", CACHE_ROOT, "--seed", SEED]
+
+
+RELEASE_AOT = "/opt/servebuild/release"  # a variant's aot stage: the release's seed and aot-files.json
+
+
+def aot_reuse_argv(changed) -> list[str]:
+    """aot_build for a variant that changes kernel sources `changed` (site paths): only the kernels that
+    read one are compiled, the others copied from the release's build (render/reuse.py)."""
+    return aot_argv() + ["--reuse-from", RELEASE_AOT] + [a for path in changed for a in ("--changed", path)]

@@ -24,7 +24,7 @@ from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.schema import Recipe
 from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH,
                                    RECORD_PTH_NAME,
-                                   RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels,
+                                   RELEASE_AOT, RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels, aot_reuse_argv,
                                    aot_spec, site_packages)
 from servebuild.errors import InputError
 from servebuild.render.reuse import stage_bases
@@ -99,6 +99,7 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
                                         "/opt/servebuild/profiles-checked.json")
                           if kind and kind.argcheck and recipe.launch.profiles else []),
         "aot": aot_argv() if aot_kernels(recipe, root) else [],
+        "aot_reuse": aot_reuse_argv, "release_aot": RELEASE_AOT,
         "runtime_tools": site_packages(recipe) if jit else None,  # where the recorder's .pth goes
         "bench_dir": BENCH_DIR if kind and recipe.launch.profiles else None,  # servebuild-bench and its prompts
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),

@@ -28,6 +28,10 @@ class StageBase:
 
     base: str
     because: Optional[str] = None
+    # aot only: the kernel sources (site paths, none of them Python) the patches change. The stage then
+    # compiles only the kernels that read one of them, by their release build's own record of what it
+    # read, and copies the rest from the release's seed (tools/aot_build.py --reuse-from)
+    changed: tuple[str, ...] = ()
 
     @property
     def shared(self) -> bool:
@@ -36,6 +40,9 @@ class StageBase:
     def describe(self, stage: str) -> str:
         if self.shared:
             return f"{stage}: shared with the release engine (no patch touches what it reads)"
+        if self.changed:
+            return (f"{stage}: built on this variant's engine ({self.because}); only the kernels that read "
+                    f"{', '.join(self.changed)} are compiled, the rest copied from the release's")
         return f"{stage}: built on this variant's engine ({self.because})"
 
 
@@ -61,8 +68,16 @@ def stage_bases(engine, overlay_files: Optional[Sequence[str]], platform: str) -
     installed = {f: mode.site_path(engine, f) for f in overlay_files}
     installed = {f: s for f, s in installed.items() if s is not None}
     out = {}
-    kernel = _first(installed, lambda f: is_native(f) or _covered(installed[f], kind.kernel_inputs))
-    out["aot"] = StageBase(VARIANT, f"{kernel} is a kernel input of {kind.name}") if kernel else StageBase(RELEASE)
+    touched = sorted(f for f in installed if is_native(f) or _covered(installed[f], kind.kernel_inputs))
+    if not touched:
+        out["aot"] = StageBase(RELEASE)
+    else:
+        why = f"{touched[0]} is a kernel input of {kind.name}"
+        # a kernel source (not Python, under the kind's kernel inputs): each kernel's own build record
+        # says whether it read it; Python may change any builder, flag or source list: every kernel again
+        sources = all(_covered(installed[f], kind.kernel_inputs) and not installed[f].endswith(".py")
+                      for f in touched)
+        out["aot"] = StageBase(VARIANT, why, tuple(installed[f] for f in touched) if sources else ())
     parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))
     out["profile-check"] = (StageBase(VARIANT, f"{parser} is read by {kind.name}'s argument parser") if parser
                             else StageBase(RELEASE))

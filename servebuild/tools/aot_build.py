@@ -1,6 +1,6 @@
 """Compile an image's serve-time JIT kernels ahead of time, with no GPU (runs in the image's aot stage).
 
-usage: python aot_build.py --spec SPEC.json --cache /cache --seed DIR
+usage: python aot_build.py --spec SPEC.json --cache /cache --seed DIR [--reuse-from DIR --changed PATH...]
 
 SPEC (written by servebuild's renderer) names the recipe, its CUDA arch list and the kernels: each
 a JIT kind, the builder the engine itself calls (`module:function`) and its arguments. Each builder
@@ -23,6 +23,14 @@ JIT kinds:
               same arch (9.0a) a GPU run detects (measured on an H200: identical keys)
   flashinfer  FlashInfer's JIT spec generators (`flashinfer.jit.M:gen_X_module`): the returned
               JitSpec is built with FLASHINFER_CUDA_ARCH_LIST set to the arch
+
+A variant whose patches change kernel sources (headers, .cu files: not Python) compiles only the kernels
+that read one of them (--reuse-from DIR --changed PATH...): DIR holds the release's seed and the
+record of what each of its kernels wrote and read (aot-files.json: the paths its build.ninja and
+.ninja_deps name, the compiler's own list of the headers it opened); a kernel none of whose inputs
+changed is copied from there, its ninja state settled again to this step's time, and one whose
+inputs are not recorded is compiled. The record is written beside the seed (--seed's parent, never in
+the image), so the seed itself is what it was.
 
 A string argument "torch.NAME" is the torch dtype NAME. A bad builder or argument is one line
 starting with `servebuild: ` (the build surfaces it) and exit 1. Standard library + the image's
@@ -279,6 +287,70 @@ def canonical_nvcc_names(cache: str, paths: list[str]) -> int:
     return changed
 
 
+def ninja_reads(cache: str, paths: list[str]) -> list[str] | None:
+    """Every path the ninja files among `paths` name (build.ninja's words with a slash, .ninja_deps' path
+    records: what the compiler reported opening), normalised; None when no deps log records a dependency
+    (the headers a build read are then not known)."""
+    reads: set[str] = set()
+    recorded = False
+    for rel in paths:
+        path = os.path.join(cache, rel)
+        name = os.path.basename(rel)
+        if name == "build.ninja":
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                reads.update(os.path.normpath(w) for w in re.split(r"[\s=]+", handle.read()) if w.startswith("/"))
+        elif name == ".ninja_deps":
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if data[:len(NINJA_DEPS)] != NINJA_DEPS:
+                continue
+            offset = len(NINJA_DEPS) + 4
+            while offset + 4 <= len(data):
+                head = struct.unpack_from("<I", data, offset)[0]
+                size = head & 0x7FFFFFFF
+                payload = data[offset + 4:offset + 4 + size]
+                if head & 0x80000000:
+                    recorded = True  # a dependency record: output id, mtime, the inputs the depfile named
+                elif len(payload) >= 4:  # a path, NUL-padded to 4 bytes, then its checksum
+                    reads.add(os.path.normpath(payload[:-4].rstrip(b"\0").decode(errors="replace")))
+                offset += 4 + size
+    return sorted(reads) if recorded else None
+
+
+def kernel_id(entry: dict) -> str:
+    return f"{entry['jit']} {entry['builder']} {json.dumps(entry.get('args', []))}"
+
+
+def reuse_reason(entry: dict, release: dict | None, changed: list[str]) -> str | None:
+    """Why the kernel must be compiled here (None: the release's build of it stands). `changed`: the
+    site-relative paths the patches change (none of them Python)."""
+    if release is None:
+        return "the release's seed has no such kernel"
+    if entry["jit"] == "triton":
+        return None  # a Triton kernel is its Python source: no header or .cu file is read
+    reads = release.get("reads")
+    if reads is None:
+        return "its build recorded no inputs"
+    for path in changed:
+        hit = next((r for r in reads if r == path or r.endswith("/" + path)), None)
+        if hit:
+            return f"it reads {path}, which the patches change"
+    return None
+
+
+def reused_one(entry: dict, release_dir: str, release: dict, cache: str) -> dict:
+    """The release's files of one kernel copied into the cache (ninja's state settled to this step)."""
+    source = os.path.join(release_dir, "seed", "cache")
+    for rel in release["files"]:
+        target = os.path.join(cache, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(source, rel), target, follow_symlinks=False)
+    settled = os.environ.get("SERVEBUILD_SETTLED", "")
+    if settled.isdigit():
+        settle_ninja_state(cache, release["files"], int(settled) * 10**9)
+    return dict(release["record"])
+
+
 def compile_one(entry: dict, archs: list[str], cache: str) -> tuple[dict, float]:
     if entry["jit"] == "triton":
         func = values = None
@@ -306,8 +378,9 @@ def compile_one(entry: dict, archs: list[str], cache: str) -> tuple[dict, float]
     keys = sorted({os.path.dirname(p) for p in new if p.endswith((".so", ".cubin"))}
                   or {"/".join(p.split("/")[:2]) for p in new})
     size = sum(os.path.getsize(os.path.join(cache, p)) for p in new)
-    return {"jit": entry["jit"], "builder": entry["builder"], "args": entry.get("args", []), "from": entry["where"],
-            "archs": built, "keys": keys, "files": len(new), "bytes": size}, seconds
+    record = {"jit": entry["jit"], "builder": entry["builder"], "args": entry.get("args", []), "from": entry["where"],
+              "archs": built, "keys": keys, "files": len(new), "bytes": size}
+    return {"record": record, "files": new, "reads": ninja_reads(cache, new)}, seconds
 
 
 def main() -> int:
@@ -315,6 +388,8 @@ def main() -> int:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--cache", required=True)
     parser.add_argument("--seed", required=True)
+    parser.add_argument("--reuse-from", help="the release's aot output: seed/ and aot-files.json")
+    parser.add_argument("--changed", action="append", default=[], help="a site-relative path the patches change")
     args = parser.parse_args()
     with open(args.spec, encoding="utf-8") as handle:
         spec = json.load(handle)
@@ -323,16 +398,33 @@ def main() -> int:
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", " ".join(archs))
     record = {"recipe": spec["recipe"], "arch_list": spec["arch_list"], "kernels": []}
     fixed_temp_names()
+    released: dict = {}
+    if args.reuse_from:
+        with open(os.path.join(args.reuse_from, "aot-files.json"), encoding="utf-8") as handle:
+            released = json.load(handle)
+    built: dict = {}
     for entry in spec["kernels"]:
+        name = kernel_id(entry)
+        why = reuse_reason(entry, released.get(name), args.changed) if args.reuse_from else "compiled"
+        if why is None:
+            done = reused_one(entry, args.reuse_from, released[name], args.cache)
+            built[name] = released[name]
+            record["kernels"].append(done)
+            print(f"aot: {done['builder']}{tuple(done['args'])}: the release's build, copied ({done['files']} files): "
+                  f"none of the {len(released[name]['reads'] or [])} files it reads is changed", flush=True)
+            continue
         try:
-            done, seconds = compile_one(entry, archs, args.cache)
+            out, seconds = compile_one(entry, archs, args.cache)
         except Refused as exc:
             print(f"servebuild: recipe {spec['recipe']}, {entry['where']} ({entry['jit']} {entry['builder']}): {exc}",
                   flush=True)
             return 1
+        done = out["record"]
+        built[name] = out
         record["kernels"].append(done)
+        because = f" ({why})" if args.reuse_from else ""
         print(f"aot: {done['builder']}{tuple(done['args'])} for {', '.join(done['archs'])}: {done['files']} files, "
-              f"{done['bytes']} bytes in {seconds:.1f} s -> {', '.join(done['keys'])}", flush=True)
+              f"{done['bytes']} bytes in {seconds:.1f} s -> {', '.join(done['keys'])}{because}", flush=True)
     total = sum(k["bytes"] for k in record["kernels"])
     if total > spec["max_bytes"]:
         print(f"servebuild: recipe {spec['recipe']}: the ahead-of-time kernels take {total} bytes, above "
@@ -349,6 +441,10 @@ def main() -> int:
         os.makedirs(src, mode=0o1777, exist_ok=True)
     with open(os.path.join(args.seed, "aot.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    # beside the seed, not in it: what each kernel wrote and read, for a variant's --reuse-from
+    with open(os.path.join(os.path.dirname(os.path.abspath(args.seed)), "aot-files.json"), "w", encoding="utf-8") as handle:
+        json.dump(built, handle, indent=1, sort_keys=True)
         handle.write("\n")
     return 0
 

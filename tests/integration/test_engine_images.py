@@ -195,9 +195,10 @@ def _seed_files(engine, tag: str) -> dict[str, dict[str, str]]:
 
 
 def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -> dict:
-    """Two fixture variants of the SGLang image (issue 30). One edits a kernel source: its kernels are
-    compiled on its own engine (the log names the file) and the edited kernel's files differ from the
-    release's, every other kernel's are the same bytes. One adds an argument to SGLang's parser with a
+    """Two fixture variants of the SGLang image (issue 30). One edits a kernel source: the kernel that
+    reads it is compiled on its own engine (the log names the file), the others are copied from the
+    release's build; the edited kernel's files differ from the release's, every other kernel's are the
+    same bytes. One adds an argument to SGLang's parser with a
     profile that uses it: parsed by the patched engine (the release's parser refuses the flag), its kernels
     still the release's."""
     root = _fixture_project(tmp_path_factory.mktemp("fixture-variants") / "project")
@@ -207,8 +208,16 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
     built, kernel_s = build_fixture(root, engine, "linux/amd64", kernel_tag, cache, recipe=name,
                                     variant="kernel-edit")
     shared_stages_are_cached(built.log_path, {"aot": False, "profile-check": True}, judged=())
+    log = built.log_path.read_text()
     assert ("aot: built on this variant's engine (python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel "
-            "input of sglang)") in built.log_path.read_text()
+            "input of sglang); only the kernels that read sglang/jit_kernel/csrc/add_constant.cuh are compiled") in log
+    # exactly that kernel compiled (its build read the header, by the deps log nvcc's depfile filled); the
+    # others copied from the release's aot stage, which this build found cached
+    compiled = re.findall(r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/add_constant\.cuh, which the "
+                          r"patches change\)$", log, re.M)
+    copied = re.findall(r"aot: (\S+?)\(.*\): the release's build, copied", log, re.M)
+    assert compiled == ["sglang.jit_kernel.add_constant:_jit_add_constant_module"], (compiled, copied)
+    assert len(copied) == 3 and all("dsv4.topk" in c for c in copied), copied
     release, edited = _seed_files(engine, release_tag), _seed_files(engine, kernel_tag)
     assert sorted(release) == sorted(edited)
     changed = sorted(k for k in release if release[k] != edited[k])

@@ -419,7 +419,8 @@ def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
     """A server with no prefix cache at all, whose first control answer is slow once (a loaded host: a
     2 ms stand-in once took 9.5 ms). The check compares medians of three fresh prompts and three
     controls; the first design compared one of each and refused this run as a cache hit."""
-    server = scripted(fresh_s=0.003, cached_s=0.003, outlier="(control prompt ", outlier_s=0.06)
+    # stand-in times far above a loaded host's noise (a CI run once made two of three 3 ms answers 40 ms)
+    server = scripted(fresh_s=0.2, cached_s=0.2, outlier="(control prompt ", outlier_s=2.0)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--census", "off",
                            "--suite", "prefill", "--sizes", "512", "--runs", "2"], capture_output=True, text=True,
@@ -427,4 +428,4 @@ def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "bench.json").read_text())
     assert summary["nonce_check"] == "ok, no prefix cache visible"
-    assert summary["nonce_check_control_ttft_s"] < 0.03  # the median, not the one slow answer
+    assert summary["nonce_check_control_ttft_s"] < 1.0  # the median, not the one slow answer

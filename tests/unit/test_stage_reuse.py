@@ -139,3 +139,40 @@ def test_a_recipe_extending_another_without_touching_aot_shares_its_aot_spec(tmp
     assert child == spec(parent, "parent-ctx")
     assert child["recipe"] == aot_owner(parent) != "child"
     assert spec(load_recipe(str(tmp_path / "own.yaml"), REPO_ROOT), "own-ctx")["recipe"] == "own"
+
+
+def test_kernel_sources_alone_compile_only_the_kernels_that_read_them():
+    """A header or .cu under the kernel inputs: the variant's aot stage is told which (site paths) and
+    compiles only the kernels whose release build read one; Python there, or a native file elsewhere,
+    may change any builder: every kernel again."""
+    header = "python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"
+    decided = stage_bases(engine(), ["python/sglang/srt/managers/scheduler.py", header], "linux/amd64")["aot"]
+    assert decided.base == VARIANT and decided.changed == ("sglang/jit_kernel/include/sgl_kernel/add_constant.cuh",)
+    assert "only the kernels that read sglang/jit_kernel/include/sgl_kernel/add_constant.cuh" in decided.describe("aot")
+    for other in ("python/sglang/jit_kernel/add_constant.py", "python/sglang/srt/layers/attention/kernel.cuh"):
+        mixed = stage_bases(engine(), [header, other], "linux/amd64")["aot"]
+        assert mixed.base == VARIANT and mixed.changed == (), other
+
+
+def _stage_body(text: str, stage: str) -> str:
+    """The lines of one stage, from its FROM to the next (the settle step has made each COPY a RUN)."""
+    body = re.search(rf"^FROM \S+ AS {re.escape(stage)}\n((?:(?!FROM ).*\n)*)", text, re.M).group(1)
+    return "".join(line for line in body.splitlines(keepends=True) if not line.startswith("#"))
+
+
+def test_the_dockerfile_of_a_kernel_source_edit_reuses_the_release_build():
+    loaded = load_recipe(SGLANG, REPO_ROOT)
+    text = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT,
+                             overlay_files=["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"])
+    assert _stage_from(text, "aot-release") == "engine-release" and _stage_from(text, "aot") == "runtime-base"
+    # the release's aot stage is the release build's own text (BuildKit finds it cached)
+    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    assert _stage_body(text, "aot-release") == _stage_body(shared, "aot")
+    variant = _stage_body(text, "aot")
+    assert ("--reuse-from /opt/servebuild/release "
+            "--changed sglang/jit_kernel/include/sgl_kernel/add_constant.cuh") in variant, variant
+    assert "--reuse-from" not in _stage_body(shared, "aot")
+    assert "from=aot-release" in variant and "/opt/servebuild/release/aot-files.json" in variant, variant
+    # the image takes the variant's seed only
+    runtime = _stage_body(text, "runtime")
+    assert "aot-release" not in runtime and "from=aot" in runtime, runtime
