@@ -79,8 +79,14 @@ class SecondEngine:
                        capture_output=True)
         subprocess.run(["ip", "link", "set", self.bridge, "up"], capture_output=True)
         log = (self.dir / "dockerd.log").open("a")
+        # no BuildKit garbage collection: by default it keeps the build cache under 10 % of the disk, and on
+        # CI's smaller disk it dropped the release's profile-check records between the release's build and
+        # its variant's, which the engine-image test proves are reused (the tests prune what they made)
+        config = self.dir / "daemon.json"
+        config.write_text(json.dumps({"builder": {"gc": {"enabled": False}}}))
         self.proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(self.dir / "data"), "--exec-root", str(self.dir / "exec"),
+            ["dockerd", "--config-file", str(config), "--data-root", str(self.dir / "data"),
+             "--exec-root", str(self.dir / "exec"),
              "--pidfile", str(self.dir / "docker.pid"), "-H", f"unix://{self.sock}", "-H", self.tcp,
              "--tlsverify", "--tlscacert", str(c / "ca.pem"), "--tlscert", str(c / "server-cert.pem"),
              "--tlskey", str(c / "server-key.pem"), f"--bridge={self.bridge}", "--iptables=false",
