@@ -108,7 +108,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="progress lines on stderr (the health wait, each suite, request i of n, elapsed); "
                         "auto: when stderr is a terminal")
     p.add_argument("--nonce-check", choices=("on", "off"), default="on",
-                   help="after calibration (--calibrate on): four one-token requests that refuse the run when a "
+                   help="after calibration (--calibrate on): eight one-token requests (a second batch if the first looks cached) that refuse the run when a "
                         "fresh prompt is served from the prefix cache (the nonce failed)")
     p.add_argument("--census", choices=("auto", "off"), default="auto",
                    help="count files the run writes under /cache (live compiles) where the image has the tool")
@@ -248,7 +248,7 @@ class Bench:
         if self.args.calibrate == "on":
             self.summary[f"{prefix}calibration_prompt_tokens"] = maker.calibrate(server)
             if self.args.nonce_check == "on":
-                self.progress.say("nonce check: four one-token requests")
+                self.progress.say("nonce check: eight one-token requests (fourteen if the first batch looks cached)")
                 self.summary.update({prefix + k: v for k, v in nonce_check(server, maker).items()})
         for number, suite in enumerate(suites, start=1):
             self.current, self.suite_first_sample = prefix + suite, len(self.run.samples)
