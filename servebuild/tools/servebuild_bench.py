@@ -108,8 +108,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="progress lines on stderr (the health wait, each suite, request i of n, elapsed); "
                         "auto: when stderr is a terminal")
     p.add_argument("--nonce-check", choices=("on", "off"), default="on",
-                   help="after calibration (--calibrate on): eight one-token requests (a second batch if the first looks cached) that refuse the run when a "
-                        "fresh prompt is served from the prefix cache (the nonce failed)")
+                   help="after calibration (--calibrate on): eight one-token requests (a second batch if the first "
+                        "looks cached) that refuse the run when a fresh prompt is served from the prefix cache "
+                        "(the nonce failed)")
     p.add_argument("--census", choices=("auto", "off"), default="auto",
                    help="count files the run writes under /cache (live compiles) where the image has the tool")
     args = p.parse_args(argv)
