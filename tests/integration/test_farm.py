@@ -79,9 +79,9 @@ class SecondEngine:
                        capture_output=True)
         subprocess.run(["ip", "link", "set", self.bridge, "up"], capture_output=True)
         log = (self.dir / "dockerd.log").open("a")
-        # no BuildKit garbage collection: by default it keeps the build cache under 10 % of the disk, and on
-        # CI's smaller disk it dropped the release's profile-check records between the release's build and
-        # its variant's, which the engine-image test proves are reused (the tests prune what they made)
+        # no BuildKit garbage collection: by default it keeps the build cache under about 10 % of the disk, so
+        # on a small disk it could drop the records the engine-image test proves a variant reuses (a
+        # precaution: CI's profile-check failure had another cause; the tests prune what they made)
         config = self.dir / "daemon.json"
         config.write_text(json.dumps({"builder": {"gc": {"enabled": False}}}))
         self.proc = subprocess.Popen(
