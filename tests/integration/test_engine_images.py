@@ -21,6 +21,7 @@ import pytest
 
 from integration import warm_checks
 from integration.conftest import CREATED_TAGS, build_fixture
+from servebuild.build import committed
 from servebuild.check import profiles as argcheck
 from servebuild.check import bisect
 from servebuild.check import smoke
@@ -58,6 +59,13 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
     tags = [tag]
     try:
         result, seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
+        # the committed id (recipes/RECIPE.ids.yaml, recorded where two engines agreed) is what this engine
+        # builds too: in CI a fresh machine, its own base bootstrapped from the lock, an empty build cache
+        layers, steps = committed.layers_of(engine, result.image_id, "linux/amd64")
+        same, line = committed.verdict(load_recipe(recipe, REPO_ROOT), "linux/amd64", result.image_id, layers, steps,
+                                       variant)
+        assert same, line
+        RECIPE_CHECKS.append(f"{recipe} {variant}: {line}")
         manifest = json.loads(result.manifest_path.read_text())
         engine_info = manifest["engine"]
         tree = engine_info["source"]["tree"]
