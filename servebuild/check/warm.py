@@ -33,7 +33,7 @@ from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityErr
 from servebuild.fsutil import make_dir, open_host_file, write_json, writing
 from servebuild.procs import last_words
 from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, RESERVED_COMMANDS, SHA256, TAG, shown
-from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.payload import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
 PYTHON = f"{VENV}/bin/python"
