@@ -399,3 +399,9 @@ def assert_one_line(proc, *words) -> str:
     for word in words:
         assert word in lines[0], (word, lines[0])
     return lines[0]
+
+
+def one_printable_line(exc: Exception) -> str:
+    line = str(exc)
+    assert line.isprintable(), repr(line)  # no newline, no escape, no bell: one line a terminal shows as is
+    return line
