@@ -157,7 +157,7 @@ diff --git a/toyserve/__main__.py b/toyserve/__main__.py
  
  
  if __name__ == "__main__":
-"""
+"""  # noqa: W293  (a blank context line of a diff is one space)
 
 
 def sha256(data: bytes | str) -> str:

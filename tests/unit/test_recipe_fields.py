@@ -57,6 +57,7 @@ def args_with(*pairs):
         args[i + 1] = value
     return args
 
+
 # (id, edits, expected fragments of the one line)
 CASES = [
     ("unknown-field", [("colour", "red")], ["colour", "unknown field"]),
@@ -105,8 +106,6 @@ CASES = [
     ("profile-from-unknown", [(PROFILE + ".from", "nope")], ["`from` names unknown profile 'nope'"]),
     ("bad-profile-name", [("launch.profiles.Serve", {"module": "x"})], ["profile name 'Serve'"]),
 ]
-
-
 
 
 def write_bad_recipe(tmp_path: Path, edits) -> Path:
