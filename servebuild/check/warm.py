@@ -339,4 +339,3 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
     echo(f"warm: built {tag} ({warm_id[:19]}): {totals['files']} cache files, {totals['bytes']} bytes over {image_id[:19]}")
     result.bytes, result.tag, result.warm_id, result.record = totals["bytes"], tag, warm_id, record
     return result
-

@@ -193,4 +193,3 @@ def content_mtime(path: Path) -> int:
     an mtime need a 58-bit hash collision, not a 28-bit one."""
     digest = int(sha256_file(path)[:16], 16)
     return (TAR_MTIME + (digest >> 36)) * 10**9 + (digest & (2**30 - 1)) % 10**9
-

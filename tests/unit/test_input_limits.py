@@ -179,3 +179,14 @@ def test_the_limits_table_in_the_readme_is_the_code(tmp_path):
             if line.startswith("| a ") or line.startswith("| an ")}
     for kind, limit in fsutil.LIMITS.items():
         assert rows.get(limit.what) == [fsutil.human(limit.max_bytes), str(limit.max_lines or "-")], (kind, rows)
+
+
+def test_fifo_and_huge_recipes_are_refused_without_reading(project):
+    import os
+    fifo = project / "recipes" / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(RecipeError, match="is not a regular file"):
+        load_recipe("fifo", project)
+    (project / "recipes" / "huge.yaml").write_text("description: " + "x" * (2 << 20) + "\n")
+    with pytest.raises(RecipeError, match="at most 1048576 are read"):
+        load_recipe("huge", project)

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from servebuild.release import signing
 from servebuild.release.signing import SigningError
+from support import one_printable_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATEMENT = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": [
@@ -263,6 +264,33 @@ def test_bad_public_key_file_is_one_line(case, fragments, tmp_path):
     with pytest.raises(SigningError) as info:
         signing.load_public_key(path)
     assert_one_line(info.value, f"{path}: --public-key: ", *fragments, key=key)
+
+
+# -- a signing key is readable by its owner only ---------------------------------------------------------------
+
+def write_key(tmp_path: Path, mode: int) -> Path:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8,
+                                                             ser.NoEncryption())
+    path = tmp_path / "sign.key"
+    path.write_bytes(pem)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o606, 0o620, 0o602, 0o610, 0o601, 0o644])
+def test_a_signing_key_others_can_read_is_refused(tmp_path, mode):
+    path = write_key(tmp_path, mode)
+    with pytest.raises(SigningError) as info:
+        signing.load_private_key(path)
+    line = one_printable_line(info.value)
+    assert f"readable by others (mode {mode:o})" in line and "chmod 600" in line, line
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_signing_key_only_its_owner_can_read_is_loaded(tmp_path, mode):
+    assert signing.load_private_key(write_key(tmp_path, mode)).keyid
 
 
 # -- the README's check with standard tools ------------------------------------------------------------------------
