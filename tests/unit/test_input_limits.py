@@ -171,11 +171,11 @@ def test_every_kind_refuses_a_fifo_a_directory_and_a_device_without_blocking(tmp
                 fsutil.read_input(path, kind, file=str(path))
 
 
-def test_the_limits_table_in_the_readme_is_the_code(tmp_path):
+def test_the_limits_table_in_the_docs_is_the_code(tmp_path):
     from servebuild import fsutil
     from support import REPO_ROOT
-    readme = (REPO_ROOT / "README.md").read_text()
-    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:] for line in readme.splitlines()
+    doc = (REPO_ROOT / "docs" / "reference" / "input-limits.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:] for line in doc.splitlines()
             if line.startswith("| a ") or line.startswith("| an ")}
     for kind, limit in fsutil.LIMITS.items():
         assert rows.get(limit.what) == [fsutil.human(limit.max_bytes), str(limit.max_lines or "-")], (kind, rows)
