@@ -40,9 +40,10 @@ numbers below (and the first line of each package's docstring) give the order.
 
 1. Rendering is station 5, `servebuild/render/`; its `__init__.py` says what goes in and what comes out.
 2. `servebuild/render/context.py`: `dockerfile_data` prepares every value the templates print,
-   `render_dockerfile` renders `servebuild/render/templates/Dockerfile.j2` with them (what `invoke render`
-   prints), and `write_context` writes the build context directory around it.
-3. `Dockerfile.j2` composes `stages/build.j2`, `stages/engine.j2` and `stages/runtime.j2` (with
+   `render_dockerfile` renders `images/Dockerfile.j2` with them (what `invoke render`
+   prints), and `write_context` writes the build context directory around it; what servebuild itself
+   puts in an image (tools, launchers, the bench, the aot builder) is one table, `servebuild/render/payload.py`.
+3. `images/Dockerfile.j2` (the image definitions are in `images/` at the top of the checkout) composes `stages/build.j2`, `stages/engine.j2` and `stages/runtime.j2` (with
    `stages/_apt.j2` and `stages/_libcuda_stub.j2`). The runtime file holds three stages: `runtime-base`,
    `profile-check` (every launch profile parsed by the engine) and `runtime`. Its launchers and
    HEALTHCHECK come from `servebuild/render/launchers.py`, its serve-time JIT environment from
@@ -83,6 +84,8 @@ def modules_of(package: Path) -> list[str]:
         extra = f" (runs inside images: {', '.join(hooks)})" if hooks else ""
         lines.append(f"- `{sub.name}/`: {first}{extra}")
     templates = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.j2"))
+    if package.name == "render":  # the image definitions it renders live at the top of the checkout
+        templates = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "images").rglob("*.j2")) + templates
     if templates:
         lines.append(f"- templates: {', '.join(f'`{t}`' for t in templates)}")
     return lines

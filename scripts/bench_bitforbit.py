@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from integration.test_farm import DOCKER, SecondEngine, tls_entry  # noqa: E402
 from integration.conftest import HOST_CA  # noqa: E402
 from servebuild.build import bases as base_images, committed  # noqa: E402
+from servebuild.lock.lockfile import lock_display  # noqa: E402
 from servebuild.build.docker import DockerClient, Endpoint  # noqa: E402
 from servebuild.build.copyups import copy_up_only, image_layers  # noqa: E402
 from servebuild.cli import build as cli_build  # noqa: E402
@@ -137,7 +138,7 @@ def main() -> int:
                 for ref in bases:
                     start = time.monotonic()
                     made = base_images.bootstrap_base(client2, pins, "amd64", ref, Path(empty_cache),
-                                                      loaded.recipe.name, base_images.lock_display(loaded))
+                                                      loaded.recipe.name, lock_display(loaded))
                     mine = node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
                     figures.setdefault("bases", {})[ref] = {"node1": mine, "node2": made, "identical": mine == made,
                                                             "node2_seconds": round(time.monotonic() - start)}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from servebuild.check import bisect  # noqa: E402
 from servebuild.build.docker import DockerClient  # noqa: E402
 from servebuild.build.run import build  # noqa: E402
-from servebuild.plan.make import BuildOptions, make_plan
+from servebuild.plan.make import BuildOptions, make_plan  # noqa: E402
 
 CA = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
 

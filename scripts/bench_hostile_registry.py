@@ -1,4 +1,4 @@
-"""Figures for the README's "Registry limits": `invoke verify` against each hostile registry mode
+"""Figures for "Registry limits" (docs/reference/registry-limits.md): `invoke verify` against each hostile registry mode
 (tests/hostile_registry.py) under the DEFAULT deadlines (60 s a request, 600 s an operation), with the
 wall time and the CLI's peak RSS. About 3 minutes (the slow cases wait out their deadline).
 

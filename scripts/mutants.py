@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SURVIVORS = "tests/unit/test_mutation_survivors.py"
 FUZZ = "tests/unit/test_fuzz_fields.py"
 
 
@@ -47,13 +46,19 @@ class Mutant:
     engine: bool = False  # its tests build or run images (a Docker engine): only with --engine
 
 
-def t(name: str, file: str = SURVIVORS) -> str:
+def t(name: str, file: str) -> str:
     return f"{file}::{name}"
 
 
 HOSTILE = "tests/cli/test_hostile_registry.py"
 CLIENT = "tests/unit/test_registry_client.py"
-FOOLED = "tests/unit/test_smoke_checks_fooled.py"
+YAML = "tests/unit/test_yaml_bounds.py"
+FIELDS = "tests/unit/test_recipe_fields.py"
+ARCHIVES = "tests/unit/test_source_archives.py"
+BISECT = "tests/unit/test_bisect.py"
+SIGNING = "tests/unit/test_signing.py"
+PLAN = "tests/unit/test_plan.py"
+JIT_PROBES = "tests/unit/test_jit_probes.py"
 DEB = "tests/unit/test_debian_base.py"
 PINS = "tests/cli/test_debian_pins.py"
 REBUILD = "tests/unit/test_rebuild_registry.py"
@@ -78,115 +83,115 @@ def h(mode: str) -> str:
 MUTANTS = [
     # YAML nesting: servebuild's own limit, not libyaml's 1,000
     Mutant("yaml-depth-64000", "servebuild/yamlfile.py", "MAX_YAML_DEPTH = 64 ", "MAX_YAML_DEPTH = 64_000 ",
-           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml"),)),
+           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml", YAML),)),
     Mutant("yaml-depth-off-by-one-up", "servebuild/yamlfile.py", "if depth > MAX_YAML_DEPTH:",
            "if depth > MAX_YAML_DEPTH + 1:",
-           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml"),)),
+           (t("test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml", YAML),)),
     Mutant("yaml-depth-off-by-one-down", "servebuild/yamlfile.py", "if depth > MAX_YAML_DEPTH:",
-           "if depth >= MAX_YAML_DEPTH:", (t("test_yaml_at_the_depth_limit_is_read"),)),
+           "if depth >= MAX_YAML_DEPTH:", (t("test_yaml_at_the_depth_limit_is_read", YAML),)),
     # a profile's port
     Mutant("port-le-99999", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
            "Field(default=None, ge=1, le=99999)",
-           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused", FIELDS),)),
     Mutant("port-ge-0", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
            "Field(default=None, ge=0, le=65535)",
-           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused", FIELDS),)),
     Mutant("port-unbounded", "servebuild/engines/profiles.py", "Field(default=None, ge=1, le=65535)",
-           "Field(default=None)", (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),)),
+           "Field(default=None)", (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused", FIELDS),)),
     Mutant("profile-not-strict", "servebuild/engines/profiles.py",
            'model_config = ConfigDict(extra="forbid", frozen=True, strict=True)',
            'model_config = ConfigDict(extra="forbid", frozen=True)',
-           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused"),),
+           (t("test_a_profile_port_out_of_range_or_not_an_integer_is_refused", FIELDS),),
            "a string or bool port would be coerced"),
     # launch directories
     Mutant("abs-dir-any-char", "servebuild/recipe/grammar.py",
            'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\\Z")',
            'ABS_DIR = re.compile(r"^(/[^/\\n]+)+/?\\Z")',
-           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused", FIELDS),)),
     Mutant("abs-dir-dollar", "servebuild/recipe/grammar.py",
            'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)+/?\\Z")',
            'ABS_DIR = re.compile(r"^(/[A-Za-z0-9_.$][A-Za-z0-9_.${}-]*)+/?\\Z")',
-           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused", FIELDS),)),
     Mutant("cache-dirs-unchecked", "servebuild/recipe/schema.py",
            "matches(ABS_DIR, d, \"an absolute cache directory (letters, digits, '._-')\")", "pass",
-           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused"),)),
+           (t("test_a_launch_directory_with_a_space_or_dollar_is_refused", FIELDS),)),
     # vLLM DSpark
     Mutant("dspark-case-sensitive", "servebuild/engines/vllm/__init__.py",
            'if str(config.get("method", "")).lower() == "dspark":', 'if str(config.get("method", "")) == "dspark":',
-           (t("test_vllm_dspark_is_recognised_in_any_case"),)),
+           (t("test_vllm_dspark_is_recognised_in_any_case", FIELDS),)),
     # exec bits
     Mutant("tarball-drops-exec-bit", "servebuild/sources/archives.py",
            'tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)', "tarfile.REGTYPE, 0o644)",
-           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that"),)),
+           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that", ARCHIVES),)),
     Mutant("tarball-exec-for-all", "servebuild/sources/archives.py",
            'tarfile.REGTYPE, 0o755 if mode == "100755" else 0o644)', "tarfile.REGTYPE, 0o755)",
-           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that"),)),
+           (t("test_the_source_tarball_keeps_the_exec_bit_and_only_that", ARCHIVES),)),
     Mutant("release-drops-exec-bit", "servebuild/sources/archives.py",
            "target.chmod(0o755 if mode & 0o111 else 0o644)", "target.chmod(0o644)",
-           (t("test_a_release_archive_keeps_the_exec_bit_and_only_that"),)),
+           (t("test_a_release_archive_keeps_the_exec_bit_and_only_that", ARCHIVES),)),
     # unsafe paths in release archives
     Mutant("release-allows-dotdot", "servebuild/sources/archives.py",
            'if rel.startswith("/") or ".." in rel.split("/"):', 'if rel.startswith("/"):',
-           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused"),)),
+           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused", ARCHIVES),)),
     Mutant("release-allows-absolute", "servebuild/sources/archives.py",
            'if rel.startswith("/") or ".." in rel.split("/"):', 'if ".." in rel.split("/"):',
-           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused"),)),
+           (t("test_a_release_archive_with_a_path_out_of_the_tree_is_refused", ARCHIVES),)),
     # bisect
     Mutant("bisect-first-json-line", "servebuild/check/bisect.py",
            "def _last_object(lines: list[str]) -> dict:\n    for line in reversed(lines):",
            "def _last_object(lines: list[str]) -> dict:\n    for line in lines:",
-           (t("test_of_several_json_lines_the_last_one_counts"),)),
+           (t("test_of_several_json_lines_the_last_one_counts", BISECT),)),
     Mutant("bisect-first-metrics-file", "servebuild/check/bisect.py",
            "    for line in reversed(lines):\n        if line.startswith(METRICS_MARK",
            "    for line in lines:\n        if line.startswith(METRICS_MARK",
-           (t("test_of_several_metrics_files_the_last_one_counts"),)),
+           (t("test_of_several_metrics_files_the_last_one_counts", BISECT),)),
     Mutant("bisect-first-cache-census", "servebuild/check/bisect.py",
            "for line in reversed(lines)\n                   if line.startswith(CACHE_MARK",
            "for line in lines\n                   if line.startswith(CACHE_MARK",
-           (t("test_of_several_cache_censuses_the_last_one_counts"),)),
+           (t("test_of_several_cache_censuses_the_last_one_counts", BISECT),)),
     Mutant("bisect-ignores-exit", "servebuild/check/bisect.py",
            'return "pass" if row.exit == 0 else "fail"', 'return "pass"',
-           (t("test_the_outcome_without_a_metric_is_the_exit_status"),)),
+           (t("test_the_outcome_without_a_metric_is_the_exit_status", BISECT),)),
     Mutant("bisect-timeout-is-fail", "servebuild/check/bisect.py",
            'if row.exit is None:\n        return "timeout"', 'if row.exit is None:\n        return "fail"',
-           (t("test_the_outcome_without_a_metric_is_the_exit_status"),)),
+           (t("test_the_outcome_without_a_metric_is_the_exit_status", BISECT),)),
     Mutant("bisect-row-last-exit", "servebuild/check/bisect.py",
            "next((e for e in exits if e != 0), 0)", "exits[-1]",
-           (t("test_a_row_exits_with_its_first_failing_run"),)),
+           (t("test_a_row_exits_with_its_first_failing_run", BISECT),)),
     # signing key mode
     Mutant("sign-key-group-readable", "servebuild/release/signing.py", "    if mode & 0o077:", "    if mode & 0o007:",
-           (t("test_a_signing_key_others_can_read_is_refused"),)),
+           (t("test_a_signing_key_others_can_read_is_refused", SIGNING),)),
     Mutant("sign-key-other-readable", "servebuild/release/signing.py", "    if mode & 0o077:", "    if mode & 0o070:",
-           (t("test_a_signing_key_others_can_read_is_refused"),)),
+           (t("test_a_signing_key_others_can_read_is_refused", SIGNING),)),
     Mutant("sign-key-any-mode", "servebuild/release/signing.py", "    if mode & 0o077:", "    if False:",
-           (t("test_a_signing_key_others_can_read_is_refused"),)),
+           (t("test_a_signing_key_others_can_read_is_refused", SIGNING),)),
     Mutant("sign-key-owner-only-refused", "servebuild/release/signing.py", "    if mode & 0o077:",
-           "    if mode & 0o477:", (t("test_a_signing_key_only_its_owner_can_read_is_loaded"),)),
+           "    if mode & 0o477:", (t("test_a_signing_key_only_its_owner_can_read_is_loaded", SIGNING),)),
     # passwords in error lines
     Mutant("password-quoted-repr", "servebuild/release/credentials.py",
            'raise CredentialsError("password holds a control character',
            'raise CredentialsError(f"password {password!r} holds a control character',
-           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted"),
-            t("test_a_docker_config_password_with_a_control_character_is_refused_unquoted"))),
+           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted", CLIENT),
+            t("test_a_docker_config_password_with_a_control_character_is_refused_unquoted", CLIENT))),
     Mutant("password-quoted-raw", "servebuild/release/credentials.py",
            'raise CredentialsError("password holds a control character',
            'raise CredentialsError(f"password {password} holds a control character',
-           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted"),)),
+           (t("test_a_credentials_file_password_with_a_control_character_is_refused_unquoted", CLIENT),)),
     Mutant("password-control-accepted", "servebuild/release/credentials.py",
            "if any(not c.isprintable() for c in password):", "if False:",
-           (t("test_a_credential_helper_password_with_a_control_character_is_refused_unquoted"),)),
+           (t("test_a_credential_helper_password_with_a_control_character_is_refused_unquoted", CLIENT),)),
     # the default platform
     Mutant("default-platform-amd64", "servebuild/recipe/schema.py",
            'platforms: list[str] = ["linux/arm64"]', 'platforms: list[str] = ["linux/amd64"]',
-           (t("test_a_recipe_without_platforms_is_for_linux_arm64_as_documented"),)),
+           (t("test_a_recipe_without_platforms_is_for_linux_arm64_as_documented", PLAN),)),
     Mutant("no-platform-ignores-host", "servebuild/plan/make.py",
            "platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])",
            "platform = wanted or recipe.platforms[0]",
-           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed"),)),
+           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed", PLAN),)),
     Mutant("no-platform-last-listed", "servebuild/plan/make.py",
            "platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])",
            "platform = wanted or (host if host in recipe.platforms else recipe.platforms[-1])",
-           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed"),)),
+           (t("test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed", PLAN),)),
     # the fuzz test's oracle: control characters are refused in every field
     Mutant("profile-description-control-ok", "servebuild/engines/profiles.py",
            '@field_validator("description", "args", "extra_args")', '@field_validator("extra_args")',
@@ -258,11 +263,11 @@ MUTANTS = [
            "        if False:\n", ("tests/unit/test_index_bounds.py::test_a_large_release_file_is_streamed_to_disk",)),
     # the smoke suite's own checks against tools that would fool them
     Mutant("jit-cext-always-ok", "tests/image/jit_probes.py", "    ok = got == 42", "    ok = True",
-           (f"{FOOLED}::test_cext_probe_fails_when_the_built_module_computes_wrong",)),
+           (f"{JIT_PROBES}::test_cext_probe_fails_when_the_built_module_computes_wrong",)),
     Mutant("jit-nvcc-any-13", "tests/image/jit_probes.py", 'if not primary.startswith(want + "."):',
-           'if not primary.startswith("13."):', (f"{FOOLED}::test_nvcc_probe_fails_on_any_release_but_13_0",)),
+           'if not primary.startswith("13."):', (f"{JIT_PROBES}::test_nvcc_probe_fails_on_any_release_but_13_0",)),
     Mutant("jit-nvcc-others-ignored", "tests/image/jit_probes.py", "    if others:\n", "    if False:\n",
-           (f"{FOOLED}::test_nvcc_probe_passes_on_13_0_and_fails_on_a_second_nvcc_that_differs",)),
+           (f"{JIT_PROBES}::test_nvcc_probe_passes_on_13_0_and_fails_on_a_second_nvcc_that_differs",)),
     Mutant("smoke-toolkit-any-13", "tests/image/test_smoke.py",
            'assert version.startswith(expect["cuda"]), f"{what} is {version}',
            'assert version.startswith("13"), f"{what} is {version}',
@@ -519,23 +524,25 @@ MUTANTS = [
            (f"{CONFINED}::test_census_and_pack_name_a_directory_they_cannot_read",)),
     # bisect's search and its verdict (servebuild/check/bisect.py)
     Mutant("bisect-threshold-strict", "servebuild/check/bisect.py", 'return "pass" if value >= threshold else "fail"',
-           'return "pass" if value > threshold else "fail"', (t("test_a_metric_exactly_at_the_threshold_passes"),)),
+           'return "pass" if value > threshold else "fail"',
+           (t("test_a_metric_exactly_at_the_threshold_passes", BISECT),)),
     Mutant("bisect-non-number-metric-compared", "servebuild/check/bisect.py",
            '    if not isinstance(value, (int, float)):\n        return "no-metric"',
-           '    if value is None:\n        return "no-metric"', (t("test_a_metric_exactly_at_the_threshold_passes"),)),
+           '    if value is None:\n        return "no-metric"',
+           (t("test_a_metric_exactly_at_the_threshold_passes", BISECT),)),
     Mutant("bisect-no-change-names-a-culprit", "servebuild/check/bisect.py",
            "    if lo == 0 and result(0) == top:\n        return None", "    if False:\n        return None",
-           (t("test_the_search_finds_the_first_prefix_whose_outcome_differs"),)),
+           (t("test_the_search_finds_the_first_prefix_whose_outcome_differs", BISECT),)),
     Mutant("bisect-search-wrong-half", "servebuild/check/bisect.py", "        if result(mid) == top:\n            hi = mid",
            "        if result(mid) != top:\n            hi = mid",
-           (t("test_the_search_finds_the_first_prefix_whose_outcome_differs"),)),
+           (t("test_the_search_finds_the_first_prefix_whose_outcome_differs", BISECT),)),
     Mutant("bisect-nan-threshold-taken", "servebuild/check/bisect.py",
            '    if not math.isfinite(value):\n        raise InputError(f"{threshold!r} is not a finite number"',
            '    if False:\n        raise InputError(f"{threshold!r} is not a finite number"',
-           ("tests/unit/test_hostile_recipes.py::test_bisect_options_are_checked_before_anything_builds",)),
+           (t("test_bisect_options_are_checked_before_anything_builds", BISECT),)),
     Mutant("bisect-zero-timeout-taken", "servebuild/check/bisect.py", "        if self.timeout_s <= 0:",
            "        if self.timeout_s < 0:",
-           ("tests/unit/test_hostile_recipes.py::test_bisect_options_are_checked_before_anything_builds",)),
+           (t("test_bisect_options_are_checked_before_anything_builds", BISECT),)),
     # the bench client (servebuild/tools/bench_client.py, servebuild_bench.py)
     Mutant("bench-cr-alone-not-a-line-end", "servebuild/tools/bench_client.py", '_EOL = re.compile(rb"\\r\\n|\\r|\\n")',
            '_EOL = re.compile(rb"\\r\\n|\\n")', (f"{WIRE}::test_every_sse_line_ending_is_read",

@@ -189,7 +189,7 @@ class Limit:
     read: bool = True
 
 
-# every input file servebuild reads from the user or the project, by kind (README: "Input limits")
+# every input file servebuild reads from the user or the project, by kind (docs/reference/input-limits.md: "Input limits")
 LIMITS = {
     "yaml": Limit("a YAML input file", 1 << 20, 20_000),
     "recording": Limit("an AOT recording", 1 << 20, 20_000),

@@ -157,7 +157,7 @@ diff --git a/toyserve/__main__.py b/toyserve/__main__.py
  
  
  if __name__ == "__main__":
-"""
+"""  # noqa: W293  (a blank context line of a diff is one space)
 
 
 def sha256(data: bytes | str) -> str:
@@ -399,3 +399,9 @@ def assert_one_line(proc, *words) -> str:
     for word in words:
         assert word in lines[0], (word, lines[0])
     return lines[0]
+
+
+def one_printable_line(exc: Exception) -> str:
+    line = str(exc)
+    assert line.isprintable(), repr(line)  # no newline, no escape, no bell: one line a terminal shows as is
+    return line

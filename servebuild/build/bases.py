@@ -27,7 +27,7 @@ from servebuild.build.imageconfig import settle_config
 from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import open_host_file
 from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
-from servebuild.lock.lockfile import debian_pins, lock_display
+from servebuild.lock.lockfile import debian_pins
 from servebuild.plan.make import iso_time
 from servebuild.sources import debs, rootfs
 

@@ -36,7 +36,7 @@ from servebuild import procs
 from servebuild.errors import DockerError, DockerTimeout
 from servebuild.fsutil import open_host_file, writing
 
-DOCKER_HOST_HELP = "start dockerd (see README: Prerequisites) or set DOCKER_HOST"
+DOCKER_HOST_HELP = "start dockerd (see docs/reference/host.md: Prerequisites) or set DOCKER_HOST"
 
 
 @dataclass

@@ -375,7 +375,6 @@ def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None)
     return results, errors
 
 
-
 def per_platform_option(value: Optional[str], option: str, platforms: list) -> None:
     """With several platforms, one reference must become one per platform: it needs `{arch}`."""
     if value and len(platforms) > 1 and "{arch}" not in value:

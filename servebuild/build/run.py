@@ -25,7 +25,7 @@ from servebuild.lock.lockfile import lock_display, unpinned_problem
 from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
 from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
-from servebuild.render.aot import SEED
+from servebuild.render.payload import SEED
 from servebuild.render.context import dockerfile_data, write_context
 from servebuild.sources.debs import fetch_debs
 from servebuild.sources.prepare import prepare_engine_source

@@ -34,7 +34,7 @@ from servebuild.errors import DockerError, InputError, RecipeError
 from servebuild.fsutil import atomic_write, make_dir, open_host_file, write_json, writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.grammar import NAME
-from servebuild.render.aot import BENCH_COMMAND, CACHE_TOOL
+from servebuild.render.payload import BENCH_COMMAND, CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
 NAME_RE = NAME  # a variant name, ad hoc or not, follows the recipe's rule for variants (part of an image tag)

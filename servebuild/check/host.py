@@ -23,7 +23,7 @@ from servebuild.errors import ServebuildError
 
 MIN_DRIVER = 580        # CUDA 13.0 needs an R580 driver or newer
 PROBE_SECONDS = 10      # each engine probe (ping, API version, info): an engine that accepts and never answers fails
-FREE_GB = 40            # an engine image is ~10 GB, its build cache as much again (README: Prerequisites)
+FREE_GB = 40            # an engine image is ~10 GB, its build cache as much again (docs/reference/host.md: Prerequisites)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Launch profiles parsed by the engine's own argument parser inside an image that is already built.
 
-A build runs the same check in its profile-check stage (servebuild/render/templates/stages/runtime.j2); this runs it for
+A build runs the same check in its profile-check stage (images/stages/runtime.j2); this runs it for
 a recipe against another image of the same engine: the derived recipes (sglang-fused-fp4,
 sglang-hgx-h200) against the SGLang image CI builds, or a profile edit before rebuilding. The
 launchers are written exactly as a build writes them and run in a throwaway container without
@@ -17,7 +17,8 @@ from pathlib import Path
 from servebuild.build.docker import DockerClient
 from servebuild.errors import RecipeError, SmokeError
 from servebuild.recipe.load import LoadedRecipe
-from servebuild.render.launchers import argcheck_argv, argcheck_files, write_launchers
+from servebuild.render.launchers import argcheck_argv, write_launchers
+from servebuild.render.payload import argcheck_files
 
 MOUNT = "/opt/servebuild/argcheck-run"
 

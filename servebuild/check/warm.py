@@ -33,7 +33,7 @@ from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityErr
 from servebuild.fsutil import make_dir, open_host_file, write_json, writing
 from servebuild.procs import last_words
 from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, RESERVED_COMMANDS, SHA256, TAG, shown
-from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.payload import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
 PYTHON = f"{VENV}/bin/python"
@@ -339,4 +339,3 @@ def run_warm(docker: DockerClient, req: WarmRequest, work: Path, echo=print) -> 
     echo(f"warm: built {tag} ({warm_id[:19]}): {totals['files']} cache files, {totals['bytes']} bytes over {image_id[:19]}")
     result.bytes, result.tag, result.warm_id, result.record = totals["bytes"], tag, warm_id, record
     return result
-

@@ -14,6 +14,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
 from servebuild.cli.options import build_options, default_ca_bundle, verdict
 from servebuild.errors import Refused
+from servebuild.lock.lockfile import lock_display
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import arch_of, host_platform, platform_list
 from servebuild.recipe.load import load_recipe
@@ -136,7 +137,7 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
             print(f"==> bootstrap-base {suite} {arch} ({len(pins.base)} pinned packages, Release of "
                   f"{pins.release.date})")
             image_id = bases.bootstrap_base(engine, pins, arch, ref, cache, loaded.recipe.name,
-                                            bases.lock_display(loaded))
+                                            lock_display(loaded))
             print(f"    {ref} ({image_id})")
     ca = default_ca_bundle(host_default=True)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))

@@ -54,7 +54,6 @@ def split_registry_ref(ref: Optional[str]) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
-
 def whole_seconds(value: Optional[str], default: int, option: str = "--timeout", positive: bool = False) -> int:
     """A str option (invoke's int() would traceback on 'abc') holding a whole number of seconds
     (`positive`: at least 1, for a limit that 0 would make expire before anything ran)."""

@@ -14,6 +14,7 @@ from servebuild.check import host as hostcheck, profiles, smoke
 from servebuild.cli.options import build_options, image_ref, verdict
 from servebuild.errors import HostError, InputError
 from servebuild.fsutil import write_json
+from servebuild.lock.lockfile import lock_display
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import host_arch
 from servebuild.recipe.load import load_recipe
@@ -93,7 +94,7 @@ def bootstrap_base(root: Path, arch: Optional[str], suite: str, tag: Optional[st
     cache = checked_cache_dir()
     pins = bases.pins_for(loaded, f"linux/{arch}", suite, offline=offline)
     image_id = bases.bootstrap_base(engine, pins, arch, tag, cache, loaded.recipe.name,
-                                    bases.lock_display(loaded), offline=offline)
+                                    lock_display(loaded), offline=offline)
     print(f"{tag} ({image_id}): {len(pins.base)} packages of {pins.suite}, Release of {pins.release.date}")
 
 

@@ -184,4 +184,3 @@ def launcher_script(name: str, profile: LaunchProfile, listen: tuple[str, ...] =
     argv = [python, *profile.argv()[1:], *listen]
     lines.append("exec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"')
     return "\n".join(lines) + "\n"
-

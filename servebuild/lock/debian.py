@@ -249,4 +249,3 @@ def check_against(lock_debian: LockedDebian, steps: dict[str, list[str]], file: 
             raise IntegrityError(f"lock is stale: the {stage} apt step installs {' '.join(sorted(pkgs))}, the lock "
                                  f"resolved {' '.join(step.requested) if step else 'nothing'} for it",
                                  hint="run `invoke lock` again", file=file, field=f"debian.apt.{stage}")
-

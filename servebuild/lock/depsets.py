@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 
-
 from servebuild import procs
 from servebuild.recipe.requirements import (
     CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins,

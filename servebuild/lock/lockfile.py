@@ -158,15 +158,7 @@ def file_hashes(loaded: LoadedRecipe) -> dict[str, str]:
 # ------------------------------------------------------------------ base images
 
 
-
 # ------------------------------------------------------------------ patches
-
-
-
-
-
-
-
 
 
 def write_lock(path: Path, lock: Lock) -> None:

@@ -35,6 +35,8 @@ def _pairs(text: str, var: str) -> dict[str, str]:
 
 GIT_REMOTE = re.compile(r"^((https?|git|ssh|file)://[^\s-][^\s]*|/[^\s]*)\Z")
 MAX_REMOTE = 1024  # characters of a git URL or mirror path, key or value
+
+
 def _git_remotes(mapping: dict[str, str], file: str, field: str) -> dict[str, str]:
     """Mirror values reach git as its remote argument: a URL or an absolute path, never an option."""
     for key, value in mapping.items():

@@ -29,7 +29,6 @@ from servebuild.sources.archives import TAR_MTIME
 from servebuild.sources.stack import default_cache_dir
 
 
-
 @dataclass(frozen=True)
 class BuildOptions:
     platform: Optional[str] = None
@@ -169,20 +168,6 @@ def _base_refs(loaded: LoadedRecipe, platform: str, config: Config, options: Bui
     return bases
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z: the last second an ISO timestamp with a 4-digit year names
 
 
@@ -236,13 +221,3 @@ def checked_cache_dir(path: Optional[Path] = None) -> Path:
                                   field="$SERVEBUILD_CACHE")
             break
     return path
-
-
-
-
-
-
-
-
-
-

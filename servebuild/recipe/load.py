@@ -15,6 +15,7 @@ from servebuild.recipe.schema import Recipe
 from servebuild.recipe.files import escape_problem, named_files
 from servebuild.yamlfile import parse_bounded
 
+
 class RecipeFile:
     """One YAML file as read: its data, its hash and where each field sits."""
 

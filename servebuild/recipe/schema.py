@@ -511,4 +511,3 @@ class Recipe(Model):
             raise InputError(str(exc), field="--patches") from None
         source = self.engine.source.model_copy(update={"patches": [pool[i] for i in ids]})
         return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})
-

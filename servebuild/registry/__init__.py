@@ -5,6 +5,6 @@ In: a registry address, credentials (or none), a trust root; requests for manife
 Out: their bytes, checked against their digests, or one line naming the registry, the object and the bound
 it broke. Every answer is read under a deadline per request and per operation (deadline.py) and a size
 limit applied while reading (bounded.py); redirects, JSON depth and retries are bounded; limits.py holds
-every figure (the README's "Registry limits" table).
+every figure (the table in docs/reference/registry-limits.md).
 Reads: the ground (errors, fsutil).
 """

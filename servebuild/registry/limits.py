@@ -1,4 +1,4 @@
-"""The registry client's documented bounds (README, "Registry limits"); every figure in one place.
+"""The registry client's documented bounds (docs/reference/registry-limits.md); every figure in one place.
 
 Sizes are of the bytes held in memory after content decoding; a Content-Length over the limit is
 refused before a byte of the body is read. Times are wall-clock seconds from the first byte sent.

@@ -1,29 +1,14 @@
-"""What an image compiles ahead of time (the aot stage) and the tools it carries for its cache root."""
+"""What an image compiles ahead of time (the aot stage); its files are rows of render/payload.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from servebuild import TOOLS_DIR as TOOLS
 from servebuild.recipe.recordings import recorded_kernels
 from servebuild.engines.base import CACHE_ROOT
 from servebuild.recipe.schema import Recipe
+from servebuild.render.payload import SEED, SERVEBUILD, row
 from servebuild.render.toolchain import VENV
-
-SEED = "/opt/servebuild/seed"  # the read-only seed: SEED/cache mirrors /cache, SEED/aot.json says what it holds
-# in every image of a kind that compiles while serving: /opt/servebuild/tools/NAME
-RUNTIME_TOOLS = {name: TOOLS / name for name in ("servebuild_cache.py", "jit_record.py", "servebuild_files.py")}
-CACHE_TOOL = "/opt/servebuild/tools/servebuild_cache.py"
-# in every engine image with launch profiles: the bench (tools/servebuild_bench.py and what it reads)
-BENCH_TOOLS = {name: TOOLS / name for name in ("servebuild_bench.py", "bench_client.py", "bench_suites.py")}
-BENCH_PROMPTS = TOOLS / "bench_prompts"
-BENCH_COMMAND = "servebuild-bench"  # /usr/local/bin/servebuild-bench
-# a directory no per-variant layer holds, so the launcher layer stays one blob for every variant
-BENCH_DIR = "/usr/local/share/servebuild-bench"
-# in the venv's site-packages: the JIT recorder, in every process, only when SERVEBUILD_JIT_RECORD is set
-RECORD_PTH_NAME = "servebuild-jit-record.pth"
-RECORD_PTH = ('import os, sys; os.environ.get("SERVEBUILD_JIT_RECORD") and '
-              '(sys.path.append("/opt/servebuild/tools") or __import__("jit_record").install())\n')
 
 
 def site_packages(recipe: Recipe) -> str:
@@ -47,11 +32,11 @@ def aot_spec(recipe: Recipe, kernels: list[dict], owner: str) -> dict:
 
 
 def aot_argv() -> list[str]:
-    return ["env", "CUDA_VISIBLE_DEVICES=", f"{VENV}/bin/python", "/opt/servebuild/aot/aot_build.py",
-            "--spec", "/opt/servebuild/aot/spec.json", "--cache", CACHE_ROOT, "--seed", SEED]
+    return ["env", "CUDA_VISIBLE_DEVICES=", f"{VENV}/bin/python", row("aot/aot_build.py").image,
+            "--spec", row("aot/spec.json").image, "--cache", CACHE_ROOT, "--seed", SEED]
 
 
-RELEASE_AOT = "/opt/servebuild/release"  # a variant's aot stage: the release's seed and aot-files.json
+RELEASE_AOT = f"{SERVEBUILD}/release"  # a variant's aot stage: the release's seed and aot-files.json
 
 
 def aot_reuse_argv(changed) -> list[str]:

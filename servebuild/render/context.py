@@ -15,25 +15,24 @@ from typing import Optional, Sequence
 import jinja2
 
 from servebuild.sources.archives import TAR_MTIME
-from servebuild import PACKAGE_DIR
+from servebuild import PACKAGE_DIR, PROJECT_DIR
 from servebuild.engines.base import CACHE_ROOT
 from servebuild.fsutil import sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.schema import Recipe
-from servebuild.render.aot import (BENCH_COMMAND, BENCH_DIR, BENCH_PROMPTS, BENCH_TOOLS, RECORD_PTH,
-                                   RECORD_PTH_NAME,
-                                   RELEASE_AOT, RUNTIME_TOOLS, TOOLS, aot_argv, aot_kernels, aot_reuse_argv,
-                                   aot_spec, site_packages)
+from servebuild.render import payload
+from servebuild.render.aot import RELEASE_AOT, aot_argv, aot_kernels, aot_reuse_argv, aot_spec, site_packages
 from servebuild.errors import InputError
 from servebuild.render.reuse import stage_bases
 from servebuild.render.settle import SettleError, settle
-from servebuild.render.launchers import argcheck_argv, argcheck_files, healthcheck, write_launchers
+from servebuild.render.launchers import argcheck_argv, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
 
-# Dockerfile.j2, stages/, macros/ here; a mode's fragment `modes/NAME.j2` beside its module (servebuild/modes/)
-TEMPLATES = PACKAGE_DIR / "render" / "templates"
+# the image definitions: images/Dockerfile.j2, images/stages/, images/macros/ at the top of the checkout;
+# a mode's fragment `modes/NAME.j2` beside its module (servebuild/modes/)
+TEMPLATES = PROJECT_DIR / "images"
 INIT = "/usr/bin/tini"
 
 
@@ -69,7 +68,8 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     `overlay_files`: the files the patch stack changes (render/reuse.py; None: not known)."""
     engine = recipe.engine
     kind = engine.kind if engine else None
-    jit = bool(kind and kind.serve_time_jit)
+    has_aot = bool(aot_kernels(recipe, root))
+    carries = {when: test(recipe, has_aot) for when, test in payload.CONDITIONS.items()}  # render/payload.py
     env = runtime_env(recipe, root, platform)
     cache_dirs = sorted(set(recipe.launch.cache_dirs) | {v for k, v in env.items() if v.startswith("/cache")})
     ports = sorted({kind.profile_port(p) for p in recipe.launch.profiles.values()} - {None}) if kind else []
@@ -91,17 +91,17 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "stage_bases": stage_bases(engine, overlay_files, platform) if engine else {},
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
-        "launchers": bool(recipe.launch.profiles),
+        "launchers": carries["profiles"],
         # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
         "shared_dirs": " ".join(shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else [])
                                 + shared),
-        "profile_check": (argcheck_argv(recipe, "/opt/servebuild/argcheck", "/usr/local/bin",
-                                        "/opt/servebuild/profiles-checked.json")
-                          if kind and kind.argcheck and recipe.launch.profiles else []),
-        "aot": aot_argv() if aot_kernels(recipe, root) else [],
+        "profile_check": (argcheck_argv(recipe, payload.ARGCHECK, payload.BIN,
+                                        f"{payload.SERVEBUILD}/profiles-checked.json")
+                          if carries["argcheck"] else []),
+        "aot": aot_argv() if carries["aot"] else [],
         "aot_reuse": aot_reuse_argv, "release_aot": RELEASE_AOT,
-        "runtime_tools": site_packages(recipe) if jit else None,  # where the recorder's .pth goes
-        "bench_dir": BENCH_DIR if kind and recipe.launch.profiles else None,  # servebuild-bench and its prompts
+        "runtime_tools": site_packages(recipe) if carries["serve-time-jit"] else None,  # where the recorder's .pth goes
+        "bench_dir": payload.BENCH_DIR if carries["bench"] else None,  # servebuild-bench and its prompts
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,
@@ -147,32 +147,28 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
                       for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()})
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         files["source.tar"] = source_tarball
-    kind = recipe.engine.kind if recipe.engine else None
-    if kind is not None and kind.argcheck is not None and recipe.launch.profiles:
-        files.update({f"argcheck/{k}": v for k, v in argcheck_files(kind).items()})
-    if kind is not None and kind.serve_time_jit:
-        files.update({f"launchers/.tools/{k}": v for k, v in RUNTIME_TOOLS.items()})
-    if kind is not None and recipe.launch.profiles:
-        files.update({f"launchers/.bench/{k}": v for k, v in BENCH_TOOLS.items()})
-        files.update({f"launchers/.bench/bench_prompts/{p.name}": p for p in sorted(BENCH_PROMPTS.glob("*.txt"))})
     kernels = aot_kernels(recipe, loaded.root)
-    if kernels:
-        files["aot/aot_build.py"] = TOOLS / "aot_build.py"
+    files.update(payload.copied(recipe, bool(kernels)))  # servebuild's own files (render/payload.py)
     for stage, pinned_files in sorted((debs or {}).items()):  # checked against the lock's sha256 when fetched
         files.update({f"debs/{stage}/{path.name}": path for _, path in pinned_files if path is not None})
     for name, src in sorted(files.items()):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, context / name)
-    write_launchers(recipe, context / "launchers")
-    if kind is not None and recipe.launch.profiles:
-        bench = context / "launchers" / BENCH_COMMAND
+    # the rows the renderer writes
+    has = {r.context for r in payload.rows(recipe, bool(kernels))}
+    if "launchers/PROFILE" in has:
+        write_launchers(recipe, context / payload.row("launchers/PROFILE").context.rpartition("/")[0])
+    bench_command = payload.row(f"launchers/{payload.BENCH_COMMAND}")
+    if bench_command.context in has:
+        bench = context / bench_command.context
         bench.write_text(f"#!/bin/sh\n# the seed's benchmarks: servebuild-bench --help\n"
-                         f"exec {VENV}/bin/python {BENCH_DIR}/servebuild_bench.py \"$@\"\n")
+                         f"exec {VENV}/bin/python {payload.row('launchers/.bench/servebuild_bench.py').image} \"$@\"\n")
         bench.chmod(0o755)
-    if kind is not None and kind.serve_time_jit:
-        (context / "launchers" / ".tools" / RECORD_PTH_NAME).write_text(RECORD_PTH)
-    if kernels:
-        write_json(context / "aot" / "spec.json", aot_spec(recipe, kernels, aot_owner(loaded)), strict=True)
+    pth = f"launchers/.tools/{payload.RECORD_PTH_NAME}"
+    if pth in has:
+        (context / pth).write_text(payload.RECORD_PTH)
+    if "aot/spec.json" in has:
+        write_json(context / "aot/spec.json", aot_spec(recipe, kernels, aot_owner(loaded)), strict=True)
     write_json(context / "manifest.json", manifest_inputs, strict=True)
     for path in sorted(context.rglob("*"), reverse=True):
         stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
@@ -197,4 +193,3 @@ def content_mtime(path: Path) -> int:
     an mtime need a 58-bit hash collision, not a 28-bit one."""
     digest = int(sha256_file(path)[:16], 16)
     return (TAR_MTIME + (digest >> 36)) * 10**9 + (digest & (2**30 - 1)) % 10**9
-

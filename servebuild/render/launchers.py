@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from servebuild import TOOLS_DIR as TOOLS
 from servebuild.engines.profiles import launcher_script
 from servebuild.recipe.schema import Recipe
-from servebuild.render.aot import CACHE_TOOL, SEED
+from servebuild.render.payload import CACHE_TOOL, SEED
 from servebuild.render.toolchain import VENV
 
 
@@ -34,12 +33,6 @@ def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[s
     return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
             "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
             "--out", out, *sorted(recipe.launch.profiles)]
-
-
-def argcheck_files(kind) -> dict[str, Path]:
-    """The profile check's files (tools/profile_check.py), by their place under its folder."""
-    return {"profile_check.py": TOOLS / "profile_check.py", "site/sitecustomize.py": TOOLS / "argcheck_site.py",
-            "hook.py": kind.argcheck}
 
 
 # a kind that compiles while serving: copy the image's compiled kernels into /cache where it lacks them

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from servebuild.patchfiles import is_native
 
-RELEASE = "engine-release"   # the release engine, runnable (render/templates/stages/runtime.j2)
+RELEASE = "engine-release"   # the release engine, runnable (images/stages/runtime.j2)
 VARIANT = "runtime-base"     # the variant's own engine
 
 

@@ -13,8 +13,6 @@ from servebuild.recipe.requirements import parse_pins
 from servebuild.recipe.schema import Recipe
 
 
-
-
 VENV = "/opt/venv"
 
 

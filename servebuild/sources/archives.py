@@ -57,7 +57,6 @@ def write_tarball(tree: Path, env: dict, out_dir: Path) -> tuple[Path, str]:
     return final, digest
 
 
-
 def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = kind

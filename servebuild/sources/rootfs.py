@@ -2,7 +2,7 @@
 suite's Release date, then one normalisation pass over its tarball so nothing of the host, the clock or
 the run is left in it.
 
-mmdebstrap was chosen by measurement (README: Reproducible bases): with SOURCE_DATE_EPOCH it already
+mmdebstrap was chosen by measurement (docs/explanation/reproducibility.md: Reproducible bases): with SOURCE_DATE_EPOCH it already
 clamps mtimes, sets the shadow day and leaves no logs, `.deb`s or apt lists, and it bootstraps bookworm
 amd64 in 13 s where debootstrap took 35 s and left ~950 clock mtimes, logs and 80 MB of downloads.
 `normalise` still holds every rule itself, so a tool or maintainer script that slips one (a host's

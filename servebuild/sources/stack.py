@@ -92,8 +92,6 @@ def _literal(path: str) -> str:
     return re.sub(r"([*?\[\\])", r"\\\1", path)
 
 
-
-
 def default_cache_dir() -> Path:
     """$SERVEBUILD_CACHE (a relative path is taken from the working directory, once, here: git runs in
     other directories), else ~/.cache/servebuild."""
@@ -268,6 +266,3 @@ class SourceCache(GitMirrors):
         hint = f" (it requires {', '.join(entry.requires)})" if entry.requires else ""
         return (f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
                 f"stack may be missing{hint}")
-
-
-

@@ -83,7 +83,6 @@ def test_a_metric_the_command_never_printed_stops_the_search():
     assert Measured().outcome("prefix-1", "tok_s", 2.0) == "pass"
 
 
-
 @pytest.fixture
 def toy(tmp_path):
     """The toy fixture project (pinned, so plans are made and the farm is what is checked next)."""

@@ -14,7 +14,7 @@ from servebuild.plan import make
 from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.sources.stack import default_cache_dir
 from servebuild.cli.options import MAIN_RECIPE
-from servebuild.lock.lockfile import load_lock_file
+from servebuild.lock.lockfile import load_lock_file, lock_display
 from servebuild.recipe.load import load_recipe
 from support import REPO_ROOT, EngineSnapshot, make_project, make_upstream, start_registry
 
@@ -46,7 +46,7 @@ def _base_image(engine, arch: str) -> str:
     loaded, pins = main_pins(arch)
     if engine.image_id(tag) is None or bases.base_key(engine.image_inspect(tag)) != pins.base_key():
         bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name,
-                             bases.lock_display(loaded))
+                             lock_display(loaded))
     return tag
 
 

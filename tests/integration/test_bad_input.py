@@ -132,4 +132,3 @@ def test_client_without_buildkit(tmp_path):
     proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--tag", tag,
                    env={"SERVEBUILD_DOCKER": str(fake)})
     assert_one_line_error(proc, ["no docker client with BuildKit", str(fake)], tag)
-

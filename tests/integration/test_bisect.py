@@ -218,6 +218,7 @@ def test_gpus_on_an_engine_without_gpus_is_one_line(engine):
     from support import REPO_ROOT
     if "nvidia" in (engine.info().get("Runtimes") or {}):
         pytest.skip("this engine has the NVIDIA runtime")  # the refusal is for engines without one
+
     def images() -> set:
         return set(subprocess.run(["/usr/bin/docker", "images", "-q", "--no-trunc"], capture_output=True,
                                   text=True).stdout.split())

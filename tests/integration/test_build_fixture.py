@@ -2,6 +2,7 @@
 
 The fixture uses the same templates and stages as the real recipes: a bootstrapped base, a
 local git upstream with a three-entry patch stack, hash-pinned PyPI wheels, a launch profile.
+An image is tagged only after its manifest is written; a base of the wrong architecture is refused.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import uuid
 
 import pytest
 
+from servebuild.build.docker import DockerClient
 from servebuild.build.manifest import manifest_sha256
+from servebuild.errors import RecipeError
 from integration.conftest import HOST_CA, build_fixture
+from support import fixture_recipe, make_project
 
 DOCKER = "/usr/bin/docker"
 PLATFORMS = {"linux/amd64": ("x86_64", 0x3E), "linux/arm64": ("aarch64", 0xB7)}
@@ -145,3 +149,39 @@ def test_no_layer_holds_a_directory_only_a_copy_up_put_there(engine, fixture_ima
     layers = image_layers(engine, fixture_images[platform].image_id)
     assert len(layers) > 3 and all(layers[1:-1])
     assert copy_up_only(layers) == []
+
+
+class TagSpy(DockerClient):
+    """The real client; `tag` first checks that the manifest on disk already names this image."""
+
+    def __init__(self, manifest_path):
+        super().__init__()
+        self.manifest_path = manifest_path
+        self.seen: list[str] = []
+
+    def tag(self, image_id: str, tag: str) -> None:
+        manifest = json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
+        self.seen.append(manifest.get("outputs", {}).get("image_id"))
+        assert self.seen[-1] == image_id, "tagged before the manifest of this image was written"
+        super().tag(image_id, tag)
+
+
+def test_image_is_tagged_only_after_its_manifest_is_written(base_images, upstream, tmp_path):
+    root = make_project(tmp_path, upstream, fixture_recipe(upstream, platforms=["linux/amd64"]))
+    spy = TagSpy(root / "build" / "toy" / "linux-amd64" / "manifest.json")
+    tag = "servebuild-test/promise-order:amd64"
+    result, _ = build_fixture(root, spy, "linux/amd64", tag, tmp_path / "cache")
+    assert spy.seen == [result.image_id] and spy.image_id(tag) == result.image_id
+
+
+def test_base_of_the_wrong_architecture_is_refused(engine, base_images, upstream, tmp_path):
+    recipe = fixture_recipe(upstream, platforms=["linux/amd64"])
+    recipe["bases"]["runtime"] = {"ref": base_images["arm64"]}  # an arm64 image for an amd64 build
+    root = make_project(tmp_path, upstream, recipe)
+    tag = "servebuild-test/promise-arch:amd64"
+    with pytest.raises(RecipeError) as info:
+        build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
+    line = str(info.value)
+    assert "\n" not in line and "bases.runtime" in line and "is arm64, the build is for linux/amd64" in line
+    assert engine.image_id(tag) is None
+    assert not (root / "build" / "toy" / "linux-amd64" / "manifest.json").exists()

@@ -1,6 +1,7 @@
 """The engine client's two ways to one engine, on the real engine: the Docker SDK (info, inspect, tag,
 remove, throwaway containers) and the CLI (builds, pushes, ssh endpoints) see the same engine, and an
-engine that breaks mid-session is one DockerError line on the SDK path too."""
+engine that breaks mid-session is one DockerError line on the SDK path too. A build step that fails is
+one line in the failed tool's own words, and nothing is tagged."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from servebuild.build.docker import DockerClient
 from servebuild.errors import DockerError
+from integration.conftest import build_fixture
+from support import fixture_recipe, make_project
 
 
 def test_the_sdk_and_the_cli_see_the_same_engine(engine, base_images):
@@ -53,3 +56,20 @@ def test_an_engine_that_goes_away_is_one_line_on_the_sdk_path(tmp_path):
         line = str(info.value)
         assert "\n" not in line and "engine" in line and "Traceback" not in line, line
     client.remove_image("x:1")  # absent or unreachable: no error, as `image rm -f` without check
+
+
+def test_a_failed_step_names_its_real_cause(engine, base_images, upstream, tmp_path):
+    """A hash mismatch in the hashed set: the one line carries pip's own words, not BuildKit's
+    "executor failed running [...]", and nothing is tagged."""
+    root = make_project(tmp_path, upstream, fixture_recipe(upstream, platforms=["linux/amd64"]))
+    req = root / "constraints" / "toy.txt"
+    text = req.read_text()
+    digest = text.split("--hash=sha256:")[1][:64]
+    req.write_text(text.replace(digest, "0" * 64, 1))
+    tag = "servebuild-test/promise-cause:amd64"
+    from servebuild.errors import DockerError
+    with pytest.raises(DockerError) as info:
+        build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
+    line = str(info.value)
+    assert "\n" not in line and "DO NOT MATCH THE HASHES" in line and "full log:" in line, line
+    assert engine.image_id(tag) is None

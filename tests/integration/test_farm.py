@@ -365,7 +365,6 @@ def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, far
         reg.stop()
 
 
-
 def _stream_has(sock, ref: str, needle: bytes) -> bool:
     """Whether `docker save REF` (every layer, uncompressed, and the config) on the engine at `sock`
     (None: node 1) holds `needle`."""

@@ -62,6 +62,7 @@ def test_doctor_on_a_dead_engine_is_one_line_per_check_and_exit_2(tmp_path):
 def test_install_sh_installs_servebuild_alone(tmp_path):
     """A clone of this checkout (its tracked files), installed as the README's operator path does."""
     clone = tmp_path / "clone"
+
     def ignore(directory, names):  # the project's own build/ only (servebuild/build/ is a package)
         top = {".venv", "build", ".git"} if Path(directory) == REPO_ROOT else set()
         return [n for n in names if n in top or n == "__pycache__"]

@@ -5,9 +5,11 @@ basic auth, the local dockerd (it trusts the CA through /etc/docker/certs.d/127.
 installed for the module and removed after), the fixture recipe built for linux/amd64 and linux/arm64
 (QEMU) and proven by the real smoke suite, and the real CLI (`invoke publish`, `invoke verify`) run
 from the fixture project (a copy of tasks.py over this checkout's servebuild).
-Not real: nothing is faked; the registry has no client-certificate auth, so the "TLS private keys" of
-the secret scan are the registry's server key and the CA's key (and the provenance signing key, an
-ECDSA P-256 key made here: the reference publish signs with it).
+Not real: nothing is faked but one registry client that lies about a pushed manifest's config
+(test_publish_refuses_a_manifest_whose_config_is_not_the_built_image says why); the registry has no
+client-certificate auth, so the "TLS private keys" of the secret scan are the registry's server key
+and the CA's key (and the provenance signing key, an ECDSA P-256 key made here: the reference publish
+signs with it).
 """
 
 from __future__ import annotations
@@ -746,3 +748,27 @@ def test_publish_to_a_hostile_registry_is_bounded_and_pushes_nothing(mode, smoke
     assert proc.seconds < 30 and proc.peak_mib < 200, (proc.seconds, proc.peak_mib)
     assert registry.writes() == [] and not any("/blobs/" in path for _, path in registry.requests)
     assert "pushing" not in proc.stdout
+
+
+def test_publish_refuses_a_manifest_whose_config_is_not_the_built_image(engine, base_images, registry, tmp_path):
+    """The push is real (a real registry on 127.0.0.1); the lie is a stand-in: a registry cannot be
+    made to serve other bytes under a digest, so a client subclass returns the served manifest with
+    another config digest, as a compromised or broken registry or proxy would."""
+    import json as _json
+    from servebuild.release.publish import PlatformBuild, PublishError, push_platform
+    from servebuild.registry.client import RegistryClient
+
+    class Lying(RegistryClient):
+        def get_manifest(self, repo, reference):
+            body, digest, media = super().get_manifest(repo, reference)
+            doc = _json.loads(body)
+            doc["config"]["digest"] = "sha256:" + "f" * 64
+            return _json.dumps(doc).encode(), digest, media
+
+    image = engine.image_id(base_images["amd64"])
+    build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id=image)
+    with pytest.raises(PublishError) as info:
+        push_platform(engine, Lying(registry), "servebuild-test/promise-config", "v1", build, None, 0.1)
+    line = str(info.value)
+    assert "\n" not in line and f"the pushed manifest's config is sha256:{'f' * 64}, the built image is {image}" in line
+    assert build.digest is None  # nothing recorded as published

@@ -88,6 +88,7 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
     from integration.conftest import HOST_CA, main_pins
     from integration.test_farm import SecondEngine
     from servebuild.build import bases, committed, run
+    from servebuild.lock.lockfile import lock_display
     from servebuild.build.docker import DockerClient, Endpoint
     from servebuild.plan import make
 
@@ -102,7 +103,7 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
         old = os.umask(0o077)
         try:
             base_id = bases.bootstrap_base(node2, pins, "amd64", base_ref, tmp_path / "cache", loaded.recipe.name,
-                                           bases.lock_display(loaded))
+                                           lock_display(loaded))
             options = make.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
                                             echo=False, no_cache=True, build_root=tmp_path / "build",
                                             ca_bundle=HOST_CA if HOST_CA.exists() else None)

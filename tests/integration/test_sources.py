@@ -2,7 +2,8 @@
 
 GitHub is unreachable here: upstreams are local bare repositories with GitHub's layout
 (squash-merge commits on main, `refs/pull/N/head`), served over file:// and a `git daemon`
-on 127.0.0.1.
+on 127.0.0.1. A lock names what it pins: `--locked` refuses a named file changed by one bit and a
+lock file of the wrong shape; a commit is exactly 40 lowercase hex.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import yaml
 from integration.conftest import build_fixture
 from servebuild.lock import lockfile
 from servebuild.lock import compute
-from servebuild.errors import IntegrityError, Refused, ServebuildError
+from servebuild.errors import IntegrityError, RecipeError, Refused, ServebuildError
 from servebuild.recipe.schema import EngineSource
 from servebuild.recipe.load import load_recipe
 from servebuild.sources.stack import SourceCache
@@ -355,3 +356,56 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
     with pytest.raises(Refused, match=r"patch entry pr-1 .* there is no current lock"):
         make_plan(root, "toy", options)
+
+
+def _locked_project(upstream, tmp_path):
+    recipe = fixture_recipe(upstream, platforms=["linux/amd64"])
+    recipe["wheels"] = ["wheels/extra-1.0-py3-none-any.whl"]
+    root = make_project(tmp_path, upstream, recipe)
+    (root / "wheels").mkdir()
+    (root / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    loaded = load_recipe("toy", root)
+    lockfile.write_lock(lockfile.lock_path(loaded),
+                       compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {},
+                                            tmp_path / "lockwork"))
+    return root
+
+
+@pytest.mark.parametrize("rel", ["constraints/toy.txt", "wheels/extra-1.0-py3-none-any.whl",
+                                 "patches/toy-version-banner.patch"])
+def test_locked_refuses_a_changed_named_file(upstream, tmp_path, rel):
+    root = _locked_project(upstream, tmp_path)
+    lockfile.read_lock(load_recipe("toy", root))  # current: accepted
+    path = root / rel
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # one bit, same size
+    with pytest.raises((ServebuildError, RecipeError)) as info:
+        lockfile.read_lock(load_recipe("toy", root))
+    line = str(info.value)
+    assert "\n" not in line and rel in line
+    if rel.startswith("patches/"):  # a local patch's hash is in the recipe too: refused on loading
+        assert "sha256" in line and "engine.source.patches.2" in line
+    else:
+        assert f"lock is stale: {rel} hashes to" in line and f"files.{rel}" in line
+
+
+@pytest.mark.parametrize("commit", ["a" * 39, "a" * 41, "A" * 40, "a" * 40 + "\n", " " + "a" * 39])
+def test_commit_must_be_exactly_40_lowercase_hex(upstream, tmp_path, commit):
+    recipe = fixture_recipe(upstream, platforms=["linux/amd64"])
+    recipe["engine"]["source"]["commit"] = commit
+    root = make_project(tmp_path, upstream, recipe)
+    with pytest.raises(RecipeError) as info:
+        load_recipe("toy", root)
+    assert "\n" not in str(info.value) and "engine.source.commit" in str(info.value)
+
+
+def test_the_lock_file_shape_is_checked_before_use(upstream, tmp_path):
+    root = _locked_project(upstream, tmp_path)
+    loaded = load_recipe("toy", root)
+    path = lockfile.lock_path(loaded)
+    data = yaml.safe_load(path.read_text())
+    data["files"] = ["not", "a", "mapping"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ServebuildError) as info:
+        lockfile.read_lock(load_recipe("toy", root))
+    assert "\n" not in str(info.value) and "toy.lock.yaml" in str(info.value)

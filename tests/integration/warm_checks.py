@@ -18,7 +18,7 @@ from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
 from servebuild.check.warm import WarmRequest, run_warm
 from servebuild.errors import HostError, InputError, IntegrityError
-from servebuild.render.aot import CACHE_TOOL
+from servebuild.render.payload import CACHE_TOOL
 from support import REPO_ROOT
 
 # a JIT path that needs no GPU: SGLang's own module builder under its arch override (what the aot stage does)

@@ -360,7 +360,12 @@ def test_the_nonce_check_does_not_refuse_a_server_too_fast_to_tell(scripted, tmp
     finally:
         signal.signal(signal.SIGTERM, handler)
     assert code == 0, capsys.readouterr().err
-    assert json.loads((tmp_path / "out" / "bench.json").read_text())["nonce_check"] == "ok, no prefix cache visible"
+    record = json.loads((tmp_path / "out" / "bench.json").read_text())
+    # the label follows the rule on the times measured: a repeat 2.5 ms sooner is under the floor, but a
+    # loaded host (CI runs the engine images beside this) can stretch the controls past it
+    control, repeat = record["nonce_check_control_ttft_s"], record["nonce_check_repeat_ttft_s"]
+    visible = repeat < 0.5 * control and control - repeat > bench_suites.NONCE_CHECK_FLOOR_S
+    assert record["nonce_check"] == ("ok" if visible else "ok, no prefix cache visible"), record
 
 
 def test_without_out_each_run_has_a_directory_of_its_own(scripted, tmp_path):

@@ -15,7 +15,9 @@ import yaml
 from servebuild.lock import depsets
 from servebuild.recipe.requirements import check_hashed_requirements, cuda_compiler_problem, parse_pins
 from servebuild.errors import InputError, RecipeError
-from support import REPO_ROOT
+from servebuild.recipe.load import load_recipe
+from support import REPO_ROOT, copy_real
+from unit.minimal_recipe import BASE, merge
 
 CONSTRAINTS = REPO_ROOT / "constraints"
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -324,3 +326,13 @@ def test_vllm_sets_carry_the_sdist_build_requirements():
         pins = parse_pins(path)
         for name in ("setuptools-rust", "cmake", "ninja", "setuptools-scm", "build", "wheel", "packaging"):
             assert name in pins, f"{path.name} lacks {name}"
+
+
+def test_a_set_with_a_cuda_compiler_outside_13_0_is_refused(project):
+    """The old sglang set (nvcc/crt/nvvm 13.5.37 via humming-kernels) cannot be named by a CUDA 13.0 recipe."""
+    copy_real(project, "tests/fixtures/old-sglang-set.txt")
+    edits = {"constraints": {"linux/amd64": "tests/fixtures/old-sglang-set.txt"}, "expect": {"cuda": "13.0"}}
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edits)))
+    with pytest.raises(RecipeError, match=r"constraints.linux/amd64: .*CUDA compiler wheels outside CUDA 13.0.x: "
+                                          r".*nvidia-cuda-nvcc==13.5.37"):
+        load_recipe("hostile", project)

@@ -49,13 +49,13 @@ EXAMPLES = ("NAME", "trtllm", "wheel-rebuild", "wheel_rebuild", "<kind>")  # wha
 @pytest.mark.parametrize("doc", ["docs/architecture.md", "docs/extending.md", "docs/recipe-reference.md",
                                  "docs/input-validation.md"])
 def test_every_path_a_doc_names_exists(doc):
-    """A path in backquotes (`servebuild/render/context.py`, `render/templates/stages/runtime.j2`,
+    """A path in backquotes (`servebuild/render/context.py`, `images/stages/runtime.j2`,
     `build/docker.DockerClient`) names a file or folder of the checkout, from the root, servebuild/ or
     one of its packages; the examples a guide asks the reader to create are left out."""
     import re
     text = (REPO_ROOT / doc).read_text()
     bases = [REPO_ROOT, REPO_ROOT / "servebuild", REPO_ROOT / "servebuild" / "render",
-             REPO_ROOT / "servebuild" / "render" / "templates"]
+             REPO_ROOT / "images"]
     bases += [p for p in (REPO_ROOT / "servebuild").iterdir() if p.is_dir()]
     missing = []
     for token in sorted(set(re.findall(r"`([A-Za-z0-9_.<>-]+/[A-Za-z0-9_./<>-]*)`", text))):

@@ -23,7 +23,7 @@ from servebuild.engines.profiles import launcher_script
 from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.render.context import render_dockerfile
 from support import copy_real
-from unit.test_hostile_recipes import BASE, merge
+from unit.minimal_recipe import BASE, merge
 
 RECIPE = merge(BASE, {
     "name": "fuzz",

@@ -171,11 +171,22 @@ def test_every_kind_refuses_a_fifo_a_directory_and_a_device_without_blocking(tmp
                 fsutil.read_input(path, kind, file=str(path))
 
 
-def test_the_limits_table_in_the_readme_is_the_code(tmp_path):
+def test_the_limits_table_in_the_docs_is_the_code(tmp_path):
     from servebuild import fsutil
     from support import REPO_ROOT
-    readme = (REPO_ROOT / "README.md").read_text()
-    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:] for line in readme.splitlines()
+    doc = (REPO_ROOT / "docs" / "reference" / "input-limits.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:] for line in doc.splitlines()
             if line.startswith("| a ") or line.startswith("| an ")}
     for kind, limit in fsutil.LIMITS.items():
         assert rows.get(limit.what) == [fsutil.human(limit.max_bytes), str(limit.max_lines or "-")], (kind, rows)
+
+
+def test_fifo_and_huge_recipes_are_refused_without_reading(project):
+    import os
+    fifo = project / "recipes" / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(RecipeError, match="is not a regular file"):
+        load_recipe("fifo", project)
+    (project / "recipes" / "huge.yaml").write_text("description: " + "x" * (2 << 20) + "\n")
+    with pytest.raises(RecipeError, match="at most 1048576 are read"):
+        load_recipe("huge", project)

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from servebuild import layers
+from servebuild.engines import KINDS
+from servebuild.modes.base import RELABEL_TOOL
+from servebuild.render import context, payload
 
 PACKAGE = Path(__file__).resolve().parents[2] / "servebuild"
 
@@ -21,6 +24,18 @@ def test_every_top_level_entry_has_a_place():
     names = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
     unplaced = names - set(layers.RANK) - {"tools"}
     assert not unplaced, f"not in servebuild.layers.LAYERS: {sorted(unplaced)}"
+
+
+def test_the_in_image_rule_holds_exactly_the_modules_the_payload_table_puts_in_images():
+    """render/payload.py lists what goes into an image; the modules layers.in_image holds to the in-image
+    rules (the standard library, the image's packages, nothing of servebuild) are those, plus the install
+    modes' tools (the engine stage's relabelling): a new in-image file outside the rule fails here."""
+    sources = payload.in_image_sources(KINDS.values()) | {Path(p) for p in RELABEL_TOOL.values()}
+    carried = {layers.module_name(p, PACKAGE) for p in sources}
+    ruled = {layers.module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
+             and layers.in_image(layers.module_name(p, PACKAGE))}
+    assert carried == ruled, (sorted(carried - ruled), sorted(ruled - carried))
+    assert "servebuild.tools.servebuild_cache" in carried and "servebuild.engines.sglang.argcheck" in carried
 
 
 def copy_with(tmp_path: Path, module: str, text: str, at_top: bool = True) -> Path:
@@ -113,3 +128,14 @@ def test_no_import_cycle_inside_a_package():
         if not state.get(module):
             visit(module, [module])
     assert len(graph) > 40  # the walk saw the package, not an empty tree
+
+
+def test_the_image_definitions_live_in_images_at_the_top():
+    """The project's layout: the Dockerfile templates are in images/ beside recipes/ and patches/, and the
+    renderer reads them there; inside servebuild only an install mode's fragment sits beside its module."""
+    root = PACKAGE.parent
+    assert context.TEMPLATES == root / "images"
+    assert {p.relative_to(root / "images").as_posix() for p in (root / "images").rglob("*.j2")} >= {
+        "Dockerfile.j2", "stages/build.j2", "stages/engine.j2", "stages/runtime.j2", "macros/pip.j2"}
+    stray = [p.relative_to(root).as_posix() for p in PACKAGE.rglob("*.j2") if p.parent.name != "modes"]
+    assert stray == [], f"templates outside images/ and modes/: {stray}"

@@ -9,6 +9,8 @@ import yaml
 from pydantic import ValidationError
 
 from servebuild.lock.lockfile import Lock
+from servebuild.recipe.load import load_recipe
+from unit.minimal_recipe import BASE, merge
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCKS = sorted((REPO_ROOT / "recipes").glob("*.lock.yaml"))
@@ -61,3 +63,59 @@ def test_the_locked_refusal_gives_one_piece_of_advice():
     line = proc.stderr.strip()
     assert proc.returncode == 2 and "\n" not in line, proc.stderr
     assert line.count("run `invoke") == 1 and "--offline" not in line, line
+
+
+def test_committed_locks_survive_schema_growth(monkeypatch):
+    """A lock hashes the recipe files as written: loading the committed recipes through a schema
+    with one more defaulted field (a subclass swapped in where loading validates) leaves every
+    committed lock current, as the build's own lock check sees it."""
+    from pydantic import Field
+
+    from servebuild.recipe import load as recipe_load
+    from servebuild.lock.lockfile import pin_for_build
+    from servebuild.recipe.schema import Recipe
+
+    class GrownRecipe(Recipe):
+        new_knob: int = Field(default=7)
+
+    before = {name: load_recipe(name, REPO_ROOT).sha256 for name in REAL_LOCKED}
+    monkeypatch.setattr(recipe_load, "Recipe", GrownRecipe)
+    for name in REAL_LOCKED:
+        loaded = load_recipe(name, REPO_ROOT)
+        assert isinstance(loaded.recipe, GrownRecipe) and loaded.recipe.new_knob == 7
+        assert loaded.sha256 == before[name]
+        _, lock = pin_for_build(loaded)
+        assert lock is not None, f"{name}: the committed lock went stale with the grown schema"
+        assert lock.recipe_sha256 == loaded.sha256
+
+
+REAL_LOCKED = sorted(p.name.removesuffix(".lock.yaml") for p in (REPO_ROOT / "recipes").glob("*.lock.yaml"))
+
+
+LOCK_BASE = {"lock_version": 1, "recipe": "hostile", "files": {}, "unresolved": [], "source": None,
+             "bases": {"build": {"ref": "x", "digest": None}, "runtime": {"ref": "y", "digest": None}}}
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"bases": {"build": {"digest": "sha256:" + "a" * 64 + "\nRUN touch /pwned"}, "runtime": {}}}, "lock value refused"),
+    ({"bases": 5}, "bases: malformed lock"),
+    ({"files": {"/etc/hostname": "x"}}, "files: malformed lock"),
+    ({"files": {"/dev/zero": "x"}}, "files: malformed lock"),
+    ({"unresolved": 5}, "unresolved: malformed lock"),
+    ({"patches": [1]}, r"patches\.0: malformed lock: must be a mapping"),
+    ("- a list", r"\(top level\): malformed lock"),
+])
+def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, message):
+    from servebuild.errors import ServebuildError
+    from servebuild.plan.make import BuildOptions, make_plan
+    path = project / "recipes" / "hostile.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "engine": None}))
+    loaded = load_recipe("hostile", project)
+    from servebuild.lock.lockfile import file_hashes  # a lock records every file the recipe names (else it is stale)
+    current = {**LOCK_BASE, "recipe_sha256": loaded.sha256, "files": file_hashes(loaded)}
+    lock = yaml.safe_dump(merge(current, edit)) if isinstance(edit, dict) else edit
+    (project / "recipes" / "hostile.lock.yaml").write_text(lock)
+    for locked in (False, True):
+        with pytest.raises(ServebuildError, match=message) as info:
+            make_plan(project, "hostile", BuildOptions(platform="linux/amd64", locked=locked, dry_run=True))
+        assert "\n" not in str(info.value)

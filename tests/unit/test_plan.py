@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from servebuild.plan.config import load_mirror_map
 from servebuild.errors import InputError, RecipeError
@@ -15,6 +16,7 @@ from servebuild.recipe.load import load_recipe
 from servebuild.recipe.schema import BuildResources
 from servebuild.plan.resources import derive
 from support import REPO_ROOT
+from unit.minimal_recipe import BASE, merge
 
 
 def test_mirror_map_rewrites_base_references(tmp_path):
@@ -107,3 +109,40 @@ def test_base_digest_is_taken_only_from_the_referenced_repository():
     assert digest_for_ref("docker.io/library/debian:bookworm", ["debian@sha256:" + "a" * 64]) == "sha256:" + "a" * 64
     assert digest_for_ref("debian:bookworm@sha256:" + "b" * 64, other) == "sha256:" + "b" * 64
     assert digest_for_ref("reg:5000/debian:bookworm", ["debian@sha256:" + "a" * 64]) is None
+
+
+@pytest.mark.parametrize("tag", ["x:1:2", "a:", "a//b", "a..b", "a:--x", "a/b:c/d", "A/b", "a:" + "x" * 200, "-x"])
+def test_tags_follow_the_docker_reference_grammar(tag):
+    from servebuild.plan.make import BuildOptions, make_plan
+    with pytest.raises(InputError, match="not a valid image tag"):
+        make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True))
+
+
+@pytest.mark.parametrize("tag", ["servebuild/x:amd64", "127.0.0.1:5000/a/b:v1.0", "a__b/c-d:x_y"])
+def test_good_tags_pass(tag):
+    from servebuild.plan.make import BuildOptions, make_plan
+    assert make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True)).tag == tag
+
+
+# -- the default platform, as documented ---------------------------------------------------------------------------
+
+def test_a_recipe_without_platforms_is_for_linux_arm64_as_documented(project, monkeypatch):
+    from servebuild.plan import make
+    recipe = {k: v for k, v in merge(BASE, {"constraints": {"linux/arm64": BASE["constraints"]["linux/amd64"]}}).items()
+              if k != "platforms"}
+    (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(recipe))
+    assert load_recipe("hostile", project).recipe.platforms == ["linux/arm64"]
+    assert "| `platforms` | `list[str]` | `['linux/arm64']` |" in (REPO_ROOT / "docs/recipe-reference.md").read_text()
+    # and a build without --platform on an amd64 host builds the only platform the recipe has
+    monkeypatch.setattr(make, "host_platform", lambda: "linux/amd64")
+    plan = make.make_plan(project, "hostile", make.BuildOptions(dry_run=True, fetching=False))
+    assert plan.platform == "linux/arm64"
+
+
+@pytest.mark.parametrize("host,expected", [("linux/amd64", "linux/amd64"), ("linux/arm64", "linux/arm64"),
+                                           ("linux/s390x", "linux/arm64")])
+def test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed(monkeypatch, host, expected):
+    from servebuild.plan import make
+    monkeypatch.setattr(make, "host_platform", lambda: host)
+    plan = make.make_plan(REPO_ROOT, "torch-cu130", make.BuildOptions(dry_run=True, fetching=False))
+    assert plan.platform == expected

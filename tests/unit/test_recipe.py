@@ -43,7 +43,7 @@ def test_real_recipes_load(name):
 
 def test_torch_cu130_lists_arm64_then_amd64_and_the_h200_recipe_only_amd64():
     """What the recipes list; the default for a recipe that lists none is
-    test_mutation_survivors.py's test_a_recipe_without_platforms_is_for_linux_arm64_as_documented."""
+    test_plan.py's test_a_recipe_without_platforms_is_for_linux_arm64_as_documented."""
     assert load_recipe("torch-cu130", REPO_ROOT).recipe.platforms == ["linux/arm64", "linux/amd64"]
     assert load_recipe("sglang-hgx-h200", REPO_ROOT).recipe.platforms == ["linux/amd64"]
 

@@ -5,6 +5,7 @@ tests/integration/test_bad_input.py."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import yaml
 
 from servebuild.errors import ServebuildError
 from servebuild.plan.make import BuildOptions, make_plan
-from support import REPO_ROOT
+from support import REPO_ROOT, one_printable_line
+from unit.minimal_recipe import load_with
 
 BASE = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.yaml").read_text())
 PARENT = yaml.safe_load((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
@@ -54,6 +56,7 @@ def args_with(*pairs):
         i = args.index(flag)
         args[i + 1] = value
     return args
+
 
 # (id, edits, expected fragments of the one line)
 CASES = [
@@ -105,8 +108,6 @@ CASES = [
 ]
 
 
-
-
 def write_bad_recipe(tmp_path: Path, edits) -> Path:
     data = standalone()
     for path, value in edits:
@@ -128,3 +129,69 @@ def test_bad_recipe_field(tmp_path, case_id, edits, fragments):
     assert "\n" not in line and info.value.exit_code == 2
     for fragment in ["bad.yaml", *fragments]:
         assert fragment in line, line
+
+
+# -- a profile's port: a TCP port, an integer 1..65535 --------------------------------------------------------------
+
+def profile_port(port) -> dict:
+    return {"launch": {"profiles": {"p": {"port": port}}}}
+
+
+@pytest.mark.parametrize("port", [1, 8000, 65535])
+def test_a_profile_port_in_range_is_kept(project, port):
+    assert load_with(project, profile_port(port)).recipe.launch.profiles["p"].port == port
+
+
+@pytest.mark.parametrize("port", [0, 65536, 99999, -1, -8000, True, False, "8000", 8000.0, None])
+def test_a_profile_port_out_of_range_or_not_an_integer_is_refused(project, port):
+    if port is None:  # an explicit null is the default (the engine kind's port), not an error
+        assert load_with(project, profile_port(port)).recipe.launch.profiles["p"].port is None
+        return
+    with pytest.raises(ServebuildError) as info:
+        load_with(project, profile_port(port))
+    line = one_printable_line(info.value)
+    assert "hostile.yaml" in line and "launch.profiles" in line and "port" in line, line
+
+
+# -- workdir and cache_dirs: absolute, letters, digits and '._-' only ----------------------------------------------
+
+BAD_DIRS = ["/work space", "/work$HOME", "/$(id)", "/a/${X}", "/a b/c", "/a\tb", "/a;b", "/a'b", "relative",
+            "/a/../../etc", "//", ""]
+
+
+@pytest.mark.parametrize("path", BAD_DIRS)
+@pytest.mark.parametrize("field", ["workdir", "cache_dirs"])
+def test_a_launch_directory_with_a_space_or_dollar_is_refused(project, field, path):
+    with pytest.raises(ServebuildError) as info:
+        load_with(project, {"launch": {field: path if field == "workdir" else ["/cache/ok", path]}})
+    line = one_printable_line(info.value)
+    assert f"launch.{field}" in line and "absolute" in line, line
+
+
+@pytest.mark.parametrize("path", ["/workspace", "/w", "/opt/models.v1/_x-y", "/cache/x/"])
+def test_a_plain_absolute_launch_directory_is_kept(project, path):
+    launch = load_with(project, {"launch": {"workdir": path, "cache_dirs": [path]}}).recipe.launch
+    assert launch.workdir == path and launch.cache_dirs == [path]
+
+
+# -- vLLM: the DSpark rule matches the method in any case (vLLM lowercases it) ----------------------------------
+
+@pytest.mark.parametrize("method", ["dspark", "DSpark", "DSPARK"])
+def test_vllm_dspark_is_recognised_in_any_case(project, method):
+    spec = json.dumps({"method": method, "num_speculative_tokens": 2})
+    profile = {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m", "--speculative-config", spec],
+               "dspark_block_size": 5}
+    with pytest.raises(ServebuildError) as info:
+        load_with(project, {"launch": {"profiles": {"p": profile}}})
+    assert "num_speculative_tokens is 2, below the DSpark block size 5" in one_printable_line(info.value)
+    profile["args"][-1] = json.dumps({"method": method, "num_speculative_tokens": 6})
+    assert load_with(project, {"launch": {"profiles": {"p": profile}}}).recipe.launch.profiles["p"]
+    profile["args"][-1] = json.dumps({"method": method})  # no token count: DSpark cannot be checked
+    with pytest.raises(ServebuildError, match="DSpark needs an integer num_speculative_tokens"):
+        load_with(project, {"launch": {"profiles": {"p": profile}}})
+
+
+def test_another_vllm_method_is_not_held_to_the_dspark_rule(project):
+    spec = json.dumps({"method": "eagle", "num_speculative_tokens": 2})
+    profile = {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m", "--speculative-config", spec]}
+    assert load_with(project, {"launch": {"profiles": {"p": profile}}})

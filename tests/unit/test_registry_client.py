@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +20,7 @@ from servebuild.release import credentials
 from servebuild.release.credentials import Credentials, CredentialsError, DockerConfigDir
 from servebuild.release.provenance import cyclonedx, statement
 from servebuild.registry.client import RegistryClient, RegistryError
+from support import one_printable_line
 
 
 class FlakyRegistry:
@@ -151,6 +153,61 @@ def test_credentials_from_the_docker_config(tmp_path, monkeypatch):
     write(tmp_path / "config.json", json.dumps({"auths": {"reg.example:5000": {"auth": "***"}}}))
     with pytest.raises(CredentialsError, match="not base64"):
         credentials.from_docker_config("reg.example:5000")
+
+
+# -- a password never appears in an error line, control characters or not ----------------------------------------
+
+PASSWORDS = ["hunter2-secret\x07", "hunter2-secret\nX", "hunter2-secret\x1b[2J", "\x00hunter2-secret",
+             "hunter2-secret\u2028"]
+
+
+def write_private(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_a_credentials_file_password_with_a_control_character_is_refused_unquoted(tmp_path, password):
+    path = write_private(tmp_path / "c.json", json.dumps({"username": "alice", "password": password}))
+    with pytest.raises(CredentialsError) as info:
+        credentials.from_file(path)
+    line = one_printable_line(info.value)
+    assert "control character" in line and "hunter2" not in line, line
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+@pytest.mark.parametrize("form", ["auth", "fields"])
+def test_a_docker_config_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch, password,
+                                                                                form):
+    import base64
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    entry = ({"auth": base64.b64encode(f"alice:{password}".encode()).decode()} if form == "auth"
+             else {"username": "alice", "password": password})
+    write_private(tmp_path / "config.json", json.dumps({"auths": {"reg.example": entry}}))
+    with pytest.raises(CredentialsError) as info:
+        credentials.from_docker_config("reg.example")
+    line = one_printable_line(info.value)
+    assert "control character" in line and "hunter2" not in line, line
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_a_credential_helper_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch,
+                                                                                    password):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps({"ServerURL": "reg.example", "Username": "alice", "Secret": password}))
+    helper = bin_dir / "docker-credential-fake"
+    helper.write_text(f"#!/bin/sh\ncat {answer}\n")
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    write_private(tmp_path / "config.json", json.dumps({"credsStore": "fake"}))
+    with pytest.raises(CredentialsError) as info:
+        credentials.from_docker_config("reg.example")
+    line = one_printable_line(info.value)
+    assert "control character" in line and "hunter2" not in line, line
 
 
 def test_private_docker_config_for_the_push_is_0600_and_removed():

@@ -245,7 +245,7 @@ def test_the_image_store_is_trusted_only_for_bytes_that_hash_to_the_image_id():
     image_id = "sha256:" + __import__("hashlib").sha256(raw).hexdigest()
     good = StoreDocker(raw)
     assert config_from_store(good, image_id, "linux/amd64") == json.loads(raw)
-    assert any(f"/var/lib/docker/image/overlay2/imagedb/content/sha256:/store:ro" in a for a in good.calls[0])
+    assert any("/var/lib/docker/image/overlay2/imagedb/content/sha256:/store:ro" in a for a in good.calls[0])
     assert config_from_store(StoreDocker(raw.replace(b"x", b"y")), image_id, "linux/amd64") is None  # other bytes
     assert config_from_store(StoreDocker(b"", code=125), image_id, "linux/amd64") is None  # no such store
     assert config_from_store(StoreDocker(raw, info={}), image_id, "linux/amd64") is None  # an engine that does not say

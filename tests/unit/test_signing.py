@@ -1,7 +1,7 @@
 """DSSE signing of provenance statements (servebuild/release/signing.py).
 
 Real keys made here with `cryptography` (and one pair with the OpenSSL CLI), real envelopes; the
-keyid and the README's "checking a signature without servebuild" block are checked against OpenSSL,
+keyid and the publishing guide's "checking a signature without servebuild" block are checked against OpenSSL,
 an implementation independent of the one that signs. Every refused key file is one line that holds
 none of the key's bytes (PEM lines, DER, the raw private value, in base64 or hex).
 """
@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from servebuild.release import signing
 from servebuild.release.signing import SigningError
+from support import one_printable_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATEMENT = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": [
@@ -265,26 +266,53 @@ def test_bad_public_key_file_is_one_line(case, fragments, tmp_path):
     assert_one_line(info.value, f"{path}: --public-key: ", *fragments, key=key)
 
 
-# -- the README's check with standard tools ------------------------------------------------------------------------
+# -- a signing key is readable by its owner only ---------------------------------------------------------------
 
-def readme_check_block() -> list[str]:
-    text = (REPO_ROOT / "README.md").read_text()
+def write_key(tmp_path: Path, mode: int) -> Path:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8,
+                                                             ser.NoEncryption())
+    path = tmp_path / "sign.key"
+    path.write_bytes(pem)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o606, 0o620, 0o602, 0o610, 0o601, 0o644])
+def test_a_signing_key_others_can_read_is_refused(tmp_path, mode):
+    path = write_key(tmp_path, mode)
+    with pytest.raises(SigningError) as info:
+        signing.load_private_key(path)
+    line = one_printable_line(info.value)
+    assert f"readable by others (mode {mode:o})" in line and "chmod 600" in line, line
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_signing_key_only_its_owner_can_read_is_loaded(tmp_path, mode):
+    assert signing.load_private_key(write_key(tmp_path, mode)).keyid
+
+
+# -- the publishing guide's check with standard tools (docs/how-to/publish.md) ------------------------------------
+
+def guide_check_block() -> list[str]:
+    text = (REPO_ROOT / "docs" / "how-to" / "publish.md").read_text()
     blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "DSSEv1" in b]
-    assert len(blocks) == 1, "README: one ```sh block checks a DSSE envelope"
+    assert len(blocks) == 1, "docs/how-to/publish.md: one ```sh block checks a DSSE envelope"
     return blocks[0].splitlines()
 
 
-def run_readme_check(folder: Path, key_kind: str) -> subprocess.CompletedProcess:
+def run_guide_check(folder: Path, key_kind: str) -> subprocess.CompletedProcess:
     skip = "# ECDSA P-256" if key_kind == "ed25519" else "# Ed25519"
-    script = "\n".join(line for line in readme_check_block() if not line.rstrip().endswith(skip))
+    script = "\n".join(line for line in guide_check_block() if not line.rstrip().endswith(skip))
     return subprocess.run(["sh", "-e", "-c", script], cwd=folder, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("kind", ["ed25519", "p256"])
-def test_readme_openssl_check_verifies_our_envelopes(kind, tmp_path):
-    """The README block, run as written by sh with jq, base64 and OpenSSL: it accepts the envelope of the
+def test_the_guides_openssl_check_verifies_our_envelopes(kind, tmp_path):
+    """The guide's block, run as written by sh with jq, base64 and OpenSSL: it accepts the envelope of the
     attached statement, refuses a tampered payload, and notices a payload that is not the statement."""
-    if kind == "ed25519":  # this pair made by the OpenSSL CLI as the README says; servebuild reads it
+    if kind == "ed25519":  # this pair made by the OpenSSL CLI as the guide says; servebuild reads it
         subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(tmp_path / "sign.key")], check=True)
         (tmp_path / "sign.key").chmod(0o600)
         subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "sign.key"), "-pubout", "-out",
@@ -295,17 +323,17 @@ def test_readme_openssl_check_verifies_our_envelopes(kind, tmp_path):
     envelope = signing.sign(STATEMENT, signing.load_private_key(key_file))
     (tmp_path / "provenance.intoto.json").write_bytes(STATEMENT)
     (tmp_path / "envelope.json").write_bytes(envelope)
-    ok = run_readme_check(tmp_path, kind)
+    ok = run_guide_check(tmp_path, kind)
     assert ok.returncode == 0, ok.stderr
     assert ("Signature Verified Successfully" if kind == "ed25519" else "Verified OK") in ok.stdout
     doc = json.loads(envelope)
     doc["payload"] = base64.b64encode(STATEMENT + b" ").decode()
     (tmp_path / "envelope.json").write_text(json.dumps(doc))
-    bad = run_readme_check(tmp_path, kind)
+    bad = run_guide_check(tmp_path, kind)
     assert bad.returncode != 0 and "Verif" in bad.stdout + bad.stderr and "Verified OK" not in bad.stdout
     (tmp_path / "envelope.json").write_bytes(envelope)
     (tmp_path / "provenance.intoto.json").write_bytes(STATEMENT.replace(b"ab", b"cd"))
-    differs = run_readme_check(tmp_path, kind)
+    differs = run_guide_check(tmp_path, kind)
     assert differs.returncode != 0 and "differ" in differs.stdout + differs.stderr
 
 

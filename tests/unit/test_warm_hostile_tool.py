@@ -9,7 +9,10 @@ import pytest
 
 from servebuild.check.warm import WarmRequest, run_warm
 from servebuild.errors import ServebuildError
-from unit.test_warm_stream import MANIFEST, fake_engine, quiet  # noqa: F401  (fake_engine: a fixture)
+from unit import test_warm_stream
+from unit.test_warm_stream import MANIFEST, quiet
+
+fake_engine = test_warm_stream.fake_engine  # the fixture, shared with test_warm_stream.py
 
 
 # ------------------------------------------------------------------ point 7: the cache tool's output is hostile
