@@ -19,10 +19,10 @@ from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
-from servebuild.errors import DockerError, RecipeError, Refused
+from servebuild.errors import DockerError, InputError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, make_dir, write_json, writing
-from servebuild.lock.lockfile import lock_display, unpinned_problem
-from servebuild.plan.make import BuildPlan, checked_cache_dir, created_timestamp
+from servebuild.lock.lockfile import lock_display
+from servebuild.plan.make import BuildPlan
 from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
 from servebuild.render.payload import SEED
@@ -57,10 +57,19 @@ class BuildResult:
 _FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
 
 
+def _cache_root(plan: BuildPlan) -> Path:
+    """The cache the plan checked ($SERVEBUILD_CACHE); a plan made only to render has none."""
+    return plan.cache_root or _not_for_building()
+
+
+def _not_for_building():
+    raise InputError("this plan was made to render, not to build (BuildOptions.fetching is off)", field="build")
+
+
 def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     """The engine's patched source tarball for the plan's platform (None without an engine);
     make_plan has already refused unpinned PR entries."""
-    root = checked_cache_dir(plan.options.cache_dir)
+    root = _cache_root(plan)
     with writing(root, "the source cache"):  # a host fault ($SERVEBUILD_CACHE read-only, full, a file in the way)
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
     make_dir(plan.build_dir, "the build directory")
@@ -130,9 +139,9 @@ def pinned_debs(plan: BuildPlan, fetch: bool = True) -> dict[str, list[tuple[str
     if plan.debian is None:
         return {}
     out = {}
-    root = checked_cache_dir(plan.options.cache_dir)
     for stage, step in sorted(plan.debian.apt.items()):
         if fetch:
+            root = _cache_root(plan)
             with writing(root, "the artifact cache"):
                 paths = fetch_debs(step.packages, plan.debian.mirror, root, plan.loaded.recipe.name,
                                    lock_display(plan.loaded), offline=plan.options.offline)
@@ -204,7 +213,7 @@ def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
     engine = plan.loaded.recipe.engine
     lines, problem = [], None
     if engine:
-        problem = unpinned_problem(plan.loaded, plan.lock)
+        problem = plan.unpinned
         origin = engine.mode.tree_origin(engine, plan.platform)
         tree = (f"{origin.artifact} from {origin.requirement}" if origin.kind == "pypi"
                 else f"{engine.source.url} at {engine.source.commit}")
@@ -241,7 +250,7 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
     source = fetch_sources(plan)
     debs = pinned_debs(plan)
     rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)), debs=debs)
-    created, created_from = created_timestamp(plan.loaded, plan.platform)
+    created, created_from = plan.created or _not_for_building()
     labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"
     request = BuildRequest(context=rendered.context, platform=plan.platform, build_args=rendered.build_args,

@@ -66,6 +66,10 @@ class BuildPlan:
     config: Config
     lock: Optional[Lock] = None  # the lock applied (None: no current lock)
     debian: Optional[LockedDebian] = None  # the lock's Debian side for the platform (bootstrapped bases)
+    # what a build reads from its environment, checked once here (None in a plan that does not fetch):
+    cache_root: Optional[Path] = None  # the source and artifact cache ($SERVEBUILD_CACHE)
+    created: Optional[tuple[str, str]] = None  # the image's created time and what it is a fact of
+    unpinned: Optional[Refused] = None  # an unpinned PR entry (a dry run names it; a build stopped)
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -78,7 +82,7 @@ def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
 
 def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     """Load and validate everything that can be checked without the engine."""
-    loaded, lock = _pinned_recipe(root, recipe_name, options)
+    loaded, lock, unpinned = _pinned_recipe(root, recipe_name, options)
     recipe = loaded.recipe
     platform = _platform(loaded, options.platform)
     variant = f"{options.variant}-" if options.variant else ""
@@ -90,9 +94,10 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
                                            ("netrc", _check_file(options.netrc, "--netrc"))) if path}
     config = load_config()
+    cache_root = created = None
     if options.fetching:  # what a build reads from its environment, checked before anything is written
-        created_timestamp()
-        checked_cache_dir(options.cache_dir)
+        created = created_timestamp(loaded, platform)
+        cache_root = checked_cache_dir(options.cache_dir)
     build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
     if options.dry_run:  # a dry run never touches a real build's context
         build_dir = build_dir / "dry-run"
@@ -105,7 +110,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
                       field=f"debian.{platform}")
     return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
                      build_dir=build_dir, tag=tag,
-                     secrets=secrets, options=options, config=config, lock=lock, debian=debian)
+                     secrets=secrets, options=options, config=config, lock=lock, debian=debian,
+                     cache_root=cache_root, created=created, unpinned=unpinned)
 
 
 def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
@@ -123,9 +129,11 @@ def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
     return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
 
 
-def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple[LoadedRecipe, Optional[Lock]]:
-    """The recipe with its lock applied (strictly with --locked) and its variant chosen; a build
-    stops here, before the engine or the network is asked anything, on an unpinned PR entry."""
+def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions
+                   ) -> tuple[LoadedRecipe, Optional[Lock], Optional[Refused]]:
+    """The recipe with its lock applied (strictly with --locked) and its variant chosen, and the
+    unpinned PR entry it has, if any; a build stops here, before the engine or the network is asked
+    anything, on an unpinned PR entry (a dry run or a plan that does not fetch carries it)."""
     loaded = load_recipe(recipe_name, root)
     if options.locked:  # refuse anything not locked
         lock = read_lock(loaded)
@@ -139,7 +147,7 @@ def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions) -> tuple
     problem = unpinned_problem(loaded, lock)
     if problem and options.fetching and not options.dry_run:
         raise problem
-    return loaded, lock
+    return loaded, lock, problem
 
 
 def _platform(loaded: LoadedRecipe, wanted: Optional[str]) -> str:
