@@ -10,7 +10,7 @@ from typing import Optional
 from servebuild import procs
 from servebuild.build import bases, farm as farms
 from servebuild.build.docker import DockerClient
-from servebuild.check import host as hostcheck, profiles, smoke
+from servebuild.check import engine_parser, host as hostcheck, smoke
 from servebuild.cli.options import build_options, image_ref, verdict
 from servebuild.errors import HostError, InputError
 from servebuild.fsutil import write_json
@@ -50,7 +50,7 @@ def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, r
 
 
 def check_profiles(root: Path, recipe: str, image: Optional[str]) -> None:
-    record = profiles.check_in_image(DockerClient(), image_ref(image), load_recipe(recipe, root))
+    record = engine_parser.check_in_image(DockerClient(), image_ref(image), load_recipe(recipe, root))
     for name, entry in sorted(record["profiles"].items()):
         print(f"{record['recipe']}: profile {name}: accepted by {entry['parsed_by']} "
               f"({record['engine']} {record['version']} in {image})")

@@ -456,8 +456,18 @@ class Recipe(Model):
         missing = [p for p in self.platforms if p not in self.constraints]
         if missing:
             raise ValueError(f"constraints: no hashed requirement set for {', '.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
+    def _install_mode_fits(self) -> "Recipe":
+        """The engine's install mode accepts its fields for these platforms."""
         if self.engine:
             self.engine.mode.validate(self.engine, self.platforms)
+        return self
+
+    @model_validator(mode="after")
+    def _aot_fits_the_engine(self) -> "Recipe":
+        """Each aot kernel names a JIT kind and a builder the engine kind compiles ahead of time."""
         kind = self.engine.kind if self.engine else None
         for i, kernel in enumerate(self.aot.kernels):
             jits = kind.aot_jits if kind is not None else {}
@@ -470,6 +480,12 @@ class Recipe(Model):
                                        f"a {kernel.jit} builder lives under {jits[kernel.jit]}, not {kernel.builder}")
         if self.aot.recordings and not (kind and kind.aot_jits):
             raise PlacedValueError(("aot", "recordings"), "the engine compiles nothing ahead of time")
+        return self
+
+    @model_validator(mode="after")
+    def _profiles_fit_the_engine(self) -> "Recipe":
+        """Each launch profile passes its engine kind's own rules (DSpark, listen flags)."""
+        kind = self.engine.kind if self.engine else None
         for name, profile in self.launch.profiles.items():
             if kind is not None:
                 try:

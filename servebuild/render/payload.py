@@ -3,7 +3,7 @@
 Each row: what the file is, where it comes from (a file of servebuild, or written by the renderer), its
 path in the build context, its path in the image, the Dockerfile stage that puts it there, and when an
 image has it. The renderer writes the context from this table (render/context.py), the profile check of
-a built image copies its rows (check/profiles.py), and the layering rule is tested against it (every
+a built image copies its rows (check/engine_parser.py), and the layering rule is tested against it (every
 servebuild module the table puts in an image is one `layers.in_image` holds to the in-image rules).
 
 What a recipe names is not here: its requirement set, wheels, the engine's source and its install mode's
@@ -128,7 +128,7 @@ def copied(recipe: Recipe, has_aot: bool) -> dict[str, Path]:
 
 
 def argcheck_files(kind: EngineKind) -> dict[str, Path]:
-    """The profile check's files by their place under its folder (what check/profiles.py mounts)."""
+    """The profile check's files by their place under its folder (what check/engine_parser.py mounts)."""
     return {r.context.removeprefix("argcheck/"): kind.argcheck if r.source == KIND_HOOK else r.source
             for r in PAYLOAD if r.when == "argcheck"}
 

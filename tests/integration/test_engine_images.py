@@ -22,7 +22,7 @@ import pytest
 from integration import warm_checks
 from integration.conftest import CREATED_TAGS, build_fixture
 from servebuild.build import committed
-from servebuild.check import profiles as argcheck
+from servebuild.check import engine_parser
 from servebuild.check import bisect
 from servebuild.check import smoke
 from servebuild.errors import ServebuildError
@@ -250,7 +250,7 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
                                         capture_output=True, text=True, check=True).stdout)
     assert "fixture-flag" in checked["profiles"] and "+sb1." in checked["version"], checked
     with pytest.raises(ServebuildError) as err:  # the release's parser does not know the flag
-        argcheck.check_in_image(engine, release_tag, load_recipe(name, root))
+        engine_parser.check_in_image(engine, release_tag, load_recipe(name, root))
     assert "unrecognized arguments: --servebuild-fixture-flag 3" in str(err.value), str(err.value)
     RECIPE_CHECKS.append(f"fixture variants: kernel edit recompiled {', '.join(changed)} in {kernel_s:.0f} s; "
                          f"a flag-adding PR parsed by its own engine in {flag_s:.0f} s")
@@ -266,7 +266,7 @@ def parse_every_recipe_of_the_engine(engine, tag, engine_name):
         loaded = load_recipe(path.stem, REPO_ROOT)
         if not loaded.recipe.engine or loaded.recipe.engine.name != engine_name:
             continue
-        record = argcheck.check_in_image(engine, tag, loaded)
+        record = engine_parser.check_in_image(engine, tag, loaded)
         assert sorted(record["profiles"]) == sorted(loaded.recipe.launch.profiles), record
         assert record["version"].startswith(loaded.recipe.engine.version), record
         RECIPE_CHECKS.append(f"{path.stem}: profiles {', '.join(sorted(record['profiles']))} parsed by "
@@ -316,6 +316,6 @@ def bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, t
     for which in ("flag", "type"):
         loaded = load_recipe(str(_bad_recipe(dest, recipe, engine_name, which)), REPO_ROOT)
         with pytest.raises(ServebuildError) as err:
-            argcheck.check_in_image(engine, tag, loaded)
+            engine_parser.check_in_image(engine, tag, loaded)
         assert "\n" not in str(err.value) and BAD_PROFILES[engine_name][which][2] in str(err.value), str(err.value)
         RECIPE_CHECKS.append(f"bad-{which} ({engine_name}): refused in {tag}: {str(err.value)[-110:]}")
