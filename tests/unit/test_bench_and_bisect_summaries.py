@@ -1,7 +1,7 @@
-"""The bench's and bisect's held-out mutation survivors (issue 32): each test kills one mutant that the
-suite let live. The median, not the mean; p99, not p90; TTFT at the first content token, not at a chat
+"""How the bench and bisect summarise what they measured: the median, not the mean; p99, not p90; TTFT at the first content token, not at a chat
 role-only chunk; the compile count over files, not kinds; bisect's run time the median of the runs, not
-the last; a value exactly at the threshold passes."""
+the last; a value exactly at the threshold passes. (Each of these once survived a
+held-out mutation, issue 32.)"""
 
 from __future__ import annotations
 
