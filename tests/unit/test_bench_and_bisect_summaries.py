@@ -1,7 +1,7 @@
-"""How the bench and bisect summarise what they measured: the median, not the mean; p99, not p90; TTFT at the first content token, not at a chat
-role-only chunk; the compile count over files, not kinds; bisect's run time the median of the runs, not
-the last; a value exactly at the threshold passes. (Each of these once survived a
-held-out mutation, issue 32.)"""
+"""How the bench and bisect summarise what they measured: the median, not the mean; p99, not p90; TTFT
+at the first content token, not at a chat role-only chunk; the compile count over files, not kinds;
+bisect's run time the median of the runs, not the last; a value exactly at the threshold passes. (Each
+of these once survived a held-out mutation, issue 32.)"""
 
 from __future__ import annotations
 
