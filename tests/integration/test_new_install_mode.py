@@ -76,7 +76,7 @@ def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tm
         recipe = fixture_recipe(upstream)
         recipe["engine"]["install"] = "add-to-tmp"
         root = make_project(tmp_path, upstream, recipe)
-        plan = make.make_plan(root, "toy", make.BuildOptions(platform="linux/amd64", dry_run=True))
+        plan = make.make_plan(root, "toy", make.BuildOptions(platform="linux/amd64", dry_run=True, fetching=False))
         with pytest.raises(InputError) as err:
             render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, "linux/amd64", {"build": "b", "runtime": "r"},
                               root)
