@@ -349,7 +349,7 @@ AOT_ARG = re.compile(r"\A[A-Za-z0-9_.+-]{1,64}\Z")
 class AotKernel(Model):
     """One kernel compiled while the image builds, by the engine's own builder (tools/aot_build.py)."""
 
-    jit: str      # the JIT kind: tvm-ffi (SGLang's jit_kernel), flashinfer (JitSpec generators)
+    jit: str      # the JIT kind: tvm-ffi (SGLang's jit_kernel), flashinfer (JitSpec generators), humming (host helpers)
     builder: str  # "module:function" the engine calls to build it, e.g. sglang.jit_kernel.add_constant:_jit_add_constant_module
     args: list[Union[bool, int, float, str]] = []  # its arguments; a string "torch.NAME" is that dtype
 

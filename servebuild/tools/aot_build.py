@@ -23,6 +23,16 @@ JIT kinds:
               same arch (9.0a) a GPU run detects (measured on an H200: identical keys)
   flashinfer  FlashInfer's JIT spec generators (`flashinfer.jit.M:gen_X_module`): the returned
               JitSpec is built with FLASHINFER_CUDA_ARCH_LIST set to the arch
+  humming     humming's host-side helpers, which it builds the first time each is needed (in a
+              background process that `import humming` starts): the launcher
+              (`humming.ops.utils:init_humming_launcher`, C++ built by torch's cpp_extension under
+              HUMMING_CACHE_DIR/launcher/) and the NVRTC driver program
+              (`humming.utils.nvrtc:may_build_nvrtc_compile_binary`, g++ against libnvrtc, under
+              HUMMING_CACHE_DIR/nvrtc_compile/). Host code, no GPU code: built once, not per arch, the
+              launcher linked against the image's libcuda stub (LIBRARY_PATH). vLLM 0.26.0's first start
+              wrote the launcher's 6 files (H200) and, with the launcher seeded, the program (H100).
+              HUMMING_DISABLE_PARALLEL_BUILD=1 here: importing a builder's module would otherwise start
+              that background build beside this one
 
 A variant whose patches change kernel sources (headers, .cu files: not Python) compiles only the kernels
 that read one of them (--reuse-from DIR --changed PATH...): DIR holds the release's seed and the
@@ -217,7 +227,12 @@ def launcher_stubs(package: str, src, kernel) -> None:
     driver.CudaLauncher(src, kernel.metadata)
 
 
-BUILDERS = {"tvm-ffi": build_tvm_ffi, "flashinfer": build_flashinfer}
+def build_humming(func, values, archs):
+    func(*values)
+    return ["host"]
+
+
+BUILDERS = {"tvm-ffi": build_tvm_ffi, "flashinfer": build_flashinfer, "humming": build_humming}
 NINJA_LOGS = ("# ninja log v6", "# ninja log v7")  # start, end, mtime (ns), output, hash: tab-separated
 NINJA_DEPS = b"# ninjadeps\n"  # version 4: records of uint32 size (high bit: deps) + payload
 
@@ -396,6 +411,7 @@ def main() -> int:
     archs = [a for a in re.split(r"[;, ]+", spec["arch_list"]) if a]
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no GPU is consulted, even on a build host that has one
     os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", " ".join(archs))
+    os.environ["HUMMING_DISABLE_PARALLEL_BUILD"] = "1"  # no background launcher build racing the builder's
     record = {"recipe": spec["recipe"], "arch_list": spec["arch_list"], "kernels": []}
     fixed_temp_names()
     released: dict = {}

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 84a0b5d17e477c5f0c0037eccca37da46f8673546d1204127ecde4eee6c08238
+# recipe sha256: 261416b44fdc4ccd5a34f75e26d711a544e5ffd8d8819f0dee3404590ed0783f
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 863edc143900543162e85f91b3b28f518767bfd4841ce36f2ecfe137ba11dd70
+# recipe sha256: 4ed99c5c588bbd33438586fb8e31237924641cb3500a2239c5d3d36a1e93c0bc
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -89,6 +89,24 @@ FAKES = {
         def gen_not_a_spec_module(n: int):
             return n
     """,
+    "humming/__init__.py": "",
+    "humming/ops/__init__.py": "",
+    "humming/ops/utils.py": """
+        # humming's modules start a background build of their helper at import unless told not to
+        import os
+
+        def _cache(*parts):
+            folder = os.path.join(os.environ["FAKE_CACHE"], "humming", *parts)
+            os.makedirs(folder, exist_ok=True)
+            return folder
+
+        if os.environ.get("HUMMING_DISABLE_PARALLEL_BUILD", "0") != "1":
+            open(os.path.join(_cache("tmp"), "background-build-started"), "w").close()
+
+        def init_humming_launcher():
+            with open(os.path.join(_cache("launcher", "py312_k3y"), "humming_launcher.so"), "wb") as handle:
+                handle.write(b"launcher")
+    """,
     "tvm_ffi/__init__.py": "",
     "tvm_ffi/cpp.py": """
         def load_inline(name, *args, build_directory=None, **kwargs):
@@ -136,6 +154,17 @@ def test_aot_builds_each_kernel_for_each_arch_and_moves_the_cache_to_the_seed(fa
     assert sorted(os.listdir(fakes / "cache")) == ["flashinfer", "tvm-ffi"]  # left in place, empty
     assert not any(os.listdir(fakes / "cache" / d) for d in os.listdir(fakes / "cache"))
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["aot", "aot"], proc.stdout
+
+
+def test_humming_helpers_are_built_once_for_the_host_with_no_background_build(fakes):
+    """humming's helpers are host code (built once, not per arch), and importing the builder's module must not
+    start humming's own background build of the same helper beside the aot build (HUMMING_DISABLE_PARALLEL_BUILD)."""
+    proc = aot(fakes, [{"jit": "humming", "builder": "humming.ops.utils:init_humming_launcher", "args": []}])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (record,) = json.loads((fakes / "seed" / "aot.json").read_text())["kernels"]
+    assert record["archs"] == ["host"] and record["keys"] == ["humming/launcher/py312_k3y"], record
+    assert record["files"] == 1 and record["bytes"] == len(b"launcher"), record
+    assert not list((fakes / "seed").rglob("background-build-started")), "humming's background build was started"
 
 
 def test_an_empty_cache_directory_of_the_image_is_not_seeded(fakes):

@@ -23,7 +23,8 @@ class VLLM(EngineKind):
     # vLLM's cache root: torch.compile artifacts, the FlashInfer autotune and JIT monitor records, downloads
     cache_env = {"VLLM_CACHE_ROOT": "vllm"}
     cache_paths = {"vllm": "vllm"}
-    aot_jits = {"flashinfer": "flashinfer.jit."}  # the sampler's module: ~100 s of the first start on an H200
+    # the sampler's FlashInfer module (~100 s of the first start on an H200) and humming's host helpers
+    aot_jits = {"flashinfer": "flashinfer.jit.", "humming": "humming."}
     argcheck = Path(__file__).with_name("argcheck.py")
     health_path = "/health"
 
