@@ -22,6 +22,15 @@ VOLUME_OPTIONS = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared",
                   "consistent", "cached", "delegated"}
 
 
+def check_network(network: str) -> str:
+    """A docker network as `docker run --network` takes it (none, bridge, host or a network's name): the
+    one grammar of every command's --network (warm, bisect)."""
+    if not NETWORK.match(network):
+        raise InputError(f"{shown(network)} is not a docker network name (none, bridge, host or a network's name)",
+                          field="--network")
+    return network
+
+
 def check_volume(volume: str) -> None:
     """SRC:DST[:OPTIONS] as docker reads it, checked before anything builds: SRC an existing absolute
     path or a volume name (a relative path would be taken as neither), DST absolute. A long value is
@@ -89,9 +98,7 @@ class RunOptions:
 
     def check(self) -> "RunOptions":
         check_gpus(self.gpus)
-        if not NETWORK.match(self.network):
-            raise InputError(f"{self.network!r} is not a docker network (none, bridge, host or a network's name)",
-                              field="--network")
+        check_network(self.network)
         if self.shm_size and not SHM_SIZE.match(self.shm_size):
             raise InputError(f"{self.shm_size!r} is not a size such as 32g or 1024m", field="--shm-size")
         if self.shm_size:

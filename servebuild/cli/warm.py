@@ -9,7 +9,7 @@ from typing import Optional
 
 from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
-from servebuild.check.container import NETWORK, check_gpus, check_volume
+from servebuild.check.container import check_gpus, check_network, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, launcher_name, result_tag, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
@@ -35,16 +35,9 @@ def checked_request(image: Optional[str], run: Optional[str], profile: Optional[
     if not run or not run.strip() or "\x00" in run:
         raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
     gpus = check_gpus(gpus or "all", allow_auto=False)  # bisect's grammar, less `auto` (warm needs its GPUs)
-    network = network or "none"
-    if not NETWORK.match(network):
-        raise InputError(f"{network!r} is not a docker network name", field="--network")
+    network = check_network(network or "none")
     for spec in volume or ():
-        if "\n" in spec or "\r" in spec:
-            raise InputError("a volume spec holds a line break", field="--volume")
-        try:
-            check_volume(spec)
-        except ValueError as exc:
-            raise InputError(str(exc), field="--volume") from None
+        check_volume(spec)
     limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
     return WarmRequest(image=image or "", command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
                        network=network, timeout=whole_seconds(timeout, 3600, positive=True), max_bytes=limit,
