@@ -93,9 +93,15 @@ def modules_of(package: Path) -> list[str]:
 
 def render() -> str:
     pkg = ROOT / "servebuild"
-    out = [INTRO, "## The order", "",
-           " < ".join("/".join(f"`{n}`" for n in names) for names in LAYERS) + "", "",
-           "## Ground", ""]
+    out = [
+        INTRO,
+        "## The order",
+        "",
+        " < ".join("/".join(f"`{n}`" for n in names) for names in LAYERS) + "",
+        "",
+        "## Ground",
+        "",
+    ]
     for names in LAYERS:
         for name in names:
             path = pkg / f"{name}.py"

@@ -68,8 +68,11 @@ def step_times(log: Path) -> list[tuple[float, str]]:
 def in_image(tag: str, script: str) -> tuple[float, str]:
     """Wall seconds and output of `bash -c script` in a throwaway container of `tag` (no network)."""
     start = time.monotonic()
-    proc = subprocess.run([DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", tag, "-c", script],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [DOCKER, "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", tag, "-c", script],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"in {tag}: {script[:80]!r} exited {proc.returncode}: {proc.stderr[-400:]}")
     return time.monotonic() - start, proc.stdout
@@ -78,8 +81,11 @@ def in_image(tag: str, script: str) -> tuple[float, str]:
 def costs(tag: str, module: str) -> dict:
     """What settling costs on this image's filesystem, and what the .pyc policy costs at import (timed
     inside the container, so the container's start is not counted)."""
-    timed = lambda before, body: int(in_image(tag, f"{before}\nt0=$(date +%s%N); {body}; t1=$(date +%s%N); "  # noqa: E731
-                                             "echo $(( (t1 - t0) / 1000000 ))")[1].split()[-1]) / 1000
+
+    def timed(before, body):
+        script = f"{before}\nt0=$(date +%s%N); {body}; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 ))"
+        return int(in_image(tag, script)[1].split()[-1]) / 1000
+
     out = {}
     # every step pays this: the marker, the scan for the newest input time, the settle's two scans
     out["settle_fixed_s"] = round(timed("true", f"{START} && true && {SETTLE}"), 2)
@@ -87,15 +93,22 @@ def costs(tag: str, module: str) -> dict:
     # than the marker, as a pip step's are), then the settle that stamps every one of them
     out["venv_files"] = int(in_image(tag, "find /opt/venv -xdev | wc -l")[1].strip())
     out["settle_whole_venv_s"] = round(timed(f"{START} && cp -r /opt/venv /opt/venv-copy", SETTLE), 2)
-    timer = (f"python - <<'PY'\nimport time, importlib\ns = time.perf_counter()\nimportlib.import_module({module!r})\n"
-             f"print(time.perf_counter() - s)\nPY")
+    timer = (
+        f"python - <<'PY'\nimport time, importlib\ns = time.perf_counter()\nimportlib.import_module({module!r})\n"
+        f"print(time.perf_counter() - s)\nPY"
+    )
     best = lambda prep: min(float(in_image(tag, prep + timer)[1].split()[-1]) for _ in range(3))  # noqa: E731
     out["import_checked_hash_pyc_s"] = round(best("export PYTHONDONTWRITEBYTECODE=1\n"), 2)
-    out["import_timestamp_pyc_s"] = round(best(
-        "python -m compileall -q -f --invalidation-mode timestamp /opt/venv /opt/engine/site >/dev/null 2>&1 || true\n"
-        "export PYTHONDONTWRITEBYTECODE=1\n"), 2)
-    out["import_no_pyc_s"] = round(best(
-        "find /opt/venv /opt/engine -name '*.pyc' -delete 2>/dev/null\nexport PYTHONDONTWRITEBYTECODE=1\n"), 2)
+    out["import_timestamp_pyc_s"] = round(
+        best(
+            "python -m compileall -q -f --invalidation-mode timestamp /opt/venv /opt/engine/site >/dev/null 2>&1 || true\n"
+            "export PYTHONDONTWRITEBYTECODE=1\n"
+        ),
+        2,
+    )
+    out["import_no_pyc_s"] = round(
+        best("find /opt/venv /opt/engine -name '*.pyc' -delete 2>/dev/null\nexport PYTHONDONTWRITEBYTECODE=1\n"), 2
+    )
     return out
 
 
@@ -105,10 +118,17 @@ def main() -> int:
     ap.add_argument("--variant")
     ap.add_argument("--other-variant")
     ap.add_argument("--json", help="write the figures here too")
-    ap.add_argument("--record-id", action="store_true", help="when both engines built one image, record it as the "
-                    "committed id (RECIPE.ids.yaml): an id is committed only once two engines agree")
-    ap.add_argument("--smoke", action="store_true", help="then run the smoke suite on node 1's image (its JIT "
-                    "checks: the seed's kernels load with no compile)")
+    ap.add_argument(
+        "--record-id",
+        action="store_true",
+        help="when both engines built one image, record it as the "
+        "committed id (RECIPE.ids.yaml): an id is committed only once two engines agree",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="then run the smoke suite on node 1's image (its JIT checks: the seed's kernels load with no compile)",
+    )
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
     args = ap.parse_args()
     loaded = load_recipe(args.recipe, ROOT)
@@ -137,11 +157,16 @@ def main() -> int:
                 pins = base_images.pins_for(loaded, "linux/amd64")
                 for ref in bases:
                     start = time.monotonic()
-                    made = base_images.bootstrap_base(client2, pins, "amd64", ref, Path(empty_cache),
-                                                      loaded.recipe.name, lock_display(loaded))
+                    made = base_images.bootstrap_base(
+                        client2, pins, "amd64", ref, Path(empty_cache), loaded.recipe.name, lock_display(loaded)
+                    )
                     mine = node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
-                    figures.setdefault("bases", {})[ref] = {"node1": mine, "node2": made, "identical": mine == made,
-                                                            "node2_seconds": round(time.monotonic() - start)}
+                    figures.setdefault("bases", {})[ref] = {
+                        "node1": mine,
+                        "node2": made,
+                        "identical": mine == made,
+                        "node2_seconds": round(time.monotonic() - start),
+                    }
                     print(f"  base {ref}: node 1 {mine}, node 2 (own bootstrap, empty cache) {made}")
         finally:
             os.umask(old)
@@ -149,27 +174,51 @@ def main() -> int:
             farm = Path(tmp) / "farm.yaml"
             farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
             # (name, umask, farm file, --no-cache, variant, tag)
-            runs = [("node 1", 0o022, None, True, args.variant, tag), ("node 2", 0o077, str(farm), True, args.variant, tag)]
+            runs = [
+                ("node 1", 0o022, None, True, args.variant, tag),
+                ("node 2", 0o077, str(farm), True, args.variant, tag),
+            ]
             if other_tag:
                 runs.insert(0, (f"node 1 {args.other_variant}", 0o022, None, False, args.other_variant, other_tag))
             for name, umask, farm_file, no_cache, variant, build_tag in runs:
                 old = os.umask(umask)
                 start = time.monotonic()
                 try:
-                    cli_build.build(ROOT, args.recipe, "linux/amd64", build_tag, no_cache=no_cache, variant=variant,
-                                    farm=farm_file, ca_bundle=str(HOST_CA) if HOST_CA.exists() else None)
+                    cli_build.build(
+                        ROOT,
+                        args.recipe,
+                        "linux/amd64",
+                        build_tag,
+                        no_cache=no_cache,
+                        variant=variant,
+                        farm=farm_file,
+                        ca_bundle=str(HOST_CA) if HOST_CA.exists() else None,
+                    )
                 finally:
                     os.umask(old)
                 seconds = time.monotonic() - start
                 build_log = ROOT / "build" / args.recipe / (variant or "") / "linux-amd64" / "build.log"
-                kept = BENCH / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{name.replace(' ', '-')}.log"
+                kept = (
+                    BENCH
+                    / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{name.replace(' ', '-')}.log"
+                )
                 shutil.copyfile(build_log, kept)
-                figures["builds"][name] = {"umask": oct(umask), "no_cache": no_cache, "seconds": round(seconds),
-                                           "slowest_steps": step_times(kept)[:8], "log": str(kept.relative_to(ROOT))}
+                figures["builds"][name] = {
+                    "umask": oct(umask),
+                    "no_cache": no_cache,
+                    "seconds": round(seconds),
+                    "slowest_steps": step_times(kept)[:8],
+                    "log": str(kept.relative_to(ROOT)),
+                }
         ids = [run("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip() for run in (node1, node2.docker)]
         a, b = layers(node1, tag), layers(node2.docker, tag)
-        figures.update(node1_id=ids[0], node2_id=ids[1], identical=ids[0] == ids[1],
-                       layers_differing=sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)), layers=len(a))
+        figures.update(
+            node1_id=ids[0],
+            node2_id=ids[1],
+            identical=ids[0] == ids[1],
+            layers_differing=sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)),
+            layers=len(a),
+        )
         print(f"\n{args.recipe}{' variant ' + args.variant if args.variant else ''}, linux/amd64, --no-cache:")
         print(f"  node 1 (umask 022): {ids[0]}  {figures['builds']['node 1']['seconds']} s")
         print(f"  node 2 (umask 077): {ids[1]}  {figures['builds']['node 2']['seconds']} s")
@@ -185,21 +234,34 @@ def main() -> int:
         figures["committed"] = {"matches": same, "line": line}
         print(f"  node 1's image {line}")
         if args.record_id and ids[0] == ids[1] and not figures["copy_up_only"]:
-            base_id = node1("image", "inspect", "--format", "{{.Id}}", loaded.recipe.bases.runtime.ref.replace("{arch}", "amd64")).stdout.strip()
-            committed.record(loaded, "linux/amd64", committed.CommittedImage(image=ids[0], base=base_id,
-                                                                            layers=diff_ids), args.variant)
+            base_id = node1(
+                "image", "inspect", "--format", "{{.Id}}", loaded.recipe.bases.runtime.ref.replace("{arch}", "amd64")
+            ).stdout.strip()
+            committed.record(
+                loaded,
+                "linux/amd64",
+                committed.CommittedImage(image=ids[0], base=base_id, layers=diff_ids),
+                args.variant,
+            )
             print(f"  recorded {ids[0]} as the committed id of {committed.key('linux/amd64', args.variant)}")
         if other_tag:
             c = layers(node1, other_tag)
             shared = [i for i, (x, y) in enumerate(zip(a, c)) if x == y]
             sizes = json.loads(node1("image", "inspect", "--format", "{{json .Size}}", tag).stdout)
-            figures["other_variant"] = {"variant": args.other_variant, "layers": len(c), "shared_prefix": len(shared),
-                                        "first_difference": next((i for i, (x, y) in enumerate(zip(a, c)) if x != y), None)}
-            print(f"  {args.other_variant} (built first, with the cache) shares {len(shared)} of {len(c)} layers with "
-                  f"{args.variant} --no-cache; first difference at layer {figures['other_variant']['first_difference']}"
-                  f" (image {sizes} bytes)")
+            figures["other_variant"] = {
+                "variant": args.other_variant,
+                "layers": len(c),
+                "shared_prefix": len(shared),
+                "first_difference": next((i for i, (x, y) in enumerate(zip(a, c)) if x != y), None),
+            }
+            print(
+                f"  {args.other_variant} (built first, with the cache) shares {len(shared)} of {len(c)} layers with "
+                f"{args.variant} --no-cache; first difference at layer {figures['other_variant']['first_difference']}"
+                f" (image {sizes} bytes)"
+            )
         if args.smoke:
             from servebuild.check import smoke
+
             out = BENCH / f"bitforbit-{args.recipe}-smoke"
             loaded_v = loaded.with_variant(args.variant) if args.variant else loaded
             figures["smoke_exit"] = smoke.test_image(DockerClient(), tag, loaded_v, out)
@@ -212,8 +274,10 @@ def main() -> int:
             figures["costs"] = {"error": str(exc)}
         print(f"  costs on node 1's image: {json.dumps(figures['costs'])}")
         for name, build in figures["builds"].items():
-            print(f"  {name}: {build['seconds']} s; slowest steps: " +
-                  "; ".join(f"{s:.1f} s {n}" for s, n in build["slowest_steps"][:5]))
+            print(
+                f"  {name}: {build['seconds']} s; slowest steps: "
+                + "; ".join(f"{s:.1f} s {n}" for s, n in build["slowest_steps"][:5])
+            )
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
         return 0 if ids[0] == ids[1] and not figures["copy_up_only"] and not figures.get("smoke_exit") else 1

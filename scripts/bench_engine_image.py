@@ -33,9 +33,14 @@ CA = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"
 
 def timed_build(docker, root, recipe, platform, spec, no_cache=False):
     name, _, stack = spec.partition("=")
-    options = BuildOptions(platform=platform, variant=name, echo=False, no_cache=no_cache,
-                           stack=tuple(filter(None, stack.split("+"))) if "=" in spec else None,
-                           ca_bundle=Path(CA) if Path(CA).exists() else None)
+    options = BuildOptions(
+        platform=platform,
+        variant=name,
+        echo=False,
+        no_cache=no_cache,
+        stack=tuple(filter(None, stack.split("+"))) if "=" in spec else None,
+        ca_bundle=Path(CA) if Path(CA).exists() else None,
+    )
     plan = make_plan(root, recipe, options)
     start = time.monotonic()
     result = build(plan, docker)
@@ -43,14 +48,16 @@ def timed_build(docker, root, recipe, platform, spec, no_cache=False):
 
 
 def du(docker, tag, platform, paths):
-    out = docker.run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "du", tag,
-                     "-sb", *paths).stdout
+    out = docker.run(
+        "run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "du", tag, "-sb", *paths
+    ).stdout
     return {line.split("\t")[1]: int(line.split("\t")[0]) for line in out.splitlines()}
 
 
 def scratch_project() -> Path:
     import shutil
     import tempfile
+
     root = Path(tempfile.mkdtemp(prefix="servebuild-bench-"))
     for part in ("recipes", "patches", "constraints"):
         shutil.copytree(ROOT / part, root / part)
@@ -61,6 +68,7 @@ def stages(log_path: Path) -> dict:
     """Per build-time stage: shared with the release (the build's own note) and whether BuildKit ran any
     of its steps for this build (every step CACHED), read from the build log."""
     import re
+
     log = log_path.read_text()
     out = {}
     for m in re.finditer(r"^servebuild: (aot|profile-check): (shared|built on)", log, re.M):
@@ -76,6 +84,7 @@ def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
     import hashlib
     import yaml
     from servebuild.recipe.load import load_recipe
+
     loaded = load_recipe(recipe, root)
     name, _, stack = variant_spec.partition("=")
     ids = stack.split("+") if "=" in variant_spec else loaded.recipe.variants[name].patches
@@ -95,8 +104,11 @@ def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
 def main() -> int:
     args = sys.argv[1:]
     prune = "--prune" in args
-    recipe, platform, variants = [a for a in args if a != "--prune"][0], \
-        [a for a in args if a != "--prune"][1], [a for a in args if a != "--prune"][2:]
+    recipe, platform, variants = (
+        [a for a in args if a != "--prune"][0],
+        [a for a in args if a != "--prune"][1],
+        [a for a in args if a != "--prune"][2:],
+    )
     docker = DockerClient()
     if prune:
         subprocess.run([docker.client, "builder", "prune", "-af"], capture_output=True)
@@ -104,12 +116,20 @@ def main() -> int:
     rows = []
     result, cold = timed_build(docker, root, recipe, platform, variants[0], no_cache=True)
     _, warm = timed_build(docker, root, recipe, platform, variants[0])
-    rows.append({"variant": variants[0], "build_s": round(cold), "warm_rebuild_s": round(warm, 1), "tag": result.tag,
-                 "stages": stages(result.log_path)})
+    rows.append(
+        {
+            "variant": variants[0],
+            "build_s": round(cold),
+            "warm_rebuild_s": round(warm, 1),
+            "tag": result.tag,
+            "stages": stages(result.log_path),
+        }
+    )
     for variant in variants[1:]:
         other, seconds = timed_build(docker, root, recipe, platform, variant)
-        rows.append({"variant": variant, "build_s": round(seconds, 1), "tag": other.tag,
-                     "stages": stages(other.log_path)})
+        rows.append(
+            {"variant": variant, "build_s": round(seconds, 1), "tag": other.tag, "stages": stages(other.log_path)}
+        )
         print(f"variant {variant}: {seconds:.1f} s, {rows[-1]['stages']}", flush=True)
     edited = edit_local_patch(root, recipe, variants[1]) if len(variants) > 1 else None
     patch_edit_s = timed_build(docker, root, recipe, platform, variants[1])[1] if edited else None
@@ -120,13 +140,23 @@ def main() -> int:
     manifest = json.loads(result.manifest_path.read_text())
     base = int(docker.image_inspect(manifest["bases"]["runtime"]["resolved"])["Size"])
     parts = du(docker, result.tag, platform, ["/opt/venv", "/opt/engine", "/usr", "/opt/servebuild"])
-    report = {"recipe": recipe, "platform": platform, "image_bytes": image, "runtime_base_bytes": base,
-              "runtime_parts_bytes": parts, "rows": [{**r, "unique_bytes": unique.get(r["variant"])} for r in rows],
-              "all_variants_over_cold": round(total / rows[0]["build_s"], 3), "pruned_first": prune,
-              "patch_edit": {"patch": edited, "variant": variants[1] if edited else None,
-                             "rebuild_s": round(patch_edit_s, 1) if edited else None,
-                             "over_cold": round(patch_edit_s / rows[0]["build_s"], 4) if edited else None},
-              "unique_over_image": {r["variant"]: round((unique.get(r["variant"]) or 0) / image, 5) for r in rows}}
+    report = {
+        "recipe": recipe,
+        "platform": platform,
+        "image_bytes": image,
+        "runtime_base_bytes": base,
+        "runtime_parts_bytes": parts,
+        "rows": [{**r, "unique_bytes": unique.get(r["variant"])} for r in rows],
+        "all_variants_over_cold": round(total / rows[0]["build_s"], 3),
+        "pruned_first": prune,
+        "patch_edit": {
+            "patch": edited,
+            "variant": variants[1] if edited else None,
+            "rebuild_s": round(patch_edit_s, 1) if edited else None,
+            "over_cold": round(patch_edit_s / rows[0]["build_s"], 4) if edited else None,
+        },
+        "unique_over_image": {r["variant"]: round((unique.get(r["variant"]) or 0) / image, 5) for r in rows},
+    }
     out = ROOT / "build" / "bench" / f"{recipe}-{platform.split('/')[1]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

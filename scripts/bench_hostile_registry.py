@@ -16,9 +16,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from hostile_registry import HostileRegistry, run_cli, write_creds  # noqa: E402
 
-MODES = ["slow-loris-body", "slow-loris-headers", "never-answers", "huge-manifest", "huge-manifest-undeclared",
-         "huge-blob", "huge-blob-undeclared", "wrong-digest", "wrong-blob", "tag-digest-lie", "redirect-loop", "redirect-many",
-         "redirect-away", "deep-json", "escaping-referrer", "token-flood", "token-deep", "ok"]
+MODES = [
+    "slow-loris-body",
+    "slow-loris-headers",
+    "never-answers",
+    "huge-manifest",
+    "huge-manifest-undeclared",
+    "huge-blob",
+    "huge-blob-undeclared",
+    "wrong-digest",
+    "wrong-blob",
+    "tag-digest-lie",
+    "redirect-loop",
+    "redirect-many",
+    "redirect-away",
+    "deep-json",
+    "escaping-referrer",
+    "token-flood",
+    "token-deep",
+    "ok",
+]
 
 
 def run(mode: str):
@@ -28,8 +45,13 @@ def run(mode: str):
             creds = write_creds(Path(tmp) / "creds.json")
             for name in [k for k in os.environ if k.startswith("SERVEBUILD_REGISTRY_")]:
                 del os.environ[name]  # the defaults are what is measured
-            return run_cli(ROOT, ["verify", "--ref", registry.ref, "--credentials", str(creds)], Path(tmp),
-                           {"PYTHONPATH": str(ROOT), "HOME": tmp}, timeout=900)
+            return run_cli(
+                ROOT,
+                ["verify", "--ref", registry.ref, "--credentials", str(creds)],
+                Path(tmp),
+                {"PYTHONPATH": str(ROOT), "HOME": tmp},
+                timeout=900,
+            )
     finally:
         registry.stop()
 

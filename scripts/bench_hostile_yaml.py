@@ -34,8 +34,9 @@ def map_bomb() -> str:
 CASES = {
     "alias bomb (10^9 list items)": alias_bomb,
     "mapping bomb (3^20 maps)": map_bomb,
-    "text bomb (100 KB x 5000 aliases)": lambda: 'description: &s "' + "x" * 100_000 + '"\nargs: [' + ", ".join(
-        ["*s"] * 5000) + "]\n",
+    "text bomb (100 KB x 5000 aliases)": lambda: (
+        'description: &s "' + "x" * 100_000 + '"\nargs: [' + ", ".join(["*s"] * 5000) + "]\n"
+    ),
     "deep nesting (5000 [)": lambda: "a: " + "[" * 5000 + "\n",
     "deep nesting (5000 {)": lambda: "a: " + "{a: " * 5000 + "\n",
     "100k keys (just under 1 MiB)": lambda: "".join(f"k{i}: 1\n" for i in range(100_000)),
@@ -64,8 +65,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "recipes").mkdir()
             (Path(tmp) / "recipes" / "hostile.yaml").write_text(make())
-            proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), tmp], capture_output=True, text=True,
-                                  timeout=120)
+            proc = subprocess.run(
+                [sys.executable, "-c", CHILD, str(ROOT), tmp], capture_output=True, text=True, timeout=120
+            )
             if proc.returncode != 0:
                 print(f"{name:32} crashed: {proc.stderr.strip().splitlines()[-1:]}")
                 continue

@@ -53,20 +53,32 @@ def main() -> int:
             first_s = build(clone, args.recipe, args.variant, first, args.ca_bundle)
             path = clone / "recipes" / f"{args.parent}.yaml"
             text = path.read_text()
-            edited = text.replace('- --mem-fraction-static\n        - "0.96"', '- --mem-fraction-static\n        - "0.95"', 1)
+            edited = text.replace(
+                '- --mem-fraction-static\n        - "0.96"', '- --mem-fraction-static\n        - "0.95"', 1
+            )
             if edited == text:
                 sys.exit(f"{path.name}: no --mem-fraction-static 0.96 to edit")
             path.write_text(edited)
             for name in {args.parent, args.recipe}:
-                subprocess.run([str(ROOT / ".venv/bin/invoke"), "lock", "--recipe", name], cwd=clone,
-                               capture_output=True, check=True)
+                subprocess.run(
+                    [str(ROOT / ".venv/bin/invoke"), "lock", "--recipe", name],
+                    cwd=clone,
+                    capture_output=True,
+                    check=True,
+                )
             second_s = build(clone, args.recipe, args.variant, second, args.ca_bundle)
             a, b = bisect.layer_sizes(docker, first), bisect.layer_sizes(docker, second)
             old = {diff for diff, _ in a}
             new = [(diff, size) for diff, size in b if diff not in old]
-            record = {"recipe": args.recipe, "variant": args.variant, "first_build_s": round(first_s, 1),
-                      "rebuild_after_one_flag_edit_s": round(second_s, 1), "layers": len(b),
-                      "new_layers": len(new), "new_layer_bytes": sum(size or 0 for _, size in new)}
+            record = {
+                "recipe": args.recipe,
+                "variant": args.variant,
+                "first_build_s": round(first_s, 1),
+                "rebuild_after_one_flag_edit_s": round(second_s, 1),
+                "layers": len(b),
+                "new_layers": len(new),
+                "new_layer_bytes": sum(size or 0 for _, size in new),
+            }
             print(json.dumps(record, indent=2))
         finally:
             for tag in (first, second):

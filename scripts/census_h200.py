@@ -50,8 +50,15 @@ def listing(path: Path) -> dict:
 
 
 def census(cache: Path, listing_out: Path, since: Path | None) -> dict:
-    cmd = [sys.executable, str(TOOLS / "servebuild_cache.py"), "census", "--cache", str(cache),
-           "--listing", str(listing_out)] + (["--since", str(since)] if since else [])
+    cmd = [
+        sys.executable,
+        str(TOOLS / "servebuild_cache.py"),
+        "census",
+        "--cache",
+        str(cache),
+        "--listing",
+        str(listing_out),
+    ] + (["--since", str(since)] if since else [])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=TOOLS, check=True)
     return json.loads(done.stdout)
 
@@ -72,8 +79,12 @@ def main() -> int:
     out, cache = Path(args.out), Path(args.cache)
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        PYTHONUNBUFFERED="1",
+    )
     report = {"torch": None, "starts": []}
     prev = out / "listing-0.json"
     census(cache, prev, None)
@@ -88,10 +99,13 @@ def main() -> int:
         result = census(cache, now, prev)
         changes = diff(listing(prev), listing(now))
         report["starts"].append({"start": i, "seconds": seconds, "census": result, **changes})
-        print(f"start {i}: {seconds} s, files {result['files']}, census changed {result.get('changed')}, "
-              f"compiled {result.get('compiled')}, new {len(changes['new'])}, rewritten {len(changes['rewritten'])}")
+        print(
+            f"start {i}: {seconds} s, files {result['files']}, census changed {result.get('changed')}, "
+            f"compiled {result.get('compiled')}, new {len(changes['new'])}, rewritten {len(changes['rewritten'])}"
+        )
         prev = now
     import torch  # noqa: PLC0415 - only for the record
+
     report["torch"] = torch.__version__
     (out / "census-h200.json").write_text(json.dumps(report, indent=1, sort_keys=True))
     return 0

@@ -59,7 +59,7 @@ def type_name(annotation) -> str:
 
 def nested_models(annotation) -> list[type]:
     found = []
-    for arg in (typing.get_args(annotation) or (annotation,)):
+    for arg in typing.get_args(annotation) or (annotation,):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             found.append(arg)
         elif typing.get_args(arg):
@@ -82,7 +82,9 @@ def tables(model: type, path: str, seen: set) -> list[str]:
     seen.add(model)
     notes = comments(model)
     doc = " ".join((model.__doc__ or "").split())
-    out = [f"## {', '.join(f'`{p}`' for p in path.split(', '))} ({model.__name__})", ""] + ([doc, ""] if doc and model is not Recipe else [])
+    out = [f"## {', '.join(f'`{p}`' for p in path.split(', '))} ({model.__name__})", ""] + (
+        [doc, ""] if doc and model is not Recipe else []
+    )
     out += ["| field | type | default | notes |", "|---|---|---|---|"]
     later = []
     for name, field in model.model_fields.items():

@@ -61,8 +61,10 @@ class DiskWatch:
             self.sample()
 
     def report(self) -> str:
-        return "; ".join(f"{self.paths[d]}'s filesystem least free {free / 1e9:.1f} GB at {at:.0f} s"
-                         for d, (free, at) in sorted(self.least.items()))
+        return "; ".join(
+            f"{self.paths[d]}'s filesystem least free {free / 1e9:.1f} GB at {at:.0f} s"
+            for d, (free, at) in sorted(self.least.items())
+        )
 
 
 def pytest(name: str, args: list[str], env: dict, log=None) -> subprocess.Popen:
@@ -72,8 +74,13 @@ def pytest(name: str, args: list[str], env: dict, log=None) -> subprocess.Popen:
     # tests compare them with their tmp_path as given
     basetemp = Path(tempfile.gettempdir()) / f"servebuild-tests-{name}"
     cmd = [sys.executable, "-m", "pytest", f"--basetemp={basetemp}", "-p", "no:cacheprovider", *args]
-    return subprocess.Popen(cmd, cwd=ROOT, env={**env, "SERVEBUILD_TEST_TIMES": str(times)},
-                            stdout=log, stderr=subprocess.STDOUT if log else None)
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**env, "SERVEBUILD_TEST_TIMES": str(times)},
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
+    )
 
 
 def summary(names: list[str]) -> None:
@@ -116,29 +123,38 @@ def main(extra: list[str]) -> int:
     try:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
         with engine_log.open("w") as log:
-            images = pytest("engine-images", [*ENGINE_TESTS, *extra],
-                            {**base, "DOCKER_HOST": f"unix://{node.sock}", "SERVEBUILD_TEST_BUILD_NETWORK": "host"},
-                            log)
-            print(f"run_tests: engine-image tests on node 2 (pid {images.pid}, log {engine_log}); "
-                  f"the rest here", flush=True)
+            images = pytest(
+                "engine-images",
+                [*ENGINE_TESTS, *extra],
+                {**base, "DOCKER_HOST": f"unix://{node.sock}", "SERVEBUILD_TEST_BUILD_NETWORK": "host"},
+                log,
+            )
+            print(
+                f"run_tests: engine-image tests on node 2 (pid {images.pid}, log {engine_log}); the rest here",
+                flush=True,
+            )
             rest = pytest("rest", ["-m", "not engine_image", *extra], base)
             codes = {"rest": rest.wait()}
-            print(f"\nrun_tests: the rest exited {codes['rest']} after {time.monotonic() - start:.0f} s; "
-                  f"waiting for the engine-image tests", flush=True)
+            print(
+                f"\nrun_tests: the rest exited {codes['rest']} after {time.monotonic() - start:.0f} s; "
+                f"waiting for the engine-image tests",
+                flush=True,
+            )
             codes["engine-images"] = images.wait()
     finally:
         watch.stop.set()
         node.stop()
         subprocess.run(["rm", "-rf", str(node.dir)], capture_output=True)
     tail = engine_log.read_text(errors="replace").splitlines()
-    cut = next((i for i, line in enumerate(tail) if "short test summary" in line or "recipes checked" in line),
-               max(0, len(tail) - 60))
+    cut = next(
+        (i for i, line in enumerate(tail) if "short test summary" in line or "recipes checked" in line),
+        max(0, len(tail) - 60),
+    )
     print(f"\n==== engine-image tests (node 2; whole log: {engine_log}) ====")
     print("\n".join(tail[cut:]))
     summary(["rest", "engine-images"])
     print(f"run_tests: disk: {watch.report()}")
-    print(f"run_tests: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; "
-          f"wall {time.monotonic() - start:.0f} s")
+    print(f"run_tests: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; wall {time.monotonic() - start:.0f} s")
     failed = [code for code in (codes["rest"], codes["engine-images"]) if code != 0]
     return failed[0] if failed else 0
 

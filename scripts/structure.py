@@ -36,15 +36,23 @@ def static_facts(pkg: Path) -> dict:
         modules[name] = len(text.splitlines())
         tree = ast.parse(text)
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        inner = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(fn) if n is not fn}
+        inner = {
+            id(n)
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(fn)
+            if n is not fn
+        }
         deps = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append((node.end_lineno - node.lineno + 1, f"{name}.{node.name}"))
             if isinstance(node, ast.ImportFrom):
-                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") \
-                    if node.level else (node.module or "")
+                base = (
+                    ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
+                    if node.level
+                    else (node.module or "")
+                )
                 targets = [base] + [f"{base}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -57,10 +65,16 @@ def static_facts(pkg: Path) -> dict:
                 deps.update(ours)
         graph[name] = deps
     graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
-    packages = Counter(m.split(".")[1] if (pkg / m.split(".")[1]).is_dir() else "(top level)"
-                       for m in modules if m != "servebuild")
-    return {"modules": modules, "functions": sorted(functions, reverse=True), "graph": graph, "nested": nested,
-            "packages": packages}
+    packages = Counter(
+        m.split(".")[1] if (pkg / m.split(".")[1]).is_dir() else "(top level)" for m in modules if m != "servebuild"
+    )
+    return {
+        "modules": modules,
+        "functions": sorted(functions, reverse=True),
+        "graph": graph,
+        "nested": nested,
+        "packages": packages,
+    }
 
 
 def longest_chain(graph: dict[str, set[str]]) -> list[str]:
@@ -73,14 +87,18 @@ def longest_chain(graph: dict[str, set[str]]) -> list[str]:
                 if len(chain) > len(best):
                     best = chain
         return best
+
     return list(max((from_(m, frozenset({m})) for m in sorted(graph)), key=len))
 
 
 def print_static(root: Path) -> None:
     f = static_facts(root / "servebuild")
     mods = sorted(f["modules"].items(), key=lambda kv: -kv[1])
-    tops = sorted(p.name for p in (root / "servebuild").iterdir()
-                  if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__")
+    tops = sorted(
+        p.name
+        for p in (root / "servebuild").iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__pycache__"
+    )
     chain = longest_chain(f["graph"])
     print(f"modules: {len(mods)}, lines: {sum(f['modules'].values())}")
     print(f"top level of servebuild/ ({len(tops)} entries): {' '.join(tops)}")
@@ -94,7 +112,10 @@ def print_static(root: Path) -> None:
         packaged.setdefault(layer[m], set()).update(layer[d] for d in deps if layer[d] != layer[m])
     pchain = longest_chain(packaged)
     print(f"longest chain of packages: {len(pchain)} ({' -> '.join(pchain)})")
-    print(f"servebuild imports inside functions: {len(f['nested'])}" + (f" ({', '.join(f['nested'])})" if f["nested"] else ""))
+    print(
+        f"servebuild imports inside functions: {len(f['nested'])}"
+        + (f" ({', '.join(f['nested'])})" if f["nested"] else "")
+    )
     tasks = root / "tasks.py"
     if tasks.exists():
         print(f"tasks.py: {len(tasks.read_text().splitlines())} lines")
@@ -105,6 +126,7 @@ def trace(root: Path, argv: list[str]) -> None:
     os.chdir(root)
     import jinja2
     from invoke import Program
+
     pkg = str(root / "servebuild") + os.sep
     sequence: list[str] = []
     templates: list[str] = []
@@ -123,16 +145,21 @@ def trace(root: Path, argv: list[str]) -> None:
     def get_source(self, environment, template):
         templates.append(template)
         return original(self, environment, template)
+
     jinja2.FileSystemLoader.get_source = get_source
-    recipe_module = __import__("servebuild.recipe.schema" if (root / "servebuild/recipe/schema.py").exists()
-                               else "servebuild.recipe", fromlist=["Recipe"])
+    recipe_module = __import__(
+        "servebuild.recipe.schema" if (root / "servebuild/recipe/schema.py").exists() else "servebuild.recipe",
+        fromlist=["Recipe"],
+    )
     real = recipe_module.Recipe.model_validate.__func__
 
     def counted(cls, *args, **kwargs):
         validations[cls.__name__] += 1
         return real(cls, *args, **kwargs)
+
     recipe_module.Recipe.model_validate = classmethod(counted)
     import importlib  # import everything first: the trace counts what the command calls, not import-time code
+
     for path in sorted((root / "servebuild").rglob("*.py")):
         name = module_name(path, root / "servebuild")
         if ".tools" not in name and not name.endswith(".argcheck") and name != "servebuild.layers":
@@ -148,7 +175,9 @@ def trace(root: Path, argv: list[str]) -> None:
         left.add(prev)
         back += cur in left
     print(f"trace of `invoke {' '.join(argv)}`:")
-    print(f"  servebuild modules entered: {len(set(sequence))} ({', '.join(sorted(m.removeprefix('servebuild.') for m in set(sequence)))})")
+    print(
+        f"  servebuild modules entered: {len(set(sequence))} ({', '.join(sorted(m.removeprefix('servebuild.') for m in set(sequence)))})"
+    )
     print(f"  moves between modules: {len(sequence) - 1}, of them back to a module already left: {back}")
     print(f"  templates loaded: {len(set(templates))} ({len(templates)} loads)")
     print(f"  whole-Recipe validations: {validations['Recipe']}")
@@ -156,7 +185,7 @@ def trace(root: Path, argv: list[str]) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    command = args[args.index("--") + 1:] if "--" in args else []
+    command = args[args.index("--") + 1 :] if "--" in args else []
     args = args[: args.index("--")] if "--" in args else args
     root = Path(next((a for a in args if not a.startswith("--")), Path(__file__).resolve().parents[1])).resolve()
     print_static(root)

@@ -45,26 +45,46 @@ TOOLS = ROOT / "servebuild" / "tools"
 CACHE = Path("/cache")
 PORT = 8000
 # the vLLM image's cache variables (servebuild/engines/base.py JIT_CACHE_ENV + the vLLM kind's cache_env)
-CACHE_ENV = {"TRITON_CACHE_DIR": "triton", "TILELANG_CACHE_DIR": "tilelang", "TVM_FFI_CACHE_DIR": "tvm-ffi",
-             "FLASHINFER_WORKSPACE_BASE": "flashinfer", "DG_JIT_CACHE_DIR": "deep_gemm",
-             "HUMMING_CACHE_DIR": "humming", "HUMMING_TMP_DIR": "humming/tmp", "TORCHINDUCTOR_CACHE_DIR": "inductor",
-             "HF_HOME": "huggingface", "VLLM_CACHE_ROOT": "vllm"}
+CACHE_ENV = {
+    "TRITON_CACHE_DIR": "triton",
+    "TILELANG_CACHE_DIR": "tilelang",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "DG_JIT_CACHE_DIR": "deep_gemm",
+    "HUMMING_CACHE_DIR": "humming",
+    "HUMMING_TMP_DIR": "humming/tmp",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "HF_HOME": "huggingface",
+    "VLLM_CACHE_ROOT": "vllm",
+}
 INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
 COMPILE = re.compile(r"torch\.compile (?:takes|took) ([0-9.]+) s in total")
-PROMPTS = ["The capital of France is", "Write a long story about a dragon and a knight. " * 40,
-           "1 2 3 4 5 6 7 8 9 " * 100, "Hello"]
+PROMPTS = [
+    "The capital of France is",
+    "Write a long story about a dragon and a knight. " * 40,
+    "1 2 3 4 5 6 7 8 9 " * 100,
+    "Hello",
+]
 
 
 def env() -> dict:
-    out = dict(os.environ, PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    out = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        NCCL_NVLS_ENABLE="0",
+        TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+        NVSHMEM_DISABLE_NVLS="1",
+    )
     out.update({var: str(CACHE / sub) for var, sub in CACHE_ENV.items()})
     return out
 
 
 def tool(*args: str) -> subprocess.CompletedProcess:
-    run = subprocess.run([sys.executable, str(TOOLS / "servebuild_cache.py"), *args], env=env(),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, str(TOOLS / "servebuild_cache.py"), *args], env=env(), capture_output=True, text=True
+    )
     if run.returncode != 0:
         sys.exit(f"servebuild_cache.py {args[0]} failed: {run.stderr.strip()[-800:]}")
     return run
@@ -94,9 +114,27 @@ def start(name: str, model: str, out: Path, timeout: float) -> dict:
     after = out / f"listing-{name}-after.json"
     tool("census", "--cache", str(CACHE), "--listing", str(before))
     log = out / f"server-{name}.log"
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--served-model-name", "tiny",
-            "--host", "127.0.0.1", "--port", str(PORT), "--dtype", "bfloat16", "--max-model-len", "4096",
-            "--gpu-memory-utilization", "0.3", "--max-num-seqs", "16"]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(PORT),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "4096",
+        "--gpu-memory-utilization",
+        "0.3",
+        "--max-num-seqs",
+        "16",
+    ]
     t0 = time.monotonic()
     with open(log, "w") as handle:
         server = subprocess.Popen(argv, env=env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
@@ -120,15 +158,24 @@ def start(name: str, model: str, out: Path, timeout: float) -> dict:
     text = log.read_text()
     old, now = listing(before), listing(after)
     new = sorted(p for p in now if p not in old)
-    row = {"start": name, "healthy_after_s": healthy_after,
-           "init_engine_s": float(m[-1]) if (m := INIT.findall(text)) else None,
-           "torch_compile_s": float(m[-1]) if (m := COMPILE.findall(text)) else None,
-           "changed": census.get("changed"), "rewritten": census.get("rewritten"), "logs": census.get("logs"),
-           "new_files": {k: sum(1 for p in new if p.split("/", 1)[0] == k) for k in sorted({p.split("/", 1)[0] for p in new})},
-           "new_humming_flashinfer": [p for p in new if p.startswith(("humming/", "flashinfer/"))][:60]}
-    print(f"{name}: healthy after {healthy_after} s, init {row['init_engine_s']} s, torch.compile "
-          f"{row['torch_compile_s']} s, compiles {row['changed']}, rewritten {row['rewritten']}, logs {row['logs']}",
-          flush=True)
+    row = {
+        "start": name,
+        "healthy_after_s": healthy_after,
+        "init_engine_s": float(m[-1]) if (m := INIT.findall(text)) else None,
+        "torch_compile_s": float(m[-1]) if (m := COMPILE.findall(text)) else None,
+        "changed": census.get("changed"),
+        "rewritten": census.get("rewritten"),
+        "logs": census.get("logs"),
+        "new_files": {
+            k: sum(1 for p in new if p.split("/", 1)[0] == k) for k in sorted({p.split("/", 1)[0] for p in new})
+        },
+        "new_humming_flashinfer": [p for p in new if p.startswith(("humming/", "flashinfer/"))][:60],
+    }
+    print(
+        f"{name}: healthy after {healthy_after} s, init {row['init_engine_s']} s, torch.compile "
+        f"{row['torch_compile_s']} s, compiles {row['changed']}, rewritten {row['rewritten']}, logs {row['logs']}",
+        flush=True,
+    )
     return row
 
 
@@ -153,9 +200,21 @@ def main() -> int:
             shutil.rmtree(seed, ignore_errors=True)
             t0 = time.monotonic()
             settled = int(time.time())  # the image's aot stage runs with the step's settled time, then settles
-            run = subprocess.run([sys.executable, str(TOOLS / "aot_build.py"), "--spec", args.spec, "--cache", str(CACHE),
-                                  "--seed", str(seed)], env=dict(env(), CUDA_VISIBLE_DEVICES="", SERVEBUILD_SETTLED=str(settled)),
-                                 capture_output=True, text=True)
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    str(TOOLS / "aot_build.py"),
+                    "--spec",
+                    args.spec,
+                    "--cache",
+                    str(CACHE),
+                    "--seed",
+                    str(seed),
+                ],
+                env=dict(env(), CUDA_VISIBLE_DEVICES="", SERVEBUILD_SETTLED=str(settled)),
+                capture_output=True,
+                text=True,
+            )
             print(run.stdout[-1500:], run.stderr[-1500:])
             if run.returncode != 0:
                 sys.exit("aot_build failed")

@@ -40,16 +40,18 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "servebuild" / "tools"
 CACHE = Path("/cache")
 
-CHILD_COMMON = r'''
+CHILD_COMMON = r"""
 import json, os, sys, time, importlib, inspect
 def files():
     return sum(len(f) for _, _, f in os.walk("/cache"))
 def builder(spec):
     m, _, f = spec.partition(":")
     return getattr(importlib.import_module(m), f)
-'''
+"""
 
-CHILD_TVM = CHILD_COMMON + r'''
+CHILD_TVM = (
+    CHILD_COMMON
+    + r"""
 import torch
 aot = json.load(open(sys.argv[1]))
 out = []
@@ -84,9 +86,12 @@ for k in aot["kernels"]:
     out.append({"kernel": k["builder"], "args": k["args"], "seconds": round(seconds, 3), "new_files": new,
                 "correct": ok, "check": how})
 print("RESULT " + json.dumps({"kernels": out}))
-'''
+"""
+)
 
-CHILD_WORKLOAD = CHILD_COMMON + r'''
+CHILD_WORKLOAD = (
+    CHILD_COMMON
+    + r"""
 sys.path.append(sys.argv[1])
 if os.environ.get("SERVEBUILD_JIT_RECORD"):
     import jit_record; jit_record.install()  # what the image's servebuild-jit-record.pth does
@@ -111,9 +116,12 @@ torch.cuda.synchronize()
 after = {d: sum(len(f) for _, _, f in os.walk(f"/cache/{d}")) for d in before}
 print("RESULT " + json.dumps({"seconds": round(time.monotonic() - t, 2), "correct": [ok1, ok2, ok3],
                              "new_files": {d: after[d] - before[d] for d in before}}))
-'''
+"""
+)
 
-CHILD_FLASHINFER = CHILD_COMMON + r'''
+CHILD_FLASHINFER = (
+    CHILD_COMMON
+    + r"""
 import torch
 before = files(); t = time.monotonic()
 import flashinfer.sampling as S
@@ -126,7 +134,8 @@ ok = bool(torch.equal(samples.long(), probs.argmax(dim=-1)))
 base = "/cache/flashinfer/.cache/flashinfer"
 arch_dirs = {v: sorted(os.listdir(os.path.join(base, v))) for v in os.listdir(base)} if os.path.isdir(base) else {}
 print("RESULT " + json.dumps({"seconds": round(seconds, 2), "new_files": new, "correct": ok, "arch_dirs": arch_dirs}))
-'''
+"""
+)
 
 
 def unpack(wheels: list[Path], site: Path, mtime: int | None = None) -> None:
@@ -148,19 +157,33 @@ def unpack(wheels: list[Path], site: Path, mtime: int | None = None) -> None:
 # what the jit_kernel modules read, and sglang.srt.utils(.common) to the shipped definitions the kernels
 # import (their source, taken from the wheel's own common.py). The kernels' builders, load_jit, the arch
 # detection, the cache keys and tvm-ffi run as shipped.
-COMMON_NAMES = ("get_cuda_version", "is_hip", "direct_register_custom_op", "sglang_lib", "get_current_device_stream_fast", "get_int_env_var", "torch_release", "get_device_sm")
-SGLANG_SHIMS = {"sglang/__init__.py": "",
-                # its re-exports import the DeepGEMM wrapper -> the model configs -> transformers; topk.py
-                # (the modules the seed holds) imports none of that
-                "sglang/jit_kernel/dsv4/__init__.py": "", "sglang/utils.py": "def is_in_ci():\n    return False\n",
-                "sglang/srt/utils/__init__.py": "from sglang.srt.utils.common import *  # noqa\n"
-                                                "from sglang.srt.utils.common import __getattr__  # noqa\n"}
-COMMON_HEAD = ("import functools\nimport os\nimport torch\nfrom packaging import version as pkg_version\nfrom typing import Callable, List, Optional\nfrom torch.library import Library\n\n\n"
-               "def __getattr__(name):  # the other platform probes (is_xpu, is_npu, ...): a CUDA host\n"
-               "    if name.startswith('is_'):\n        return lambda *a, **k: False\n"
-               "    raise AttributeError(name)\n\n\n"
-               "for _name in ('is_npu', 'is_xpu', 'is_cpu', 'is_musa', 'is_hpu', 'is_mps', 'is_host_cpu_arm64'):\n"
-               "    globals()[_name] = lambda *a, **k: False\n\n\n")
+COMMON_NAMES = (
+    "get_cuda_version",
+    "is_hip",
+    "direct_register_custom_op",
+    "sglang_lib",
+    "get_current_device_stream_fast",
+    "get_int_env_var",
+    "torch_release",
+    "get_device_sm",
+)
+SGLANG_SHIMS = {
+    "sglang/__init__.py": "",
+    # its re-exports import the DeepGEMM wrapper -> the model configs -> transformers; topk.py
+    # (the modules the seed holds) imports none of that
+    "sglang/jit_kernel/dsv4/__init__.py": "",
+    "sglang/utils.py": "def is_in_ci():\n    return False\n",
+    "sglang/srt/utils/__init__.py": "from sglang.srt.utils.common import *  # noqa\n"
+    "from sglang.srt.utils.common import __getattr__  # noqa\n",
+}
+COMMON_HEAD = (
+    "import functools\nimport os\nimport torch\nfrom packaging import version as pkg_version\nfrom typing import Callable, List, Optional\nfrom torch.library import Library\n\n\n"
+    "def __getattr__(name):  # the other platform probes (is_xpu, is_npu, ...): a CUDA host\n"
+    "    if name.startswith('is_'):\n        return lambda *a, **k: False\n"
+    "    raise AttributeError(name)\n\n\n"
+    "for _name in ('is_npu', 'is_xpu', 'is_cpu', 'is_musa', 'is_hpu', 'is_mps', 'is_host_cpu_arm64'):\n"
+    "    globals()[_name] = lambda *a, **k: False\n\n\n"
+)
 STUB_FINDER = ""
 
 
@@ -169,8 +192,11 @@ def shim_sglang(site: Path) -> None:
     source = common.read_text()
     kept = []
     for node in ast.parse(source).body:
-        names = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
-                 [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)])
+        names = (
+            [node.name]
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            else [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        )
         if any(n in COMMON_NAMES for n in names):
             kept.append(ast.get_source_segment(source, node))
     common.write_text(COMMON_HEAD + "\n\n\n".join(kept) + "\n")
@@ -192,35 +218,50 @@ def fresh_cache(seed: Path | None, manifest: Path | None = None) -> None:
         (CACHE / d).mkdir(parents=True)
     if seed is not None:
         env = {**os.environ, "SERVEBUILD_MANIFEST": str(manifest or seed / "manifest.json")}
-        subprocess.run([sys.executable, str(TOOLS / "servebuild_cache.py"), "seed", "--cache", str(CACHE),
-                        "--seed", str(seed)], check=True, env=env)
+        subprocess.run(
+            [sys.executable, str(TOOLS / "servebuild_cache.py"), "seed", "--cache", str(CACHE), "--seed", str(seed)],
+            check=True,
+            env=env,
+        )
 
 
 def census(*flags: str) -> dict:
     """The images' own cache census (servebuild_cache.py): --since counts files new or rewritten."""
-    out = subprocess.run([sys.executable, str(TOOLS / "servebuild_cache.py"), "census", "--cache", str(CACHE), *flags],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(TOOLS / "servebuild_cache.py"), "census", "--cache", str(CACHE), *flags],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
 def child(code: str, env: dict, *args: str, timeout: int = 900) -> dict:
     """One fresh process (a server start, as far as the JIT caches can tell), with the census around it."""
     census("--listing", "/tmp/census-before.json")
-    proc = subprocess.run([sys.executable, "-c", STUB_FINDER + code, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-c", STUB_FINDER + code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
     changed = census("--since", "/tmp/census-before.json")["changed"]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-3:], "written": changed}
-    return {**json.loads(lines[-1][len("RESULT "):]), "written": changed}
+    return {**json.loads(lines[-1][len("RESULT ") :]), "written": changed}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--payload", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--only", default="tvm-ffi,record,flashinfer",
-                        help="comma-separated: tvm-ffi, record, image-seed, flashinfer (flashinfer-seeded: without the empty run)")
+    parser.add_argument(
+        "--only",
+        default="tvm-ffi,record,flashinfer",
+        help="comma-separated: tvm-ffi, record, image-seed, flashinfer (flashinfer-seeded: without the empty run)",
+    )
     args = parser.parse_args()
     payload, out = Path(args.payload).resolve(), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,21 +269,36 @@ def main() -> int:
     wheels = payload / "wheels"
     sgl_site = Path("/tmp/site-sgl")
     deps = sorted((wheels / "deps").glob("*.whl"))
-    unpack([*wheels.glob("sglang-*.whl"), *wheels.glob("apache_tvm_ffi-0.1.11-*.whl"),
-            *wheels.glob("flashinfer_python-*.whl"), *deps], sgl_site)
+    unpack(
+        [
+            *wheels.glob("sglang-*.whl"),
+            *wheels.glob("apache_tvm_ffi-0.1.11-*.whl"),
+            *wheels.glob("flashinfer_python-*.whl"),
+            *deps,
+        ],
+        sgl_site,
+    )
     shim_sglang(sgl_site)
     vseed = payload / "vllm-seed"
     fi_site, fi_cuda = image_paths(vseed / "manifest.json")  # this host plays the image's layout
-    unpack([*wheels.glob("flashinfer_python-*.whl"), *(wheels / "vllm").glob("apache_tvm_ffi-*.whl"), *deps], fi_site,
-           mtime=946684800)
+    unpack(
+        [*wheels.glob("flashinfer_python-*.whl"), *(wheels / "vllm").glob("apache_tvm_ffi-*.whl"), *deps],
+        fi_site,
+        mtime=946684800,
+    )
     fi_cuda.parent.mkdir(parents=True, exist_ok=True)
     if not fi_cuda.exists():
         fi_cuda.symlink_to("/usr/local/cuda")  # the image's pip CUDA 13.0 toolkit; here the host's 13.0.88
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    gpu = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.strip()
     report = {"gpu": gpu, "python": sys.version.split()[0]}
-    sgl_env = {"PYTHONPATH": str(sgl_site), "TVM_FFI_CACHE_DIR": "/cache/tvm-ffi", "TRITON_CACHE_DIR": "/cache/triton",
-               "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer"}
+    sgl_env = {
+        "PYTHONPATH": str(sgl_site),
+        "TVM_FFI_CACHE_DIR": "/cache/tvm-ffi",
+        "TRITON_CACHE_DIR": "/cache/triton",
+        "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer",
+    }
     seed = payload / "sgl-seed"
     if "tvm-ffi" in only:
         for mode in ("seeded", "empty"):
@@ -252,8 +308,12 @@ def main() -> int:
     if "record" in only:
         fresh_cache(seed)
         record_file = CACHE / "servebuild" / "jit-record.jsonl"
-        rec_env = {**sgl_env, "SERVEBUILD_JIT_RECORD": "1", "SERVEBUILD_JIT_RECORD_FILE": str(record_file),
-                   "SERVEBUILD_MANIFEST": str(seed / "manifest.json")}
+        rec_env = {
+            **sgl_env,
+            "SERVEBUILD_JIT_RECORD": "1",
+            "SERVEBUILD_JIT_RECORD_FILE": str(record_file),
+            "SERVEBUILD_MANIFEST": str(seed / "manifest.json"),
+        }
         report["record run"] = child(CHILD_WORKLOAD, rec_env, str(TOOLS))
         lines = record_file.read_text().splitlines() if record_file.exists() else []
         shutil.copyfile(record_file, out / "jit-record.jsonl") if lines else None
@@ -266,14 +326,19 @@ def main() -> int:
         for n, line in enumerate(lines, 1):
             e = json.loads(line)
             if e.get("replayable") and e["jit"] in ("tvm-ffi", "triton"):
-                k = {"where": f"jit-record.jsonl:{n}", "jit": e["jit"], "builder": e.get("builder") or e.get("kernel"),
-                     "args": e.get("args") or []}
+                k = {
+                    "where": f"jit-record.jsonl:{n}",
+                    "jit": e["jit"],
+                    "builder": e.get("builder") or e.get("kernel"),
+                    "args": e.get("args") or [],
+                }
                 if e["jit"] == "triton":
                     k.update(package=e["package"], specialization=e["specialization"], target=e["target"])
                 kernels.append(k)
         spec = out / "replay-spec.json"
-        spec.write_text(json.dumps({"recipe": "h200-replay", "arch_list": "9.0a", "max_bytes": 1 << 30,
-                                    "kernels": kernels}))
+        spec.write_text(
+            json.dumps({"recipe": "h200-replay", "arch_list": "9.0a", "max_bytes": 1 << 30, "kernels": kernels})
+        )
         fresh_cache(None)
         # Triton's launcher links -lcuda (in an image: the libcuda stub on LIBRARY_PATH); here the driver's
         found = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout
@@ -285,17 +350,42 @@ def main() -> int:
         replay_seed = Path("/tmp/replay-seed")
         shutil.rmtree(replay_seed, ignore_errors=True)
         t = time.monotonic()
-        proc = subprocess.run([sys.executable, str(TOOLS / "aot_build.py"), "--spec", str(spec), "--cache", "/cache",
-                               "--seed", str(replay_seed)], capture_output=True, text=True,
-                              env={**os.environ, **sgl_env, "CUDA_VISIBLE_DEVICES": "", "LIBRARY_PATH": str(libdir)})
-        report["replay"] = {"rc": proc.returncode, "seconds": round(time.monotonic() - t, 1),
-                            "lines": [ln for ln in proc.stdout.splitlines() if ln.startswith(("aot:", "servebuild:"))]}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(TOOLS / "aot_build.py"),
+                "--spec",
+                str(spec),
+                "--cache",
+                "/cache",
+                "--seed",
+                str(replay_seed),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **sgl_env, "CUDA_VISIBLE_DEVICES": "", "LIBRARY_PATH": str(libdir)},
+        )
+        report["replay"] = {
+            "rc": proc.returncode,
+            "seconds": round(time.monotonic() - t, 1),
+            "lines": [ln for ln in proc.stdout.splitlines() if ln.startswith(("aot:", "servebuild:"))],
+        }
         print(f"replay (no GPU): {json.dumps(report['replay'])}", flush=True)
         fresh_cache(seed)
         if replay_seed.exists():
-            subprocess.run([sys.executable, str(TOOLS / "servebuild_cache.py"), "seed", "--cache", "/cache",
-                            "--seed", str(replay_seed)], check=True,
-                           env={**os.environ, "SERVEBUILD_MANIFEST": str(seed / "manifest.json")})
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(TOOLS / "servebuild_cache.py"),
+                    "seed",
+                    "--cache",
+                    "/cache",
+                    "--seed",
+                    str(replay_seed),
+                ],
+                check=True,
+                env={**os.environ, "SERVEBUILD_MANIFEST": str(seed / "manifest.json")},
+            )
         report["after replay"] = child(CHILD_WORKLOAD, sgl_env, str(TOOLS))
         print(f"workload on seed + replayed cache: {json.dumps(report['after replay'])}", flush=True)
     if "image-seed" in only:
@@ -304,9 +394,13 @@ def main() -> int:
         report["image seed"] = child(CHILD_WORKLOAD, sgl_env, str(TOOLS))
         print(f"workload on the image's seed: {json.dumps(report['image seed'])}", flush=True)
     if "flashinfer" in only or "flashinfer-seeded" in only:
-        fi_env = {"PYTHONPATH": str(fi_site), "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer", "CUDA_HOME": str(fi_cuda),
-                  "CXX": "c++",  # the image's: FlashInfer writes $CXX into build.ninja
-                  "PATH": f"{fi_cuda}/bin:{os.environ.get('PATH', '')}"}
+        fi_env = {
+            "PYTHONPATH": str(fi_site),
+            "FLASHINFER_WORKSPACE_BASE": "/cache/flashinfer",
+            "CUDA_HOME": str(fi_cuda),
+            "CXX": "c++",  # the image's: FlashInfer writes $CXX into build.ninja
+            "PATH": f"{fi_cuda}/bin:{os.environ.get('PATH', '')}",
+        }
         for mode in ("seeded", "empty") if "flashinfer" in only else ("seeded",):
             fresh_cache(vseed if mode == "seeded" else None)
             report[f"flashinfer {mode}"] = child(CHILD_FLASHINFER, fi_env)

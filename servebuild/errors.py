@@ -22,8 +22,15 @@ class ServebuildError(Exception):
     exit_code = 2
     kind = "error"
 
-    def __init__(self, problem: str, *, hint: str | None = None, file: str | None = None, field: str | None = None,
-                 line: int | None = None):
+    def __init__(
+        self,
+        problem: str,
+        *,
+        hint: str | None = None,
+        file: str | None = None,
+        field: str | None = None,
+        line: int | None = None,
+    ):
         self.problem = problem
         self.hint = hint
         self.file = file

@@ -75,8 +75,9 @@ def writing(path: Path, what: str):
         yield path
     except OSError as exc:
         named = Path(exc.filename) if isinstance(exc.filename, (str, Path)) else None
-        if isinstance(exc, BrokenPipeError) or (named and not (_under(named, path) or _under(path, named)
-                                                               or _atomic_temp_of(named, path))):
+        if isinstance(exc, BrokenPipeError) or (
+            named and not (_under(named, path) or _under(path, named) or _atomic_temp_of(named, path))
+        ):
             raise
         raise host_fault(path, what, exc) from None
 
@@ -98,8 +99,14 @@ def host_fault(path: Path, what: str, exc: OSError) -> HostError:
     return HostError(f"cannot write {what}: {detail}", file=str(path))
 
 
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _not_regular(mode: int) -> Optional[str]:
@@ -113,13 +120,24 @@ def _not_regular(mode: int) -> Optional[str]:
 def _refusal(path: Path, what: str, kind: str) -> HostError:
     if kind == "a symbolic link":
         target = _flat(os.readlink(path)) if os.path.islink(path) else "?"  # its bytes are anyone's: escaped
-        return HostError(f"cannot write {what}: it is a symbolic link (to {target}); servebuild writes no "
-                         f"file through a link", hint="remove the link", file=str(path))
+        return HostError(
+            f"cannot write {what}: it is a symbolic link (to {target}); servebuild writes no file through a link",
+            hint="remove the link",
+            file=str(path),
+        )
     return HostError(f"cannot write {what}: it is {kind}, not a regular file", hint="remove it", file=str(path))
 
 
-def open_host_file(path: Path, what: str, *, read: bool = False, truncate: bool = True, append: bool = False,
-                   exclusive: bool = False, mode: int = 0o666) -> int:
+def open_host_file(
+    path: Path,
+    what: str,
+    *,
+    read: bool = False,
+    truncate: bool = True,
+    append: bool = False,
+    exclusive: bool = False,
+    mode: int = 0o666,
+) -> int:
     """A file descriptor for writing `what` at `path` on the host (the build lock, the build log):
     made if missing (with `mode`, less the umask, as open() does), opened blocking. Never through a
     symbolic link at the last component (O_NOFOLLOW), never a FIFO, device, socket or directory: the
@@ -127,8 +145,16 @@ def open_host_file(path: Path, what: str, *, read: bool = False, truncate: bool 
     regular; only then truncated (`truncate`) and made blocking again. Every refusal and OSError is
     one HostError line naming `path` and `what`. `read`: read-write; `append`: O_APPEND, no
     truncation; `exclusive`: O_EXCL (the file must not exist yet). The caller closes the fd."""
-    flags = (os.O_RDWR if read else os.O_WRONLY) | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY \
-        | os.O_CLOEXEC | (os.O_APPEND if append else 0) | (os.O_EXCL if exclusive else 0)
+    flags = (
+        (os.O_RDWR if read else os.O_WRONLY)
+        | os.O_CREAT
+        | os.O_NOFOLLOW
+        | os.O_NONBLOCK
+        | os.O_NOCTTY
+        | os.O_CLOEXEC
+        | (os.O_APPEND if append else 0)
+        | (os.O_EXCL if exclusive else 0)
+    )
     try:
         fd = os.open(path, flags, mode)
     except OSError as exc:  # ELOOP (a link), ENXIO (a FIFO with no reader, a socket), EISDIR: say what is there
@@ -214,8 +240,9 @@ def human(n: int) -> str:
     return f"{n} bytes"
 
 
-def check_input(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
-                error: type = RecipeError) -> os.stat_result:
+def check_input(
+    path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None, error: type = RecipeError
+) -> os.stat_result:
     """A regular file within the size limit of `kind`, by stat alone: a FIFO, device or directory is
     refused before it is opened (opening a FIFO blocks), a huge file before a byte is read."""
     limit, place = LIMITS[kind], {"file": file or str(path), "field": field}
@@ -231,12 +258,14 @@ def check_input(path: Path, kind: str, file: Optional[str] = None, *, field: Opt
 
 def _check_size(size: int, limit: Limit, error: type, place: dict) -> None:
     if size > limit.max_bytes:
-        raise error(f"is {size} bytes; at most {limit.max_bytes} are read ({human(limit.max_bytes)}, "
-                    f"{limit.what})", **place)
+        raise error(
+            f"is {size} bytes; at most {limit.max_bytes} are read ({human(limit.max_bytes)}, {limit.what})", **place
+        )
 
 
-def read_input_stat(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
-                    error: type = RecipeError) -> tuple[bytes, os.stat_result]:
+def read_input_stat(
+    path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None, error: type = RecipeError
+) -> tuple[bytes, os.stat_result]:
     """The bytes of an input file of `kind`, checked against its limits, and its stat. Opened
     non-blocking and checked again on the open file, so a file swapped for a FIFO after the stat
     neither blocks nor passes; at most the limit plus one byte is ever read."""
@@ -271,13 +300,15 @@ def read_input_stat(path: Path, kind: str, file: Optional[str] = None, *, field:
     return data, st
 
 
-def read_input(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
-               error: type = RecipeError) -> bytes:
+def read_input(
+    path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None, error: type = RecipeError
+) -> bytes:
     return read_input_stat(path, kind, file, field=field, error=error)[0]
 
 
-def read_input_text(path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None,
-                    error: type = RecipeError) -> str:
+def read_input_text(
+    path: Path, kind: str, file: Optional[str] = None, *, field: Optional[str] = None, error: type = RecipeError
+) -> str:
     """`read_input` as UTF-8 text."""
     data = read_input(path, kind, file, field=field, error=error)
     try:

@@ -17,9 +17,24 @@ from pathlib import Path
 
 # rank: lowest first; the ground comes before the two extension points, then one package per station
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__",), ("errors",), ("procs",), ("fsutil",), ("yamlfile",), ("platforms",), ("patchfiles",), ("layers",), ("registry",),  # the ground
+    ("__init__",),
+    ("errors",),
+    ("procs",),
+    ("fsutil",),
+    ("yamlfile",),
+    ("platforms",),
+    ("patchfiles",),
+    ("layers",),
+    ("registry",),  # the ground
     ("modes", "engines"),  # extension points
-    ("recipe",), ("sources",), ("lock",), ("plan",), ("render",), ("build",), ("check",), ("release",),
+    ("recipe",),
+    ("sources",),
+    ("lock",),
+    ("plan",),
+    ("render",),
+    ("build",),
+    ("check",),
+    ("release",),
     ("cli",),
 )
 # code that runs inside images: tools/ (the standard library, and the image's own JIT packages for the tools
@@ -52,14 +67,22 @@ def imports(package_dir: Path) -> list[Import]:
         name = module_name(path, package_dir)
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         tree = ast.parse(path.read_text(), str(path))
-        nested = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  for n in ast.walk(fn) if n is not fn}
+        nested = {
+            id(n)
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(fn)
+            if n is not fn
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") \
-                    if node.level else node.module
+                base = (
+                    ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
+                    if node.level
+                    else node.module
+                )
                 targets = [f"{base}.{alias.name}" for alias in node.names]
             else:
                 continue
@@ -75,8 +98,9 @@ def layer_of(module: str) -> str:
 
 def in_image(module: str) -> bool:
     parts = module.split(".")
-    return module.startswith("servebuild.tools") or (len(parts) == 4 and parts[1] == "engines"
-                                                     and parts[3] == IN_IMAGE_HOOK)
+    return module.startswith("servebuild.tools") or (
+        len(parts) == 4 and parts[1] == "engines" and parts[3] == IN_IMAGE_HOOK
+    )
 
 
 def in_image_allows(module: str, target: str) -> bool:
@@ -107,8 +131,12 @@ def problems(package_dir: Path, layer=layer_of) -> list[str]:
             continue
         if imp.nested and not imp.target.startswith(LAZY):
             out.append(f"{where} inside a function: import it at the top of the module")
-        if not ours or imp.target in ("servebuild.__version__", "servebuild.PACKAGE_DIR", "servebuild.PROJECT_DIR",
-                                       "servebuild.TOOLS_DIR"):
+        if not ours or imp.target in (
+            "servebuild.__version__",
+            "servebuild.PACKAGE_DIR",
+            "servebuild.PROJECT_DIR",
+            "servebuild.TOOLS_DIR",
+        ):
             continue
         src, dst = layer(imp.module), layer(imp.target)
         if src == dst:

@@ -11,7 +11,8 @@ NATIVE = re.compile(
     r"(\.(c|cc|cpp|cxx|cu|cuh|h|hh|hpp|inc|pyx|pxd|rs|proto|cmake|so|pyd|dll|dylib|o|a|cubin|ptx|fatbin)$"
     r"|\.so\.[0-9.]+$"
     r"|(^|/)(CMakeLists\.txt|setup\.py|setup\.cfg|pyproject\.toml|Cargo\.toml|Cargo\.lock|build\.rs)$"
-    r"|(^|/)csrc/)")
+    r"|(^|/)csrc/)"
+)
 TEST_OR_DOC = re.compile(r"((^|/)(tests?|docs?|benchmarks?|examples?)/|(^|/)test_[^/]*\.py$|\.(md|rst)$)")
 
 

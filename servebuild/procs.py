@@ -13,8 +13,11 @@ from servebuild.errors import ToolError
 
 
 def start_problem(cmd: list[str], exc: OSError, field: str) -> ToolError:
-    return ToolError(f"cannot run {cmd[0]}: {exc.strerror or exc}", hint=f"is {cmd[0].rsplit('/', 1)[-1]} installed "
-                     f"and on PATH?", field=field)
+    return ToolError(
+        f"cannot run {cmd[0]}: {exc.strerror or exc}",
+        hint=f"is {cmd[0].rsplit('/', 1)[-1]} installed and on PATH?",
+        field=field,
+    )
 
 
 def run(cmd: list[str], field: str, **kwargs) -> subprocess.CompletedProcess:

@@ -15,10 +15,10 @@ import yaml
 from servebuild.errors import RecipeError
 from servebuild.fsutil import read_small_text
 
-MAX_YAML_LINES = 20_000   # a recipe is a few hundred lines
+MAX_YAML_LINES = 20_000  # a recipe is a few hundred lines
 MAX_YAML_NODES = 100_000  # a recipe is a few hundred nodes; aliases must not expand into millions
 MAX_YAML_TEXT = 4 << 20  # characters of scalar text after alias expansion (files are at most 1 MiB)
-MAX_YAML_DEPTH = 64       # a recipe is about six levels deep
+MAX_YAML_DEPTH = 64  # a recipe is about six levels deep
 # libyaml's composer where PyYAML was built with it (fast on big hostile input); same nodes and marks
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -44,27 +44,40 @@ def _check_expanded_size(root: yaml.Node, display: str) -> None:
 
     def size(node: yaml.Node, depth: int = 0) -> int:
         if depth > MAX_YAML_DEPTH:
-            raise RecipeError(f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep", file=display,
-                              line=node.start_mark.line + 1)
+            raise RecipeError(
+                f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep",
+                file=display,
+                line=node.start_mark.line + 1,
+            )
         if id(node) in active:  # an alias inside the node it names: no data is infinite
-            raise RecipeError("a YAML alias refers to a node that contains it (a recursive structure)",
-                              file=display, line=node.start_mark.line + 1)
+            raise RecipeError(
+                "a YAML alias refers to a node that contains it (a recursive structure)",
+                file=display,
+                line=node.start_mark.line + 1,
+            )
         if id(node) not in sizes:
             active.add(id(node))
-            children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else (
-                node.value if isinstance(node, yaml.SequenceNode) else [])
+            children = (
+                [v for pair in node.value for v in pair]
+                if isinstance(node, yaml.MappingNode)
+                else (node.value if isinstance(node, yaml.SequenceNode) else [])
+            )
             sizes[id(node)] = 1 + sum(size(c, depth + 1) for c in children)
             weights[id(node)] = (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
-                weights[id(c)] for c in children)
+                weights[id(c)] for c in children
+            )
             active.discard(id(node))
         return sizes[id(node)]
 
     if size(root) > MAX_YAML_NODES:
-        raise RecipeError(f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded "
-                          f"(a recipe has a few hundred)", file=display)
+        raise RecipeError(
+            f"the YAML has more than {MAX_YAML_NODES} nodes once aliases are expanded (a recipe has a few hundred)",
+            file=display,
+        )
     if weights[id(root)] > MAX_YAML_TEXT:
-        raise RecipeError(f"the YAML holds more than {MAX_YAML_TEXT} characters of text once aliases "
-                          f"are expanded", file=display)
+        raise RecipeError(
+            f"the YAML holds more than {MAX_YAML_TEXT} characters of text once aliases are expanded", file=display
+        )
 
 
 def _walk_keys(node: yaml.Node, path: tuple, display: str, lines: dict[tuple, int], seen: set[int]) -> None:
@@ -77,11 +90,16 @@ def _walk_keys(node: yaml.Node, path: tuple, display: str, lines: dict[tuple, in
         keys: set = set()
         for key, value in node.value:
             if not isinstance(key, yaml.ScalarNode):
-                raise RecipeError("a recipe's keys are plain names, not lists or mappings", file=display,
-                                  line=key.start_mark.line + 1)
+                raise RecipeError(
+                    "a recipe's keys are plain names, not lists or mappings", file=display, line=key.start_mark.line + 1
+                )
             if key.value in keys:  # YAML would silently keep the last one
-                raise RecipeError(f"key {key.value!r} is given twice", file=display,
-                                  field=".".join(map(str, path + (key.value,))), line=key.start_mark.line + 1)
+                raise RecipeError(
+                    f"key {key.value!r} is given twice",
+                    file=display,
+                    field=".".join(map(str, path + (key.value,))),
+                    line=key.start_mark.line + 1,
+                )
             keys.add(key.value)
             child = path + (key.value,)
             lines.setdefault(child, key.start_mark.line + 1)
@@ -104,8 +122,7 @@ def _compose_and_construct(text: str, display: str) -> tuple[Any, dict[tuple, in
 def parse_bounded(text: str, display: str) -> tuple[Any, dict[tuple, int]]:
     """Parse once: compose the node graph, bound it (lines, size, depth, keys), then construct the data."""
     if text.count("\n") > MAX_YAML_LINES:
-        raise RecipeError(f"has {text.count(chr(10))} lines; an input file has at most {MAX_YAML_LINES}",
-                          file=display)
+        raise RecipeError(f"has {text.count(chr(10))} lines; an input file has at most {MAX_YAML_LINES}", file=display)
     try:
         return _compose_and_construct(text, display)
     except yaml.YAMLError as exc:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _hypothesis_profiles() -> None:
-    """"ci" (the default): derandomized, so every run tries the same examples and a kill is a kill
+    """ "ci" (the default): derandomized, so every run tries the same examples and a kill is a kill
     in every run; each fuzz test is parametrized by field and value class, so 15 examples each
     reach every class of every field. "nightly" (HYPOTHESIS_PROFILE=nightly): random, 40 times as
     many. Both: no deadline (a launcher really runs). "mutants": ci without shrinking."""
@@ -29,8 +29,7 @@ def _hypothesis_profiles() -> None:
     settings.register_profile("ci", derandomize=True, max_examples=15, print_blob=True, **common)
     settings.register_profile("nightly", max_examples=600, print_blob=True, **common)
     # scripts/mutants.py: the ci examples, no shrinking (a kill needs a failure, not the smallest one)
-    settings.register_profile("mutants", parent=settings.get_profile("ci"),
-                              phases=[Phase.explicit, Phase.generate])
+    settings.register_profile("mutants", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.generate])
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
@@ -57,9 +56,27 @@ def sglang_wheel() -> Path:
         req = dest / "sglang.txt"
         dest.mkdir(parents=True, exist_ok=True)
         req.write_text(f"sglang==0.5.16 --hash=sha256:{SGLANG_WHEEL_SHA256}\n")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                        "--only-binary=:all:", "--platform", "manylinux_2_34_x86_64", "--python-version", "3.11",
-                        "-d", str(dest), "-r", str(req)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--require-hashes",
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux_2_34_x86_64",
+                "--python-version",
+                "3.11",
+                "-d",
+                str(dest),
+                "-r",
+                str(req),
+            ],
+            check=True,
+        )
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == SGLANG_WHEEL_SHA256
     return wheel
 
@@ -72,6 +89,7 @@ def sglang_upstream(sglang_wheel, tmp_path_factory) -> tuple[str, str]:
     real one for every file the local patches touch.
     """
     from support import git
+
     work = tmp_path_factory.mktemp("sglang-upstream")
     with zipfile.ZipFile(sglang_wheel) as zf:
         for name in zf.namelist():
@@ -87,6 +105,7 @@ def sglang_upstream(sglang_wheel, tmp_path_factory) -> tuple[str, str]:
 
 def pytest_terminal_summary(terminalreporter):
     from support import RECIPE_CHECKS
+
     if RECIPE_CHECKS:
         terminalreporter.section("recipes checked")
         for line in RECIPE_CHECKS:

@@ -46,17 +46,25 @@ REPO = "servebuild/toy"
 SBOM = "application/vnd.cyclonedx+json"
 
 
-MEASURE = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
-           "print(f'peak-rss-kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
-           "sys.exit(p.returncode)")
+MEASURE = (
+    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+    "print(f'peak-rss-kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', file=sys.stderr); "
+    "sys.exit(p.returncode)"
+)
 
 
 def run_cli(root: Path, args: list[str], cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """`invoke ARGS` from project `root` as the child of a wrapper that reports the child's peak RSS:
     the result has .seconds, .peak_mib and .lines (stderr without the wrapper's line)."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "invoke", "-r", str(root), *args],
-                          cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURE, sys.executable, "-m", "invoke", "-r", str(root), *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     proc.seconds = time.monotonic() - start
     lines = proc.stderr.splitlines()
     proc.peak_mib = int(lines[-1].split("=")[1]) / 1024
@@ -75,22 +83,64 @@ def sha(data: bytes) -> str:
 
 
 def tree() -> dict:
-    config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Labels": {
-        "io.servebuild.manifest.sha256": "0" * 64, "io.servebuild.recipe": "toy",
-        "io.servebuild.recipe.sha256": "1" * 64, "io.servebuild.platform": "linux/amd64"}}}).encode()
-    image = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(config),
-                                   "size": len(config)}, "layers": []}).encode()
-    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": sha(image), "size": len(image),
-         "platform": {"os": "linux", "architecture": "amd64"}}]}).encode()
+    config = json.dumps(
+        {
+            "os": "linux",
+            "architecture": "amd64",
+            "config": {
+                "Labels": {
+                    "io.servebuild.manifest.sha256": "0" * 64,
+                    "io.servebuild.recipe": "toy",
+                    "io.servebuild.recipe.sha256": "1" * 64,
+                    "io.servebuild.platform": "linux/amd64",
+                }
+            },
+        }
+    ).encode()
+    image = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": sha(config),
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    ).encode()
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [
+                {
+                    "mediaType": OCI_MANIFEST,
+                    "digest": sha(image),
+                    "size": len(image),
+                    "platform": {"os": "linux", "architecture": "amd64"},
+                }
+            ],
+        }
+    ).encode()
     sbom = b'{"bomFormat": "CycloneDX"}'
-    artifact = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SBOM,
-                           "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"),
-                                      "size": 2},
-                           "layers": [{"mediaType": SBOM, "digest": sha(sbom), "size": len(sbom),
-                                       "annotations": {"org.opencontainers.image.title": "../../../escape.json"}}],
-                           "subject": {"mediaType": OCI_MANIFEST, "digest": sha(image), "size": len(image)}}).encode()
+    artifact = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": SBOM,
+            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"), "size": 2},
+            "layers": [
+                {
+                    "mediaType": SBOM,
+                    "digest": sha(sbom),
+                    "size": len(sbom),
+                    "annotations": {"org.opencontainers.image.title": "../../../escape.json"},
+                }
+            ],
+            "subject": {"mediaType": OCI_MANIFEST, "digest": sha(image), "size": len(image)},
+        }
+    ).encode()
     return {"config": config, "image": image, "index": index, "sbom": sbom, "artifact": artifact}
 
 
@@ -174,7 +224,7 @@ class HostileRegistry:
         for i in range(len(data)):
             if self.stopping.wait(0.3):
                 return
-            h.wfile.write(data[i:i + 1])
+            h.wfile.write(data[i : i + 1])
             h.wfile.flush()
 
     def answer(self, h) -> None:
@@ -214,8 +264,14 @@ class HostileRegistry:
                 return self.stream(h, 600 << 20, not mode.endswith("undeclared"), "application/octet-stream")
             return self.send(h, 200, t["config"])
         if path == f"{base}/referrers/{sha(t['image'])}" and mode == "escaping-referrer":
-            entries = [{"mediaType": OCI_MANIFEST, "digest": sha(t["artifact"]), "size": len(t["artifact"]),
-                        "artifactType": SBOM}]
+            entries = [
+                {
+                    "mediaType": OCI_MANIFEST,
+                    "digest": sha(t["artifact"]),
+                    "size": len(t["artifact"]),
+                    "artifactType": SBOM,
+                }
+            ]
             body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
             return self.send(h, 200, body, {"Content-Type": OCI_INDEX})
         if path == f"{base}/manifests/{sha(t['artifact'])}":

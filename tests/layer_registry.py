@@ -45,20 +45,25 @@ def gzip_bomb(inflated: int) -> tuple[bytes, str]:
     info.size, info.mtime = inflated, 946684800
     diff, out = hashlib.sha256(), io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
+
         def put(data: bytes) -> None:
             diff.update(data)
             gz.write(data)
+
         put(info.tobuf(tarfile.PAX_FORMAT))
         zeros = bytes(1 << 20)
         for start in range(0, inflated, len(zeros)):
-            put(zeros[:min(len(zeros), inflated - start)])
+            put(zeros[: min(len(zeros), inflated - start)])
         put(bytes(-inflated % 512 + 1024))  # the padding to a block and the two empty end blocks
     return out.getvalue(), "sha256:" + diff.hexdigest()
 
 
 def labels(recipe: str = RECIPE, variant: Optional[str] = None) -> dict:
-    out = {"io.servebuild.manifest.sha256": "0" * 64, "io.servebuild.recipe": recipe,
-           "io.servebuild.platform": "linux/amd64"}
+    out = {
+        "io.servebuild.manifest.sha256": "0" * 64,
+        "io.servebuild.recipe": recipe,
+        "io.servebuild.platform": "linux/amd64",
+    }
     if variant is not None:
         out["io.servebuild.variant"] = variant
     return out
@@ -70,25 +75,60 @@ class LayerRegistry:
     (with `labels` and `diff_ids`, by default the layers' true ones) and the layer blobs. The blobs in
     `trickle` are sent one byte every `trickle_s` seconds. `gets` lists every GET path, in order."""
 
-    def __init__(self, layers: list[tuple[bytes, str]], labels: dict, diff_ids: Optional[list[str]] = None,
-                 entries: int = 1, trickle: tuple[int, ...] = (), trickle_s: float = 0.05):
+    def __init__(
+        self,
+        layers: list[tuple[bytes, str]],
+        labels: dict,
+        diff_ids: Optional[list[str]] = None,
+        entries: int = 1,
+        trickle: tuple[int, ...] = (),
+        trickle_s: float = 0.05,
+    ):
         self.gets: list[str] = []
         self.stopping = threading.Event()
         self.blobs = [blob for blob, _ in layers]
-        self.config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Labels": labels},
-                                  "rootfs": {"type": "layers", "diff_ids": diff_ids if diff_ids is not None
-                                             else [d for _, d in layers]}}, sort_keys=True).encode()
-        self.image = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                 "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                            "digest": sha(self.config), "size": len(self.config)},
-                                 "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                                             "digest": sha(b), "size": len(b)} for b in self.blobs]}).encode()
+        self.config = json.dumps(
+            {
+                "os": "linux",
+                "architecture": "amd64",
+                "config": {"Labels": labels},
+                "rootfs": {"type": "layers", "diff_ids": diff_ids if diff_ids is not None else [d for _, d in layers]},
+            },
+            sort_keys=True,
+        ).encode()
+        self.image = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": sha(self.config),
+                    "size": len(self.config),
+                },
+                "layers": [
+                    {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": sha(b), "size": len(b)}
+                    for b in self.blobs
+                ],
+            }
+        ).encode()
         # a second entry for the same platform names another image manifest (here: one more space)
         images = [self.image] + [self.image + b" " * i for i in range(1, entries)]
         self.manifests = {sha(m): m for m in images}
-        self.index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-            {"mediaType": OCI_MANIFEST, "digest": sha(m), "size": len(m),
-             "platform": {"os": "linux", "architecture": "amd64"}} for m in images]}).encode()
+        self.index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_INDEX,
+                "manifests": [
+                    {
+                        "mediaType": OCI_MANIFEST,
+                        "digest": sha(m),
+                        "size": len(m),
+                        "platform": {"os": "linux", "architecture": "amd64"},
+                    }
+                    for m in images
+                ],
+            }
+        ).encode()
         self.tagged = self.index if entries else self.image
         self.trickled = {sha(self.blobs[i]) for i in trickle}
         self.trickle_s = trickle_s
@@ -152,7 +192,7 @@ class LayerRegistry:
                 for i in range(len(blob)):
                     if self.stopping.wait(self.trickle_s):
                         return
-                    h.wfile.write(blob[i:i + 1])
+                    h.wfile.write(blob[i : i + 1])
                     h.wfile.flush()
                 return
         self.send(h, 404, b'{"errors": [{"code": "BLOB_UNKNOWN"}]}', "application/json")

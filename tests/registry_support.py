@@ -54,6 +54,7 @@ atexit.register(_kill_all)
 class TLSRegistry:
     def __init__(self, root: Path, users: Optional[dict[str, str]] = None, trust_engine: bool = True):
         import trustme
+
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -74,7 +75,8 @@ class TLSRegistry:
         self.config.write_text(
             f"version: 0.1\nlog: {{level: error}}\nstorage:\n  filesystem: {{rootdirectory: {root}/data}}\n"
             f"  delete: {{enabled: true}}\nhttp:\n  addr: 127.0.0.1:{self.port}\n"
-            f"  tls: {{certificate: {self.cert_file}, key: {self.key_file}}}\n{self._auth()}")
+            f"  tls: {{certificate: {self.cert_file}, key: {self.key_file}}}\n{self._auth()}"
+        )
         self.engine_ca: Optional[Path] = None
         if trust_engine:
             self.trust_engine()
@@ -88,8 +90,13 @@ class TLSRegistry:
         htpasswd = self.root / "htpasswd"
         for i, (user, password) in enumerate(self.users.items()):
             # -i: the password on stdin, never on a command line
-            subprocess.run(["htpasswd", "-iB" + ("c" if i == 0 else ""), str(htpasswd), user],
-                           input=password, text=True, check=True, capture_output=True)
+            subprocess.run(
+                ["htpasswd", "-iB" + ("c" if i == 0 else ""), str(htpasswd), user],
+                input=password,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
         return f"auth: {{htpasswd: {{realm: test, path: {htpasswd}}}}}\n"
 
     def trust_engine(self) -> None:
@@ -102,8 +109,12 @@ class TLSRegistry:
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return  # already serving (a restart after a kill that never happened)
-        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.root / "registry.log", "ab"), start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "registry.log", "ab"),
+            start_new_session=True,
+        )
         _LIVE.add(self.proc)
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         for _ in range(150):
@@ -154,8 +165,10 @@ class TLSRegistry:
         return sorted(json.loads(body).get("tags") or [])
 
     def manifest(self, repo: str, ref: str) -> tuple[int, bytes]:
-        accept = ("application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
-                  "application/vnd.docker.distribution.manifest.v2+json")
+        accept = (
+            "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json"
+        )
         code, body, _ = self._get(f"/v2/{repo}/manifests/{ref}", accept=accept)
         return code, body
 
@@ -164,8 +177,8 @@ class TLSRegistry:
         return self.root / "data" / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexd[:2] / hexd / "data"
 
 
-SERVICE = "servebuild-test-registry"        # the registry's `service`: a token's audience
-ISSUER = "servebuild-test-token-service"   # a token's `iss`, as the registry expects it
+SERVICE = "servebuild-test-registry"  # the registry's `service`: a token's audience
+ISSUER = "servebuild-test-token-service"  # a token's `iss`, as the registry expects it
 
 
 class TokenServer:
@@ -184,6 +197,7 @@ class TokenServer:
         import trustme
         from cryptography import x509
         from cryptography.hazmat.primitives.serialization import Encoding, load_pem_private_key
+
         self.users, self.access = users, access or {}
         self.port = free_port()
         self.realm = f"https://127.0.0.1:{self.port}/token"
@@ -193,8 +207,10 @@ class TokenServer:
         signing_ca.cert_pem.write_to_path(str(self.root_cert))
         signer = signing_ca.issue_cert("token-signer")  # ECDSA P-256: ES256
         self.key = load_pem_private_key(signer.private_key_pem.bytes(), None)
-        self.x5c = [base64.b64encode(x509.load_pem_x509_certificate(pem.bytes()).public_bytes(Encoding.DER)).decode()
-                    for pem in signer.cert_chain_pems]
+        self.x5c = [
+            base64.b64encode(x509.load_pem_x509_certificate(pem.bytes()).public_bytes(Encoding.DER)).decode()
+            for pem in signer.cert_chain_pems
+        ]
         self.issued: list[tuple[str, str, list[dict]]] = []  # (user, User-Agent, access) of every token
         self.server: Optional[http.server.ThreadingHTTPServer] = None
         self.start()
@@ -228,9 +244,18 @@ class TokenServer:
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
         now = int(time.time())
-        claims = {"iss": ISSUER, "sub": user, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now,
-                  "jti": secrets.token_hex(16), "access": access}
+        claims = {
+            "iss": ISSUER,
+            "sub": user,
+            "aud": SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": secrets.token_hex(16),
+            "access": access,
+        }
         header = {"typ": "JWT", "alg": "ES256", "x5c": self.x5c}
         signed = ".".join(_b64url(json.dumps(part).encode()) for part in (header, claims))
         r, s = decode_dss_signature(self.key.sign(signed.encode(), ec.ECDSA(hashes.SHA256())))
@@ -278,8 +303,11 @@ class _TokenHandler(http.server.BaseHTTPRequestHandler):
     def _answer(self, code: int, body: dict, headers: Optional[dict] = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
-        for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)),
-                           **(headers or {})}.items():
+        for key, value in {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(data)),
+            **(headers or {}),
+        }.items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
@@ -293,15 +321,18 @@ class TokenRegistry(TLSRegistry):
     `WWW-Authenticate: Bearer realm=...,service=...,scope=...`; the client gets a JWT for that scope from
     the realm (`self.tokens`, a `TokenServer`) with its basic credentials and asks again with it."""
 
-    def __init__(self, root: Path, users: dict[str, str], access: Optional[dict[str, set[str]]] = None,
-                 trust_engine: bool = True):
+    def __init__(
+        self, root: Path, users: dict[str, str], access: Optional[dict[str, set[str]]] = None, trust_engine: bool = True
+    ):
         self.access = access
         super().__init__(root, users, trust_engine)
 
     def _auth(self) -> str:
         self.tokens = TokenServer(self.root, self.ca, self.users, self.access)
-        return (f"auth:\n  token: {{realm: \"{self.tokens.realm}\", service: {SERVICE}, issuer: {ISSUER}, "
-                f"rootcertbundle: {self.tokens.root_cert}}}\n")
+        return (
+            f'auth:\n  token: {{realm: "{self.tokens.realm}", service: {SERVICE}, issuer: {ISSUER}, '
+            f"rootcertbundle: {self.tokens.root_cert}}}\n"
+        )
 
     def stop(self) -> None:
         super().stop()
@@ -317,8 +348,9 @@ class TokenRegistry(TLSRegistry):
             return code, body, answer
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         query = urllib.parse.urlencode({"service": params["service"], "scope": params.get("scope", "")})
-        code, body, _ = _https_get(f"{params['realm']}?{query}",
-                                   {"Authorization": "Basic " + _basic(user, self.users[user])}, self.ca_file)
+        code, body, _ = _https_get(
+            f"{params['realm']}?{query}", {"Authorization": "Basic " + _basic(user, self.users[user])}, self.ca_file
+        )
         assert code == 200, (code, body)
         headers["Authorization"] = "Bearer " + json.loads(body)["token"]
         return _https_get(f"https://{self.address}{path}", headers, self.ca_file)

@@ -31,15 +31,22 @@ FIXTURE_REQUIREMENTS = textwrap.dedent("""\
         --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274
     """)
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "upstream", "GIT_AUTHOR_EMAIL": "up@example.invalid",
-           "GIT_COMMITTER_NAME": "upstream", "GIT_COMMITTER_EMAIL": "up@example.invalid",
-           "GIT_AUTHOR_DATE": "2026-07-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-07-01T00:00:00Z",
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "upstream",
+    "GIT_AUTHOR_EMAIL": "up@example.invalid",
+    "GIT_COMMITTER_NAME": "upstream",
+    "GIT_COMMITTER_EMAIL": "up@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-07-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-07-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+}
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def write(path: Path, text: str) -> None:
@@ -49,20 +56,22 @@ def write(path: Path, text: str) -> None:
 
 @dataclass
 class Upstream:
-    path: Path          # non-bare working repository
-    url: str            # file:// URL of the bare repository that plays GitHub
+    path: Path  # non-bare working repository
+    url: str  # file:// URL of the bare repository that plays GitHub
     bare: Path
-    base: str           # the release commit the recipe pins
-    pr1_merge: str      # squash-merge commit of PR 1 on main
-    pr2_head: str       # head of open PR 2, on top of PR 1 (refs/pull/2/head)
-    pr3_head: str       # a PR that needs PR 2 to apply
+    base: str  # the release commit the recipe pins
+    pr1_merge: str  # squash-merge commit of PR 1 on main
+    pr2_head: str  # head of open PR 2, on top of PR 1 (refs/pull/2/head)
+    pr3_head: str  # a PR that needs PR 2 to apply
 
 
 def make_upstream(tmp: Path, name: str = "toyserve", extra: dict[str, bytes] | None = None) -> Upstream:
     work = tmp / f"{name}-work"
     work.mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
-    write(work / "pyproject.toml", f"""\
+    write(
+        work / "pyproject.toml",
+        f"""\
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -73,13 +82,16 @@ def make_upstream(tmp: Path, name: str = "toyserve", extra: dict[str, bytes] | N
 
         [tool.setuptools.package-data]
         {name} = ["*.so"]
-        """)
+        """,
+    )
     for rel, data in (extra or {}).items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_bytes(data)
     write(work / name / "__init__.py", '__version__ = "1.0.0"\n')
     write(work / name / "greeting.py", 'GREETING = "hello"\n')
-    write(work / name / "__main__.py", f"""\
+    write(
+        work / name / "__main__.py",
+        f"""\
         import argparse
 
         from {name}.greeting import GREETING
@@ -94,7 +106,8 @@ def make_upstream(tmp: Path, name: str = "toyserve", extra: dict[str, bytes] | N
 
         if __name__ == "__main__":
             main()
-        """)
+        """,
+    )
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "release 1.0.0")
     git(work, "tag", "v1.0.0")
@@ -165,9 +178,26 @@ def sha256(data: bytes | str) -> str:
 
 
 def diff_sha(upstream: Upstream, base: str, commit: str) -> str:
-    out = subprocess.run(["git", "-c", "diff.algorithm=myers", "-c", "core.quotepath=false", "diff",
-                          "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
-                          base, commit], cwd=upstream.bare, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "git",
+            "-c",
+            "diff.algorithm=myers",
+            "-c",
+            "core.quotepath=false",
+            "diff",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            base,
+            commit,
+        ],
+        cwd=upstream.bare,
+        capture_output=True,
+        check=True,
+    ).stdout
     return sha256(out)
 
 
@@ -178,31 +208,56 @@ def fixture_recipe(upstream: Upstream, **overrides) -> dict:
         "platforms": ["linux/amd64", "linux/arm64"],
         "python": "3.11",
         "cuda_arch_list": "9.0a",
-        "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"},
-                  "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
+        "bases": {
+            "build": {"ref": "servebuild/debian:bookworm-{arch}"},
+            "runtime": {"ref": "servebuild/debian:bookworm-{arch}"},
+        },
         "constraints": {"linux/amd64": "constraints/toy.txt", "linux/arm64": "constraints/toy.txt"},
         "engine": {
-            "name": "toyserve", "version": "1.0.0",
+            "name": "toyserve",
+            "version": "1.0.0",
             "source": {
-                "url": upstream.url, "commit": upstream.base, "tag": "v1.0.0",
+                "url": upstream.url,
+                "commit": upstream.base,
+                "tag": "v1.0.0",
                 "patches": [
-                    {"id": "pr-1", "pr": 1, "commit": upstream.pr1_merge,
-                     "sha256": diff_sha(upstream, upstream.pr1_merge + "^1", upstream.pr1_merge)},
-                    {"id": "pr-2", "pr": 2, "commit": upstream.pr2_head, "base": upstream.pr1_merge,
-                     "requires": ["pr-1"],
-                     "sha256": diff_sha(upstream, upstream.pr1_merge, upstream.pr2_head)},
-                    {"id": "local-version-banner", "file": "patches/toy-version-banner.patch",
-                     "sha256": sha256(LOCAL_PATCH)},
+                    {
+                        "id": "pr-1",
+                        "pr": 1,
+                        "commit": upstream.pr1_merge,
+                        "sha256": diff_sha(upstream, upstream.pr1_merge + "^1", upstream.pr1_merge),
+                    },
+                    {
+                        "id": "pr-2",
+                        "pr": 2,
+                        "commit": upstream.pr2_head,
+                        "base": upstream.pr1_merge,
+                        "requires": ["pr-1"],
+                        "sha256": diff_sha(upstream, upstream.pr1_merge, upstream.pr2_head),
+                    },
+                    {
+                        "id": "local-version-banner",
+                        "file": "patches/toy-version-banner.patch",
+                        "sha256": sha256(LOCAL_PATCH),
+                    },
                 ],
             },
         },
         "launch": {
             "cache_dirs": ["/root/.cache/toy"],
-            "profiles": {"toy-serve": {"description": "toy server", "module": "toyserve",
-                                       "args": ["--port", "30000"], "env": {"TOY_MODE": "fast lane"}}},
+            "profiles": {
+                "toy-serve": {
+                    "description": "toy server",
+                    "module": "toyserve",
+                    "args": ["--port", "30000"],
+                    "env": {"TOY_MODE": "fast lane"},
+                }
+            },
         },
-        "expect": {"imports": ["six", "packaging", "toyserve"],
-                   "versions": {"six": "1.17.0", "packaging": "24.2", "toyserve": "1.0.0"}},
+        "expect": {
+            "imports": ["six", "packaging", "toyserve"],
+            "versions": {"six": "1.17.0", "packaging": "24.2", "toyserve": "1.0.0"},
+        },
     }
     recipe.update(overrides)
     return recipe
@@ -277,13 +332,26 @@ def compile_kernel(out: Path, arch: str) -> Path:
     src = out.with_suffix(".cu")
     src.write_text(SM_KERNEL)
     number = arch.removeprefix("sm_")
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-gencode=arch=compute_{number},code={arch}",
-                    str(src), "-o", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            nvcc,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            f"-gencode=arch=compute_{number},code={arch}",
+            str(src),
+            "-o",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -297,13 +365,17 @@ def start_registry(root: Path, htpasswd: Path | None = None):
     import time
     import urllib.error
     import urllib.request
+
     port = free_port()
     auth = f"auth: {{htpasswd: {{realm: test, path: {htpasswd}}}}}\n" if htpasswd else ""
     config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {root}/data}}\n"
-                      f"  delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n{auth}")
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    config.write_text(
+        f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {root}/data}}\n"
+        f"  delete: {{enabled: true}}\nhttp: {{addr: 127.0.0.1:{port}}}\n{auth}"
+    )
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
@@ -344,10 +416,14 @@ class EngineSnapshot:
     def cache_records(cls, kind: str | None = None) -> set[str]:
         """The engine's build-cache record ids (`kind`: only those of that CacheType, e.g. "regular")."""
         import json
-        proc = subprocess.run([cls.DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"],
-                              capture_output=True, text=True)
+
+        proc = subprocess.run(
+            [cls.DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"], capture_output=True, text=True
+        )
         try:
-            return {r["ID"] for r in json.loads(proc.stdout or "[]") or [] if kind is None or r.get("CacheType") == kind}
+            return {
+                r["ID"] for r in json.loads(proc.stdout or "[]") or [] if kind is None or r.get("CacheType") == kind
+            }
         except ValueError:
             return set()
 
@@ -372,12 +448,13 @@ class EngineSnapshot:
         `layers_only`: the layer records only; the cache mounts (pip's and apt's downloads, a few GB)
         stay for the next engine build of the run, which then downloads only what it does not share."""
         from concurrent.futures import ThreadPoolExecutor
+
         kind = "regular" if layers_only else None
         new = sorted(self.cache_records(kind) - self.cache)
 
         def prune(record: str) -> None:
-            subprocess.run([self.DOCKER, "builder", "prune", "-af", "--filter", f"id={record}"],
-                           capture_output=True)
+            subprocess.run([self.DOCKER, "builder", "prune", "-af", "--filter", f"id={record}"], capture_output=True)
+
         # records depend on each other: a parent stays while a child holds it, so go again while
         # a pass removes something (two passes left records behind, and a later run then found
         # them as the "user's" cache: stale copies of the toy's layers)

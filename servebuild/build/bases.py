@@ -50,8 +50,9 @@ def check_suite(suite: str) -> None:
         raise InputError(f"{suite!r} is not a Debian suite name such as bookworm", field="--suite")
 
 
-def rootfs_tarball(pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, lock_file: str,
-                   offline: bool = False) -> Path:
+def rootfs_tarball(
+    pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, lock_file: str, offline: bool = False
+) -> Path:
     """The normalised rootfs tarball of `pins`, made once per key; later calls reuse the cached one."""
     check_arch(arch)
     check_suite(pins.suite)
@@ -68,18 +69,31 @@ def rootfs_tarball(pins: LockedDebian, arch: str, cache_dir: Path, recipe: str, 
     try:
         repo = debs.flat_repo(pins.base, files, work / "repo", pins.suite, pins.release.date)
         with os.fdopen(open_host_file(log_path, "the mmdebstrap log"), "w") as log:  # no link, no FIFO
-            print(f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "
-                  f"{pins.release.date} (log: {log_path})", file=sys.stderr)
-            rootfs.mmdebstrap(pins.suite, arch, work / "raw.tar", [f"deb [trusted=yes] copy://{repo} ./"],
-                              pins.release.epoch, log, include=sorted({p.name for p in pins.base}))
+            print(
+                f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "
+                f"{pins.release.date} (log: {log_path})",
+                file=sys.stderr,
+            )
+            rootfs.mmdebstrap(
+                pins.suite,
+                arch,
+                work / "raw.tar",
+                [f"deb [trusted=yes] copy://{repo} ./"],
+                pins.release.epoch,
+                log,
+                include=sorted({p.name for p in pins.base}),
+            )
         tmp = work / "rootfs.tar"
         rootfs.normalise(work / "raw.tar", tmp, pins.release.epoch, f"deb {pins.mirror} {pins.suite} main\n")
         got = rootfs.installed(tmp)
         want = sorted((p.name, p.version, p.arch) for p in pins.base)
         if got != want:
             extra = sorted(set(got) - set(want)) or sorted(set(want) - set(got))
-            raise DockerError(f"the rootfs does not hold exactly the pinned packages (first difference: "
-                              f"{' '.join(extra[0]) if extra else '?'})", field="bootstrap-base")
+            raise DockerError(
+                f"the rootfs does not hold exactly the pinned packages (first difference: "
+                f"{' '.join(extra[0]) if extra else '?'})",
+                field="bootstrap-base",
+            )
         tmp.replace(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -90,8 +104,16 @@ def created_of(pins: LockedDebian) -> str:
     return iso_time(dt.datetime.fromtimestamp(pins.release.epoch, dt.timezone.utc))
 
 
-def bootstrap_base(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, cache_dir: Path,
-                   recipe: str, lock_file: str, offline: bool = False) -> str:
+def bootstrap_base(
+    docker: DockerClient,
+    pins: LockedDebian,
+    arch: str,
+    tag: str,
+    cache_dir: Path,
+    recipe: str,
+    lock_file: str,
+    offline: bool = False,
+) -> str:
     """Import the rootfs with a BuildKit `FROM scratch` build so the image records its real arch; its
     config's times are the Release date, so the id is a function of the pins."""
     (cache_dir / "rootfs").mkdir(parents=True, exist_ok=True)
@@ -111,8 +133,16 @@ def _one_at_a_time(path: Path):
         os.close(fd)
 
 
-def _bootstrap(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, cache_dir: Path,
-               recipe: str, lock_file: str, offline: bool) -> str:
+def _bootstrap(
+    docker: DockerClient,
+    pins: LockedDebian,
+    arch: str,
+    tag: str,
+    cache_dir: Path,
+    recipe: str,
+    lock_file: str,
+    offline: bool,
+) -> str:
     tarball = rootfs_tarball(pins, arch, cache_dir, recipe, lock_file, offline=offline)
     context = Path(tempfile.mkdtemp(prefix="base-context."))
     try:
@@ -122,12 +152,18 @@ def _bootstrap(docker: DockerClient, pins: LockedDebian, arch: str, tag: str, ca
             shutil.copyfile(tarball, context / "rootfs.tar")
         (context / "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["/bin/bash"]\n')
         os.utime(context / "Dockerfile", (0, 0))
-        request = BuildRequest(context=context, platform=f"linux/{arch}", build_args={},
-                               labels={"io.servebuild.base": f"debian-{pins.suite}-minbase",
-                                       KEY_LABEL: pins.base_key(),
-                                       "org.opencontainers.image.created": created_of(pins),
-                                       "org.opencontainers.image.base.name": "scratch"},
-                               secrets={})
+        request = BuildRequest(
+            context=context,
+            platform=f"linux/{arch}",
+            build_args={},
+            labels={
+                "io.servebuild.base": f"debian-{pins.suite}-minbase",
+                KEY_LABEL: pins.base_key(),
+                "org.opencontainers.image.created": created_of(pins),
+                "org.opencontainers.image.base.name": "scratch",
+            },
+            secrets={},
+        )
         image_id = docker.build(request, cache_dir / "rootfs" / f"{pins.suite}-{arch}.build.log", echo=None)
         image_id = settle_config(docker, image_id, created_of(pins), None, f"linux/{arch}")
         docker.tag(image_id, tag)
@@ -184,12 +220,16 @@ def pins_for(loaded, platform: str, suite: Optional[str] = None, offline: bool =
     if pins is not None and pins.suite == suite:
         return pins
     if offline:
-        raise Refused(f"{pinned_by} pins no Debian {suite} packages for {platform} and --offline forbids "
-                      f"asking the mirror", hint=f"run `invoke lock --recipe {loaded.recipe.name}` where the mirror "
-                      f"is reachable", field="--offline")
-    print(f"warning: {pinned_by} pins no Debian {suite} packages for {platform}: the base is made "
-          f"from what the mirror serves today (run `invoke lock --recipe {loaded.recipe.name}` to pin it)",
-          file=sys.stderr)
+        raise Refused(
+            f"{pinned_by} pins no Debian {suite} packages for {platform} and --offline forbids asking the mirror",
+            hint=f"run `invoke lock --recipe {loaded.recipe.name}` where the mirror is reachable",
+            field="--offline",
+        )
+    print(
+        f"warning: {pinned_by} pins no Debian {suite} packages for {platform}: the base is made "
+        f"from what the mirror serves today (run `invoke lock --recipe {loaded.recipe.name}` to pin it)",
+        file=sys.stderr,
+    )
     work = Path(tempfile.mkdtemp(prefix="servebuild-debian."))
     try:
         return resolve(suite, platform.split("/", 1)[1], {}, work)

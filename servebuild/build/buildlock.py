@@ -30,8 +30,11 @@ def build_lock(build_dir: Path, recipe: str):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise Refused(f"another build of {recipe} is using this build directory (pid {holder})",
-                          hint="wait for it to end, or stop it", file=str(build_dir)) from None
+            raise Refused(
+                f"another build of {recipe} is using this build directory (pid {holder})",
+                hint="wait for it to end, or stop it",
+                file=str(build_dir),
+            ) from None
         try:  # who holds it, for the second build's line; best effort (a full disk fails the build itself)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -23,8 +23,10 @@ from servebuild.recipe.load import LoadedRecipe, check_link_inside
 from servebuild.yamlfile import load_yaml
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-HEADER = ("# Written by `invoke build --record-id`; do not edit. The image id a build of this recipe and its\n"
-          "# lock gives on any machine (bases bootstrapped from the lock's Debian packages); builds compare with it.\n")
+HEADER = (
+    "# Written by `invoke build --record-id`; do not edit. The image id a build of this recipe and its\n"
+    "# lock gives on any machine (bases bootstrapped from the lock's Debian packages); builds compare with it.\n"
+)
 
 
 class CommittedImage(BaseModel):
@@ -78,9 +80,12 @@ def load_committed(loaded: LoadedRecipe) -> dict[str, CommittedImage]:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join([str(platform), *map(str, err["loc"])])
-            raise InputError(f"malformed ids file: {err['msg'].removeprefix('Value error, ')}",
-                             hint=f"run `invoke build --recipe {loaded.recipe.name} --record-id` again", file=where,
-                             field=field) from None
+            raise InputError(
+                f"malformed ids file: {err['msg'].removeprefix('Value error, ')}",
+                hint=f"run `invoke build --recipe {loaded.recipe.name} --record-id` again",
+                file=where,
+                field=field,
+            ) from None
     return out
 
 
@@ -104,24 +109,36 @@ def record(loaded: LoadedRecipe, platform: str, entry: CommittedImage, variant: 
     return path
 
 
-def verdict(loaded: LoadedRecipe, platform: str, image_id: str, layers: list[str], steps: list[str],
-            variant: Optional[str] = None) -> tuple[bool, str]:
+def verdict(
+    loaded: LoadedRecipe,
+    platform: str,
+    image_id: str,
+    layers: list[str],
+    steps: list[str],
+    variant: Optional[str] = None,
+) -> tuple[bool, str]:
     """(whether it matches, the one line to print) for an image built from `loaded` for `platform`."""
     committed = load_committed(loaded).get(key(platform, variant))
     where = display(loaded)
     if committed is None:
-        return False, (f"no committed id for {key(platform, variant)} in {where} "
-                       f"(`invoke build --record-id` writes one)")
+        return False, (
+            f"no committed id for {key(platform, variant)} in {where} (`invoke build --record-id` writes one)"
+        )
     if committed.image == image_id:
         return True, f"matches the committed digest {image_id} ({where})"
     for i, (ours, theirs) in enumerate(zip(layers, committed.layers)):
         if ours != theirs:
             step = steps[i] if i < len(steps) else "?"
             step = re.sub(r"\s+", " ", step)[:160]
-            return False, (f"differs from the committed digest {committed.image} ({where}): first differing layer "
-                           f"{i + 1} of {len(layers)} ({ours[:19]}… vs {theirs[:19]}…), made by: {step}")
+            return False, (
+                f"differs from the committed digest {committed.image} ({where}): first differing layer "
+                f"{i + 1} of {len(layers)} ({ours[:19]}… vs {theirs[:19]}…), made by: {step}"
+            )
     if len(layers) != len(committed.layers):
-        return False, (f"differs from the committed digest {committed.image} ({where}): {len(layers)} layers, "
-                       f"the committed image has {len(committed.layers)}")
-    return False, (f"differs from the committed digest {committed.image} ({where}): every layer is the same, "
-                   f"the config differs")
+        return False, (
+            f"differs from the committed digest {committed.image} ({where}): {len(layers)} layers, "
+            f"the committed image has {len(committed.layers)}"
+        )
+    return False, (
+        f"differs from the committed digest {committed.image} ({where}): every layer is the same, the config differs"
+    )

@@ -44,8 +44,9 @@ def image_layers(docker, image_id: str) -> list[list[Entry]]:
             elif member.isfile():
                 try:
                     with tarfile.open(fileobj=tar.extractfile(member), mode="r|*") as layer:
-                        blobs[member.name] = [(m.name.removeprefix("./").rstrip("/"), m.mode, m.uid, m.gid, m.isdir())
-                                              for m in layer]
+                        blobs[member.name] = [
+                            (m.name.removeprefix("./").rstrip("/"), m.mode, m.uid, m.gid, m.isdir()) for m in layer
+                        ]
                 except tarfile.TarError:  # the config, the index: not a layer
                     continue
     return [blobs.get(name, []) for name in order]

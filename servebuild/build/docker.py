@@ -49,9 +49,9 @@ class BuildRequest:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     target: Optional[str] = None
-    inline_cache: bool = False      # embed BuildKit cache metadata in the image (for a registry cache ref)
-    network: Optional[str] = None   # RUN steps' network (`host` on engines without a bridge network)
-    notes: tuple[str, ...] = ()     # servebuild's own lines before BuildKit's (which stages a variant shares)
+    inline_cache: bool = False  # embed BuildKit cache metadata in the image (for a registry cache ref)
+    network: Optional[str] = None  # RUN steps' network (`host` on engines without a bridge network)
+    notes: tuple[str, ...] = ()  # servebuild's own lines before BuildKit's (which stages a variant shares)
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,9 @@ FIND_CLIENT_SECONDS = 120  # `docker build --help` (it pings the engine) when th
 class DockerClient:
     """One Docker engine reached through a client that builds with BuildKit."""
 
-    def __init__(self, client: Optional[str] = None, endpoint: Optional[Endpoint] = None,
-                 timeout: Optional[float] = None):
+    def __init__(
+        self, client: Optional[str] = None, endpoint: Optional[Endpoint] = None, timeout: Optional[float] = None
+    ):
         """No endpoint: the engine the caller's environment names (DOCKER_HOST or the local socket).
         An endpoint: that engine only. `timeout`, where given, bounds every non-build command (the ping
         included) on either."""
@@ -115,17 +116,20 @@ class DockerClient:
         what is wrong with that file."""
         env = {k: v for k, v in self._env().items() if k in _ENDPOINT_VARS}
         try:
-            api = docker_sdk.APIClient(**docker_sdk.utils.kwargs_from_env(environment=env),
-                                       timeout=int(self.timeout or 120),
-                                       version=docker_sdk.constants.MINIMUM_DOCKER_API_VERSION)  # asked below
+            api = docker_sdk.APIClient(
+                **docker_sdk.utils.kwargs_from_env(environment=env),
+                timeout=int(self.timeout or 120),
+                version=docker_sdk.constants.MINIMUM_DOCKER_API_VERSION,
+            )  # asked below
         except (sdk_errors.DockerException, ValueError):  # a malformed ~/.docker/config.json (auths, proxies)
             return None
         api.trust_env = False  # the engine's own CA and no proxy: never REQUESTS_CA_BUNDLE or HTTPS_PROXY
         try:  # the engine's API version, asked once the session trusts only the engine's CA
             api._version = api._retrieve_server_version()
         except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            raise DockerError(f"engine {self.name} not reachable through its API: {_flat(exc)}",
-                              field="engine") from None
+            raise DockerError(
+                f"engine {self.name} not reachable through its API: {_flat(exc)}", field="engine"
+            ) from None
         return api
 
     def _sdk(self, what: str, call, *args, **kwargs):
@@ -185,25 +189,37 @@ class DockerClient:
     def _find_client(self) -> str:
         candidates = _client_candidates()
         if not candidates:
-            raise DockerError("no docker client found; install docker.io (which ships a BuildKit "
-                              "client) or set SERVEBUILD_DOCKER", field="engine")
+            raise DockerError(
+                "no docker client found; install docker.io (which ships a BuildKit client) or set SERVEBUILD_DOCKER",
+                field="engine",
+            )
         env = self._env()
         if self.endpoint is not None:  # `build --help` needs no engine; a silent endpoint must not stall it
             env = {k: v for k, v in env.items() if k not in _ENDPOINT_VARS}
         for client in candidates:
             try:  # the client asks the engine (DOCKER_HOST) here too: one that never answers must not stall it
-                proc = subprocess.run([client, "build", "--help"], env=env, capture_output=True, text=True,
-                                      timeout=self.timeout or FIND_CLIENT_SECONDS)
+                proc = subprocess.run(
+                    [client, "build", "--help"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout or FIND_CLIENT_SECONDS,
+                )
             except subprocess.TimeoutExpired:
-                raise DockerTimeout(f"engine {self.name} did not answer `docker build --help` through {client} "
-                                    f"within {self.timeout or FIND_CLIENT_SECONDS:.0f}s", field="engine") from None
+                raise DockerTimeout(
+                    f"engine {self.name} did not answer `docker build --help` through {client} "
+                    f"within {self.timeout or FIND_CLIENT_SECONDS:.0f}s",
+                    field="engine",
+                ) from None
             except OSError as exc:  # not executable after all (a bad interpreter line, a format it cannot run)
                 raise DockerError(f"cannot run docker client {client}: {exc.strerror or exc}", field="engine") from None
             if proc.returncode == 0 and "--secret" in proc.stdout:
                 return client
-        raise DockerError(f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
-                          f"--secret); install docker.io or the buildx plugin, or set SERVEBUILD_DOCKER",
-                          field="engine")
+        raise DockerError(
+            f"no docker client with BuildKit among {', '.join(candidates)} (`build` lacks "
+            f"--secret); install docker.io or the buildx plugin, or set SERVEBUILD_DOCKER",
+            field="engine",
+        )
 
     def _ping(self) -> None:
         proc = self.run("version", "--format", "{{.Server.Version}}", check=False)
@@ -225,29 +241,40 @@ class DockerClient:
         try:
             proc = procs.run([self.client, *args], "engine", env=self._env(), capture_output=True, text=True, **extra)
         except subprocess.TimeoutExpired:
-            raise DockerTimeout(f"engine {self.name} did not answer `docker {args[0]}` within "
-                                f"{timeout or self.timeout:.0f}s", field="engine") from None
+            raise DockerTimeout(
+                f"engine {self.name} did not answer `docker {args[0]}` within {timeout or self.timeout:.0f}s",
+                field="engine",
+            ) from None
         if check and proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"docker {args[0]} failed: {detail}", field="engine")
         return proc
 
-    def stream(self, *args: str, out: Optional[BinaryIO] = None, keep: int = 64 << 10,
-               timeout: Optional[float] = None) -> tuple[int, bytes, int]:
+    def stream(
+        self, *args: str, out: Optional[BinaryIO] = None, keep: int = 64 << 10, timeout: Optional[float] = None
+    ) -> tuple[int, bytes, int]:
         """One docker command whose output (stdout and stderr, interleaved) is copied to `out` as it comes
         and never held whole: only its last `keep` bytes stay in memory. Returns (exit status, those last
         bytes, the byte count). `timeout` (else the client's own) bounds the whole command on every engine
         kind: past it the client's process group is killed and DockerTimeout raised."""
         limit = timeout or self.timeout
-        proc = procs.popen([self.client, *args], "engine", env=self._env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = procs.popen(
+            [self.client, *args],
+            "engine",
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             deadline = None if limit is None else time.monotonic() + limit
             tail, total = procs.copy_tail(procs.chunks(proc.stdout, deadline), out, keep)
             code = proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
         except (TimeoutError, subprocess.TimeoutExpired):
-            raise DockerTimeout(f"engine {self.name} did not answer `docker {args[0]}` within {limit:.0f}s",
-                                field="engine") from None
+            raise DockerTimeout(
+                f"engine {self.name} did not answer `docker {args[0]}` within {limit:.0f}s", field="engine"
+            ) from None
         finally:
             if proc.poll() is None:  # past the deadline, or `out` could not be written: the client goes too
                 try:
@@ -272,11 +299,13 @@ class DockerClient:
             except sdk_errors.APIError as exc:
                 if exc.is_client_error():  # no such image, or not a reference the engine takes: no id
                     return None
-                raise DockerError(f"docker image inspect failed: {_flat(exc.explanation or exc)}",
-                                  field="engine") from None
+                raise DockerError(
+                    f"docker image inspect failed: {_flat(exc.explanation or exc)}", field="engine"
+                ) from None
             except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-                raise DockerError(f"engine {self.name} did not answer `image inspect`: {_flat(exc)}",
-                                  field="engine") from None
+                raise DockerError(
+                    f"engine {self.name} did not answer `image inspect`: {_flat(exc)}", field="engine"
+                ) from None
         proc = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -292,8 +321,17 @@ class DockerClient:
         iidfile = log_path.parent / "image-id.txt"
         with writing(iidfile, "the image id file"):
             iidfile.unlink(missing_ok=True)
-        cmd = [self.client, "build", "--progress=plain", "--platform", req.platform,
-               "--iidfile", str(iidfile), "-f", str(req.context / "Dockerfile")]
+        cmd = [
+            self.client,
+            "build",
+            "--progress=plain",
+            "--platform",
+            req.platform,
+            "--iidfile",
+            str(iidfile),
+            "-f",
+            str(req.context / "Dockerfile"),
+        ]
         for key, value in sorted(req.build_args.items()):
             cmd += ["--build-arg", f"{key}={value}"]
         for key, value in sorted(req.labels.items()):
@@ -322,8 +360,15 @@ class DockerClient:
                     log.write(f"servebuild: {note}\n")
                     if echo is not None:
                         echo.write(f"[     0s] {note}\n")
-                proc = procs.popen(cmd, "build", env=self._env(), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+                proc = procs.popen(
+                    cmd,
+                    "build",
+                    env=self._env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    bufsize=1,
+                )
                 assert proc.stdout is not None
                 for line in proc.stdout:
                     log.write(line)
@@ -337,16 +382,21 @@ class DockerClient:
                 proc.kill()
                 proc.wait()
         if code != 0:
-            raise DockerError(f"build failed (exit {code}): {failure_cause(tail)}; full log: {log_path}",
-                              field="build")
+            raise DockerError(f"build failed (exit {code}): {failure_cause(tail)}; full log: {log_path}", field="build")
         return iidfile.read_text().strip()
 
     @contextmanager
     def saved(self, image_id: str) -> Iterator[tarfile.TarFile]:
         """`docker save IMAGE` as a tar stream, read once front to back (members in the engine's order:
         layers, then the config and manifest.json); an unreadable stream or a failed save is one line."""
-        proc = procs.popen([self.client, "save", image_id], "engine", env=self._env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        proc = procs.popen(
+            [self.client, "save", image_id],
+            "engine",
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         failed = None
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=1 << 20) as tar:
@@ -365,11 +415,18 @@ class DockerClient:
     def load(self, archive: bytes) -> str:
         """`docker load` of an archive held in memory (a config and its manifest); what the engine printed."""
         try:
-            proc = procs.run([self.client, "load"], "engine", env=self._env(), input=archive, capture_output=True,
-                             timeout=self.timeout or 600)
+            proc = procs.run(
+                [self.client, "load"],
+                "engine",
+                env=self._env(),
+                input=archive,
+                capture_output=True,
+                timeout=self.timeout or 600,
+            )
         except subprocess.TimeoutExpired:
-            raise DockerError(f"engine {self.name} did not answer `docker load` within {self.timeout or 600:.0f}s",
-                              field="engine") from None
+            raise DockerError(
+                f"engine {self.name} did not answer `docker load` within {self.timeout or 600:.0f}s", field="engine"
+            ) from None
         if proc.returncode != 0:
             raise DockerError(f"docker load failed on {self.name}: {procs.last_line(proc)}", field="engine")
         return proc.stdout.decode(errors="replace")
@@ -384,8 +441,14 @@ class DockerClient:
     def push(self, image_id: str, ref: str) -> None:
         """Tag `image_id` as `ref` and push it (a registry cache ref; not a published release)."""
         self.tag(image_id, ref)
-        proc = procs.run([self.client, "push", ref], "--cache-to", env=self._env(), capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL)
+        proc = procs.run(
+            [self.client, "push", ref],
+            "--cache-to",
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         if proc.returncode != 0:
             detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise DockerError(f"push of {ref} from {self.name} failed: {detail}", field="--cache-to")
@@ -409,8 +472,14 @@ class DockerClient:
         except (sdk_errors.DockerException, requests.exceptions.RequestException, OSError):
             pass
 
-    def run_in_image(self, image: str, *command: str, platform: Optional[str] = None,
-                     network: str = "none", entrypoint: Optional[str] = None) -> str:
+    def run_in_image(
+        self,
+        image: str,
+        *command: str,
+        platform: Optional[str] = None,
+        network: str = "none",
+        entrypoint: Optional[str] = None,
+    ) -> str:
         """The stdout of COMMAND in a throwaway container of `image`; a failure is one line with its stderr."""
         if self._api is not None:
             return self._run_in_image_api(image, list(command), platform, network, entrypoint)
@@ -421,11 +490,19 @@ class DockerClient:
             args += ["--entrypoint", entrypoint]
         return self.run(*args, image, *command).stdout
 
-    def _run_in_image_api(self, image: str, command: list[str], platform: Optional[str], network: str,
-                          entrypoint: Optional[str]) -> str:
+    def _run_in_image_api(
+        self, image: str, command: list[str], platform: Optional[str], network: str, entrypoint: Optional[str]
+    ) -> str:
         host_config = self._api.create_host_config(network_mode=network)
-        created = self._sdk("create", self._api.create_container, image, command=command, entrypoint=entrypoint,
-                            host_config=host_config, platform=platform)
+        created = self._sdk(
+            "create",
+            self._api.create_container,
+            image,
+            command=command,
+            entrypoint=entrypoint,
+            host_config=host_config,
+            platform=platform,
+        )
         container = created["Id"]
         try:
             self._sdk("start", self._api.start, container)
@@ -441,11 +518,15 @@ class DockerClient:
 
 
 # what a failed step printed that says why: pip, apt, compilers, the CA, our own checks
-CAUSE = re.compile(r"(ERROR: (?!executor failed|failed to solve|process )|E: |error: |fatal: |Error: |"
-                   r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
-                   r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)")
+CAUSE = re.compile(
+    r"(ERROR: (?!executor failed|failed to solve|process )|E: |error: |fatal: |Error: |"
+    r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
+    r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)"
+)
 STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
-OURS = re.compile(r"^(?:#\d+ )?(?:\d+\.\d+ )?servebuild: (.+)")  # what servebuild's in-build checks print (tools/profile_check.py)
+OURS = re.compile(
+    r"^(?:#\d+ )?(?:\d+\.\d+ )?servebuild: (.+)"
+)  # what servebuild's in-build checks print (tools/profile_check.py)
 # a step's header echoes its command (which may quote our own messages): never a cause
 STEP_HEADER = re.compile(r"^#\d+ \[[\w.-]+(?: \d+/\d+)?\] ")
 
@@ -460,7 +541,7 @@ def failure_cause(tail: list[str]) -> str:
     ours = next((m.group(1) for m in (OURS.match(t.strip()) for t in tail) if m), None)
     if ours:  # a check of servebuild's own that runs in the build says exactly what is wrong
         return ours[:1000]
-    step = next((t for t in reversed(tail) if "executor failed running" in t or "process \"" in t), "")
+    step = next((t for t in reversed(tail) if "executor failed running" in t or 'process "' in t), "")
     failed = next((m for m in (re.match(r"#(\d+) ERROR: ", t) for t in reversed(tail)) if m), None)
     # ^ the failed step's number: its own output says why (a concurrent step is only CANCELED)
     lines = [t for t in tail if t != step and not t.startswith("------") and not STEP_HEADER.match(t)]

@@ -46,14 +46,16 @@ PULL_TIMEOUT_S = 1800  # a missing base may be pulled during the preflight (CUDA
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]{{2,45}}\])"
 UNIX = re.compile(r"^unix://(?P<path>/[A-Za-z0-9_.@+/-]*[A-Za-z0-9_.@+-])\Z")
-SSH = re.compile(rf"^ssh://(?:(?P<user>[A-Za-z_][A-Za-z0-9_.-]{{0,31}})@)?(?P<host>{_HOSTNAME})(?::(?P<port>[0-9]{{1,5}}))?\Z")
+SSH = re.compile(
+    rf"^ssh://(?:(?P<user>[A-Za-z_][A-Za-z0-9_.-]{{0,31}})@)?(?P<host>{_HOSTNAME})(?::(?P<port>[0-9]{{1,5}}))?\Z"
+)
 TCP = re.compile(rf"^tcp://(?P<host>{_HOSTNAME}):(?P<port>[0-9]{{1,5}})\Z")
 SCHEMES = "unix:///PATH, ssh://[USER@]HOST[:PORT] or tcp://HOST:PORT (with tls)"
 
 
 class TLSFiles(Model):
-    ca: str                      # the CA that signed the engine's certificate
-    cert: Optional[str] = None   # client certificate and key, both or neither
+    ca: str  # the CA that signed the engine's certificate
+    cert: Optional[str] = None  # client certificate and key, both or neither
     key: Optional[str] = None
 
     @model_validator(mode="after")
@@ -122,13 +124,13 @@ def endpoint_key(host: str) -> tuple:
 @dataclass(frozen=True)
 class FarmEngine:
     endpoint: Endpoint
-    field: str            # platforms.linux/arm64.0: where the farm file names it
+    field: str  # platforms.linux/arm64.0: where the farm file names it
     line: Optional[int]
 
 
 @dataclass(frozen=True)
 class Farm:
-    file: str             # as shown in errors
+    file: str  # as shown in errors
     engines: dict[str, list[FarmEngine]]
     timeout: int
 
@@ -171,8 +173,9 @@ def load_farm(path: Path, root: Path) -> Farm:
     engines: dict[str, list[FarmEngine]] = {}
     for platform, entries in model.platforms.items():
         if platform not in PLATFORMS:
-            raise _place(chain, ("platforms", platform), f"unknown platform {platform!r}; expected one of "
-                                                         f"{', '.join(PLATFORMS)}")
+            raise _place(
+                chain, ("platforms", platform), f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}"
+            )
         if not entries:
             raise _place(chain, ("platforms", platform), "lists no engine")
         seen: dict[tuple, int] = {}
@@ -180,24 +183,48 @@ def load_farm(path: Path, root: Path) -> Farm:
         for i, entry in enumerate(entries):
             key = endpoint_key(entry.host)
             if key in seen:
-                raise _place(chain, ("platforms", platform, i, "host"),
-                             f"{entry.host} is listed twice for {platform} (also entry {seen[key]})")
+                raise _place(
+                    chain,
+                    ("platforms", platform, i, "host"),
+                    f"{entry.host} is listed twice for {platform} (also entry {seen[key]})",
+                )
             seen[key] = i
             loc = ("platforms", platform, i)
             tls = _tls_files(entry, path.parent, chain, loc + ("tls",))
             if entry.ssh_config is not None:
-                tls["ssh_config"] = _checked_file(entry.ssh_config, path.parent, chain, loc + ("ssh_config",),
-                                                  ("Host", "host", "HostName", "IdentityFile", "User", "Port",
-                                                   "UserKnownHostsFile", "StrictHostKeyChecking", "Match"),
-                                                  "an ssh_config file")
-            engines[platform].append(FarmEngine(
-                Endpoint(entry.host, network=entry.network, **tls),
-                field=".".join(map(str, loc)), line=lines.get(loc)))
+                tls["ssh_config"] = _checked_file(
+                    entry.ssh_config,
+                    path.parent,
+                    chain,
+                    loc + ("ssh_config",),
+                    (
+                        "Host",
+                        "host",
+                        "HostName",
+                        "IdentityFile",
+                        "User",
+                        "Port",
+                        "UserKnownHostsFile",
+                        "StrictHostKeyChecking",
+                        "Match",
+                    ),
+                    "an ssh_config file",
+                )
+            engines[platform].append(
+                FarmEngine(
+                    Endpoint(entry.host, network=entry.network, **tls),
+                    field=".".join(map(str, loc)),
+                    line=lines.get(loc),
+                )
+            )
     return Farm(display, engines, model.preflight_timeout)
 
 
-PEM_MARKERS = {"ca": ("-----BEGIN CERTIFICATE-----",), "cert": ("-----BEGIN CERTIFICATE-----",),
-               "key": ("PRIVATE KEY-----",)}
+PEM_MARKERS = {
+    "ca": ("-----BEGIN CERTIFICATE-----",),
+    "cert": ("-----BEGIN CERTIFICATE-----",),
+    "key": ("PRIVATE KEY-----",),
+}
 
 
 def _tls_files(entry: EngineEntry, base: Path, chain, loc: tuple) -> dict[str, Path]:
@@ -237,6 +264,7 @@ def local_farm(platforms: list[str]) -> Farm:
 
 # -- preflight
 
+
 @dataclass
 class Node:
     platform: str
@@ -263,8 +291,9 @@ def preflight(farm: Farm, plans: dict, connect: Connect = _connect, note: Option
     nodes = {}
     for platform, plan in plans.items():
         if platform not in farm.engines:
-            raise RecipeError(f"no engine for {platform}; the farm lists {', '.join(farm.engines)}",
-                              file=farm.file, field="platforms")
+            raise RecipeError(
+                f"no engine for {platform}; the farm lists {', '.join(farm.engines)}", file=farm.file, field="platforms"
+            )
         problems = []
         for engine in farm.engines[platform]:
             try:
@@ -295,23 +324,40 @@ def check_engine(farm: Farm, engine: FarmEngine, plan, connect: Connect = _conne
             pulled = client.run("pull", "--platform", platform, ref, check=False, timeout=PULL_TIMEOUT_S)
             if pulled.returncode != 0:
                 host = f"DOCKER_HOST={engine.endpoint} " if engine.endpoint else ""
-                raise farm.error(engine, f"{name} has no base image {ref} ({plan.loaded.file}: bases.{stage}) and "
-                                         f"cannot pull it; load it there (`docker save {ref} | {host}docker load`) "
-                                         f"or make it with `invoke bootstrap-base` against that engine")
+                raise farm.error(
+                    engine,
+                    f"{name} has no base image {ref} ({plan.loaded.file}: bases.{stage}) and "
+                    f"cannot pull it; load it there (`docker save {ref} | {host}docker load`) "
+                    f"or make it with `invoke bootstrap-base` against that engine",
+                )
     try:
         run.resolve_bases(plan, client)
     except ServebuildError as exc:
         raise farm.error(engine, f"{name}: {exc.file}: {exc.field}: {exc.problem}") from None
     arch, want = docker_arch(info.get("Architecture", "")), arch_of(platform)
     if arch != want:  # foreign platform: can this engine run it? ask it, with the base the build uses
-        probe = client.run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "uname",
-                           plan.bases["build"], "-m", check=False)
+        probe = client.run(
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--platform",
+            platform,
+            "--entrypoint",
+            "uname",
+            plan.bases["build"],
+            "-m",
+            check=False,
+        )
         answer = probe.stdout.strip()
         if probe.returncode != 0 or answer != machine_of(platform):
             detail = answer or (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
-            raise farm.error(engine, f"{name} is {arch or 'of unknown architecture'} and cannot run {platform} "
-                                     f"containers ({detail}); register QEMU binfmt on that host (`invoke binfmt`) "
-                                     f"or list a {want} engine for {platform}")
+            raise farm.error(
+                engine,
+                f"{name} is {arch or 'of unknown architecture'} and cannot run {platform} "
+                f"containers ({detail}); register QEMU binfmt on that host (`invoke binfmt`) "
+                f"or list a {want} engine for {platform}",
+            )
     return Node(platform, engine, client)
 
 
@@ -324,11 +370,16 @@ def engine_of_build(farm: Farm, platform: str, manifest: dict, connect: Connect 
         if host == built_on:
             return connect(engine.endpoint, farm.timeout)
     listed = ", ".join(str(e.endpoint or "the local engine") for e in farm.engines.get(platform, [])) or "none"
-    raise RecipeError(f"the {platform} image was built on {built_on or 'the local engine'}, which the farm does "
-                      f"not list for {platform} (it lists {listed})", file=farm.file, field=f"platforms.{platform}")
+    raise RecipeError(
+        f"the {platform} image was built on {built_on or 'the local engine'}, which the farm does "
+        f"not list for {platform} (it lists {listed})",
+        file=farm.file,
+        field=f"platforms.{platform}",
+    )
 
 
 # -- building several platforms at once
+
 
 class PrefixedStream:
     """Whole lines, each prefixed, written under one lock so concurrent builds never interleave a line."""
@@ -378,9 +429,11 @@ def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None)
 def per_platform_option(value: Optional[str], option: str, platforms: list) -> None:
     """With several platforms, one reference must become one per platform: it needs `{arch}`."""
     if value and len(platforms) > 1 and "{arch}" not in value:
-        raise RecipeError(f"{value!r} would name every platform's image; put {{arch}} in it "
-                          f"(e.g. {value.rsplit(':', 1)[0] if ':' in value.rsplit('/', 1)[-1] else value}:{{arch}})",
-                          field=option)
+        raise RecipeError(
+            f"{value!r} would name every platform's image; put {{arch}} in it "
+            f"(e.g. {value.rsplit(':', 1)[0] if ':' in value.rsplit('/', 1)[-1] else value}:{{arch}})",
+            field=option,
+        )
 
 
 def image_of_build(root: Path, build_dir: Path, farm_option: Optional[str]) -> Optional[str]:

@@ -59,8 +59,10 @@ def settled_config(config: dict, created: str, keep: int) -> dict:
     out["created"] = created
     if isinstance(config.get(INLINE_CACHE), str):
         out[INLINE_CACHE] = _settled_cache(config[INLINE_CACHE], created)
-    out["history"] = [dict(h, created=created) if i >= keep and "created" in h else h
-                      for i, h in enumerate(config.get("history") or [])]
+    out["history"] = [
+        dict(h, created=created) if i >= keep and "created" in h else h
+        for i, h in enumerate(config.get("history") or [])
+    ]
     if not config.get("history"):
         out.pop("history", None)
     return out
@@ -89,8 +91,21 @@ def config_from_store(docker, image_id: str, platform: str) -> Optional[dict]:
     if not (isinstance(root, str) and isinstance(driver, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
         return None
     store = f"{root}/image/{driver}/imagedb/content/sha256"
-    proc = docker.run("run", "--rm", "--network", "none", "--platform", platform, "-v", f"{store}:/store:ro",
-                      "--entrypoint", "/bin/cat", image_id, f"/store/{digest}", check=False)
+    proc = docker.run(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--platform",
+        platform,
+        "-v",
+        f"{store}:/store:ro",
+        "--entrypoint",
+        "/bin/cat",
+        image_id,
+        f"/store/{digest}",
+        check=False,
+    )
     raw = proc.stdout.encode() if proc.returncode == 0 else b""
     if hashlib.sha256(raw).hexdigest() != digest:
         return None
@@ -108,8 +123,11 @@ def read_config(docker, image_id: str) -> dict:
         for member in tar:
             if member.isfile() and "/" not in member.name and member.name.endswith(".json"):
                 if member.size > CONFIG_LIMIT:
-                    raise DockerError(f"docker save of {image_id} on {docker.name} holds {member.name} of "
-                                      f"{member.size} bytes, over {CONFIG_LIMIT}", field="build")
+                    raise DockerError(
+                        f"docker save of {image_id} on {docker.name} holds {member.name} of "
+                        f"{member.size} bytes, over {CONFIG_LIMIT}",
+                        field="build",
+                    )
                 small[member.name] = tar.extractfile(member).read()
     try:
         manifest = json.loads(small["manifest.json"])
@@ -125,16 +143,16 @@ def base_history_length(docker, ref: str) -> int:
     """How many history entries the base image has (they lead the image's own, untouched)."""
     proc = docker.run("history", "-q", "--no-trunc", ref, check=False)
     if proc.returncode != 0:
-        raise DockerError(f"docker history {ref} failed on {docker.name}: "
-                          f"{procs.last_line(proc)}", field="build")
+        raise DockerError(f"docker history {ref} failed on {docker.name}: {procs.last_line(proc)}", field="build")
     return len([line for line in proc.stdout.splitlines() if line.strip()])
 
 
 def load_config(docker, data: bytes, want: str, layers: int) -> None:
     """`docker load` of the config alone; the engine must already hold its layers (it just built them)."""
     name = want.removeprefix("sha256:") + ".json"
-    manifest = json.dumps([{"Config": name, "RepoTags": None,
-                            "Layers": [f"layer{i}/layer.tar" for i in range(layers)]}]).encode()
+    manifest = json.dumps(
+        [{"Config": name, "RepoTags": None, "Layers": [f"layer{i}/layer.tar" for i in range(layers)]}]
+    ).encode()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for member, body in ((name, data), ("manifest.json", manifest)):
@@ -146,6 +164,9 @@ def load_config(docker, data: bytes, want: str, layers: int) -> None:
     except DockerError as exc:
         loaded = exc.problem
     if want not in loaded:
-        raise DockerError(f"engine {docker.name} did not load the settled config of {want} ({loaded.strip()[-200:]}); "
-                          f"an engine whose image store needs every layer in a load (the containerd store) "
-                          f"cannot settle images yet", field="build")
+        raise DockerError(
+            f"engine {docker.name} did not load the settled config of {want} ({loaded.strip()[-200:]}); "
+            f"an engine whose image store needs every layer in a load (the containerd store) "
+            f"cannot settle images yet",
+            field="build",
+        )

@@ -17,24 +17,47 @@ SCHEMA = 2
 PACKAGE = PACKAGE_DIR
 
 
-def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
-                    source: Optional[PreparedSource], build_args: dict[str, str]) -> dict:
+def inputs_manifest(
+    loaded: LoadedRecipe,
+    platform: str,
+    bases: dict[str, dict],
+    source: Optional[PreparedSource],
+    build_args: dict[str, str],
+) -> dict:
     """Everything that went into the build, with hashes. No timestamps: same inputs, same bytes."""
     r = loaded.recipe
-    files = [{"path": f.path, "kind": f.kind, "field": ".".join(map(str, f.loc)),
-              "sha256": sha256_file(loaded.root / f.path)} for f in files_for(r, platform)]
+    files = [
+        {
+            "path": f.path,
+            "kind": f.kind,
+            "field": ".".join(map(str, f.loc)),
+            "sha256": sha256_file(loaded.root / f.path),
+        }
+        for f in files_for(r, platform)
+    ]
     engine = None
     if r.engine:
-        engine = {"name": r.engine.name, "version": r.engine.version, "install": r.engine.install,
-                  "installed_version": source.version(r.engine.version) if source else None,
-                  "source": source.as_dict() if source else None, "subdir": r.engine.source.subdir,
-                  "context_files": {name: {"path": _shown(rel, loaded), "sha256": sha256_file(loaded.root / rel)}
-                                    for name, rel in sorted(r.engine.mode.context_files(r.engine, platform).items())}}
+        engine = {
+            "name": r.engine.name,
+            "version": r.engine.version,
+            "install": r.engine.install,
+            "installed_version": source.version(r.engine.version) if source else None,
+            "source": source.as_dict() if source else None,
+            "subdir": r.engine.source.subdir,
+            "context_files": {
+                name: {"path": _shown(rel, loaded), "sha256": sha256_file(loaded.root / rel)}
+                for name, rel in sorted(r.engine.mode.context_files(r.engine, platform).items())
+            },
+        }
     return {
         "schema": SCHEMA,
         "servebuild": __version__,
-        "recipe": {"name": r.name, "sha256": loaded.sha256, "variant": loaded.variant,
-                   "files": [{"path": f.display, "sha256": f.text_sha256} for f in loaded.chain]},
+        "recipe": {
+            "name": r.name,
+            "sha256": loaded.sha256,
+            "variant": loaded.variant,
+            "files": [{"path": f.display, "sha256": f.text_sha256} for f in loaded.chain],
+        },
         "platform": platform,
         "python": r.python,
         "cuda_arch_list": r.cuda_arch_list,
@@ -43,13 +66,21 @@ def inputs_manifest(loaded: LoadedRecipe, platform: str, bases: dict[str, dict],
         "constraints": next(f for f in files if f["field"] == f"constraints.{platform}"),
         "engine": engine,
         "build_args": dict(sorted(build_args.items())),
-        "launch": {"profiles": sorted(r.launch.profiles), "default": r.launch.default_profile(),
-                   "cache_dirs": r.launch.cache_dirs, "user": r.launch.user, "workdir": r.launch.workdir},
+        "launch": {
+            "profiles": sorted(r.launch.profiles),
+            "default": r.launch.default_profile(),
+            "cache_dirs": r.launch.cache_dirs,
+            "user": r.launch.user,
+            "workdir": r.launch.workdir,
+        },
         "expect": r.expect.model_dump(mode="json"),
         # what the aot stage compiles (the recipe's kernels, then its recordings' replayable lines);
         # outputs.aot says what it built, with each kernel's cache keys
-        "aot": {"kernels": aot_kernels(r, loaded.root), "recordings": list(r.aot.recordings),
-                "max_bytes": r.aot.max_bytes},
+        "aot": {
+            "kernels": aot_kernels(r, loaded.root),
+            "recordings": list(r.aot.recordings),
+            "max_bytes": r.aot.max_bytes,
+        },
     }
 
 

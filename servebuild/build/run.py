@@ -74,8 +74,14 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
     make_dir(plan.build_dir, "the build directory")
     with _FETCH_LOCK, writing(root, "the source cache"), writing(plan.build_dir / "work", "the engine source tree"):
-        return prepare_engine_source(plan.loaded, plan.platform, cache, plan.build_dir / "work",
-                                     offline=plan.options.offline, ca_bundle=plan.secrets.get("ca"))
+        return prepare_engine_source(
+            plan.loaded,
+            plan.platform,
+            cache,
+            plan.build_dir / "work",
+            offline=plan.options.offline,
+            ca_bundle=plan.secrets.get("ca"),
+        )
 
 
 def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
@@ -89,21 +95,33 @@ def resolve_bases(plan: BuildPlan, docker: DockerClient) -> dict[str, dict]:
                 raise RecipeError(
                     f"base image {ref} is not in the engine and cannot be pulled; make one with "
                     f"`invoke bootstrap-base` or map the reference with --mirror-map",
-                    file=plan.loaded.file, field=f"bases.{stage}")
+                    file=plan.loaded.file,
+                    field=f"bases.{stage}",
+                )
         info = docker.image_inspect(ref)
         if info.get("Architecture") != want_arch:
-            raise RecipeError(f"base image {ref} is {info.get('Architecture')}, the build is for "
-                              f"{plan.platform}", file=plan.loaded.file, field=f"bases.{stage}")
+            raise RecipeError(
+                f"base image {ref} is {info.get('Architecture')}, the build is for {plan.platform}",
+                file=plan.loaded.file,
+                field=f"bases.{stage}",
+            )
         if plan.debian is not None and ref.startswith("servebuild/debian:"):
             if base_images.base_key(info) != plan.debian.base_key():
-                raise Refused(f"base image {ref} was not bootstrapped from the Debian packages "
-                              f"{lock_display(plan.loaded)} pins", hint=f"run `invoke bootstrap-base --recipe "
-                              f"{plan.loaded.recipe.name} --arch {want_arch}` (or `invoke main`)",
-                              file=plan.loaded.file, field=f"bases.{stage}")
+                raise Refused(
+                    f"base image {ref} was not bootstrapped from the Debian packages {lock_display(plan.loaded)} pins",
+                    hint=f"run `invoke bootstrap-base --recipe "
+                    f"{plan.loaded.recipe.name} --arch {want_arch}` (or `invoke main`)",
+                    file=plan.loaded.file,
+                    field=f"bases.{stage}",
+                )
         locked_id = getattr(plan.lock.bases, stage).local_id if plan.lock else None
         if locked_id and locked_id != info["Id"]:
-            raise RecipeError(f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
-                              f"run `invoke lock` again", file=plan.loaded.file, field=f"bases.{stage}")
+            raise RecipeError(
+                f"lock is stale: base image {ref} is now {info['Id']}, the lock pins {locked_id}; "
+                f"run `invoke lock` again",
+                file=plan.loaded.file,
+                field=f"bases.{stage}",
+            )
         repo_digest = digest_for_ref(ref, info.get("RepoDigests") or [])
         original = getattr(plan.loaded.recipe.bases, stage)
         out[stage] = {"ref": original.ref, "resolved": ref, "id": info["Id"], "digest": repo_digest}
@@ -114,10 +132,10 @@ def repository_of(ref: str) -> str:
     """`reg:5000/a/b:tag@sha256:...` -> `reg:5000/a/b`, with Docker Hub's implied prefixes dropped."""
     name = ref.split("@", 1)[0]
     if name.rfind(":") > name.rfind("/"):
-        name = name[:name.rfind(":")]
+        name = name[: name.rfind(":")]
     for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
             break
     return name.removeprefix("library/")
 
@@ -129,8 +147,7 @@ def digest_for_ref(ref: str, repo_digests: list[str]) -> Optional[str]:
     if "@" in ref:
         return ref.split("@", 1)[1]
     want = repository_of(ref)
-    return next((d.split("@", 1)[1] for d in repo_digests
-                 if "@" in d and repository_of(d) == want), None)
+    return next((d.split("@", 1)[1] for d in repo_digests if "@" in d and repository_of(d) == want), None)
 
 
 def pinned_debs(plan: BuildPlan, fetch: bool = True) -> dict[str, list[tuple[str, Optional[Path]]]]:
@@ -143,16 +160,29 @@ def pinned_debs(plan: BuildPlan, fetch: bool = True) -> dict[str, list[tuple[str
         if fetch:
             root = _cache_root(plan)
             with writing(root, "the artifact cache"):
-                paths = fetch_debs(step.packages, plan.debian.mirror, root, plan.loaded.recipe.name,
-                                   lock_display(plan.loaded), offline=plan.options.offline)
+                paths = fetch_debs(
+                    step.packages,
+                    plan.debian.mirror,
+                    root,
+                    plan.loaded.recipe.name,
+                    lock_display(plan.loaded),
+                    offline=plan.options.offline,
+                )
         else:
             paths = [None] * len(step.packages)
         out[stage] = [(p.spec, path) for p, path in zip(step.packages, paths)]
     return out
 
 
-def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, dict], cpus: int, mem: int,
-           tarball: Optional[Path] = None, debs: Optional[dict] = None) -> Rendered:
+def render(
+    plan: BuildPlan,
+    source: Optional[PreparedSource],
+    bases: dict[str, dict],
+    cpus: int,
+    mem: int,
+    tarball: Optional[Path] = None,
+    debs: Optional[dict] = None,
+) -> Rendered:
     """The build context for the plan: compile parallelism for the engine's host, the inputs manifest
     and the rendered Dockerfile, written under the plan's build dir."""
     recipe = plan.loaded.recipe
@@ -166,23 +196,38 @@ def render(plan: BuildPlan, source: Optional[PreparedSource], bases: dict[str, d
     stages = {}
     if engine:
         data = dockerfile_data(recipe, plan.loaded.root, plan.platform, plan.bases, overlay_files=overlay)
-        stages = {name: base for name, base in data["stage_bases"].items()
-                  if data["aot" if name == "aot" else "profile_check"]}
+        stages = {
+            name: base
+            for name, base in data["stage_bases"].items()
+            if data["aot" if name == "aot" else "profile_check"]
+        }
     if stages:  # recorded: which engine each build-time stage ran on
-        manifest_inputs["stages"] = {name: {"on": b.base, **({"because": b.because} if b.because else {})}
-                                     for name, b in sorted(stages.items())}
+        manifest_inputs["stages"] = {
+            name: {"on": b.base, **({"because": b.because} if b.because else {})} for name, b in sorted(stages.items())
+        }
     context = plan.build_dir / "context"
     make_dir(plan.build_dir, "the build directory")
     try:
         with writing(context, "the build context"):
-            write_context(plan.loaded, plan.platform, plan.bases, context, manifest_inputs,
-                          tarball or (source.tarball if source else None),
-                          debs if debs is not None else pinned_debs(plan, fetch=False), overlay)
+            write_context(
+                plan.loaded,
+                plan.platform,
+                plan.bases,
+                context,
+                manifest_inputs,
+                tarball or (source.tarball if source else None),
+                debs if debs is not None else pinned_debs(plan, fetch=False),
+                overlay,
+            )
     except BaseException:  # a full disk or ^C: no half context is left for a later build to trust
         shutil.rmtree(context, ignore_errors=True)
         raise
-    return Rendered(context=context, build_args=build_args, manifest_inputs=manifest_inputs,
-                    notes=tuple(b.describe(name) for name, b in sorted(stages.items())))
+    return Rendered(
+        context=context,
+        build_args=build_args,
+        manifest_inputs=manifest_inputs,
+        notes=tuple(b.describe(name) for name, b in sorted(stages.items())),
+    )
 
 
 def changed_files(plan: BuildPlan, source: Optional[PreparedSource]) -> Optional[list[str]]:
@@ -208,15 +253,20 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
 
 
 def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
-    bases = {s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
-             for s, r in plan.bases.items()}
+    bases = {
+        s: {"ref": getattr(plan.loaded.recipe.bases, s).ref, "resolved": r, "id": None, "digest": None}
+        for s, r in plan.bases.items()
+    }
     engine = plan.loaded.recipe.engine
     lines, problem = [], None
     if engine:
         problem = plan.unpinned
         origin = engine.mode.tree_origin(engine, plan.platform)
-        tree = (f"{origin.artifact} from {origin.requirement}" if origin.kind == "pypi"
-                else f"{engine.source.url} at {engine.source.commit}")
+        tree = (
+            f"{origin.artifact} from {origin.requirement}"
+            if origin.kind == "pypi"
+            else f"{engine.source.url} at {engine.source.commit}"
+        )
         lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
         if problem:
             lines.append(f"  would stop: {problem}")
@@ -227,9 +277,14 @@ def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
     context = rendered.context
     args = " ".join(f"--build-arg {k}={v}" for k, v in sorted(rendered.build_args.items()))
     secrets = " ".join(f"--secret id={k},src={v}" for k, v in sorted(plan.secrets.items()))
-    text = "\n".join([f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
-                      f"  context: {context}", *lines,
-                      f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}"])
+    text = "\n".join(
+        [
+            f"would build {plan.loaded.recipe.name} for {plan.platform} as {plan.tag}",
+            f"  context: {context}",
+            *lines,
+            f"  docker build --platform {plan.platform} {args} {secrets} -f {context}/Dockerfile {context}",
+        ]
+    )
     return text, problem is not None
 
 
@@ -245,46 +300,71 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
     bases = resolve_bases(plan, docker)
     # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
     if docker.endpoint is None and engine_arch(info) != arch_of(plan.platform) and not emulation_ready(plan.platform):
-        raise DockerError(f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU "
-                          f"binfmt; run `invoke binfmt`", field="--platform")
+        raise DockerError(
+            f"building for {plan.platform} on a {engine_arch(info)} engine needs QEMU binfmt; run `invoke binfmt`",
+            field="--platform",
+        )
     source = fetch_sources(plan)
     debs = pinned_debs(plan)
     rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)), debs=debs)
     created, created_from = plan.created or _not_for_building()
     labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"
-    request = BuildRequest(context=rendered.context, platform=plan.platform, build_args=rendered.build_args,
-                           labels=labels, secrets=plan.secrets, no_cache=plan.options.no_cache,
-                           cache_from=plan.options.cache_from, inline_cache=plan.options.cache_to is not None,
-                           network=docker.endpoint.network if docker.endpoint else None, notes=rendered.notes)
+    request = BuildRequest(
+        context=rendered.context,
+        platform=plan.platform,
+        build_args=rendered.build_args,
+        labels=labels,
+        secrets=plan.secrets,
+        no_cache=plan.options.no_cache,
+        cache_from=plan.options.cache_from,
+        inline_cache=plan.options.cache_to is not None,
+        network=docker.endpoint.network if docker.endpoint else None,
+        notes=rendered.notes,
+    )
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
     image_id = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
     packages, apt, aot = installed_lists(docker, image_id, plan.platform)
     manifest = dict(rendered.manifest_inputs)
-    manifest["outputs"] = {"image_id": image_id, "tag": plan.tag, "created": created,
-                           "created_from": created_from, "labels": labels,
-                           "packages": sorted(p for p in packages if p.strip()),
-                           "apt_packages": sorted(p for p in apt if p.strip()),
-                           "aot": aot,
-                           "engine": {"server_version": docker.server_version, "client": docker.client,
-                                      **({"host": docker.endpoint.host} if docker.endpoint else {})}}
+    manifest["outputs"] = {
+        "image_id": image_id,
+        "tag": plan.tag,
+        "created": created,
+        "created_from": created_from,
+        "labels": labels,
+        "packages": sorted(p for p in packages if p.strip()),
+        "apt_packages": sorted(p for p in apt if p.strip()),
+        "aot": aot,
+        "engine": {
+            "server_version": docker.server_version,
+            "client": docker.client,
+            **({"host": docker.endpoint.host} if docker.endpoint else {}),
+        },
+    }
     manifest_path = plan.build_dir / "manifest.json"
     with writing(manifest_path, "the build manifest"):  # before the tag: a manifest that cannot be written tags nothing
         write_json(manifest_path, manifest, strict=True)
     docker.tag(image_id, plan.tag)
     if plan.options.cache_to:
         docker.push(image_id, plan.options.cache_to)
-    return BuildResult(image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path,
-                       cache_ref=plan.options.cache_to)
+    return BuildResult(
+        image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path, cache_ref=plan.options.cache_to
+    )
 
 
 def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str], Optional[dict]]:
     """The image's pip and apt package lists and its aot record (what the aot stage compiled, with
     cache keys), read in one throwaway container (no network)."""
     # absolute paths: a launch profile named like a command (/usr/local/bin/cat) must not answer
-    out = docker.run_in_image(image_id, "-c", "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
-                              "/bin/cat /opt/servebuild/apt-runtime.txt; echo '#aot'; "
-                              f"/bin/cat {SEED}/aot.json 2>/dev/null || true", platform=platform, entrypoint="/bin/sh")
+    out = docker.run_in_image(
+        image_id,
+        "-c",
+        "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
+        "/bin/cat /opt/servebuild/apt-runtime.txt; echo '#aot'; "
+        f"/bin/cat {SEED}/aot.json 2>/dev/null || true",
+        platform=platform,
+        entrypoint="/bin/sh",
+    )
     packages, _, rest = out.partition("#apt\n")
     apt, _, aot = rest.partition("#aot\n")
     try:

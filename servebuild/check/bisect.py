@@ -57,7 +57,7 @@ class Probe:
     command: str
     timeout_s: int = DEFAULT_TIMEOUT_S
     metrics_file: Optional[str] = None  # a JSON object (or JSONL: the last object) the command writes
-    artifacts: Optional[str] = None     # a directory in the container, copied next to the row's log
+    artifacts: Optional[str] = None  # a directory in the container, copied next to the row's log
     run: RunOptions = RunOptions()
 
     def script(self) -> str:
@@ -65,13 +65,18 @@ class Probe:
         tool (the zero-compile metric: jit_compiled_files), and the metrics file printed after it (in
         base64, one line: a JSONL file keeps its lines)."""
         tool = f"{VENV}/bin/python {CACHE_TOOL}"
-        lines = [f"if [ -f {CACHE_TOOL} ]; then {tool} seed >/dev/null 2>&1; "
-                 f"{tool} census --listing {CENSUS_FILE} >/dev/null 2>&1; fi", self.command, "rc=$?",
-                 f"if [ -f {CENSUS_FILE} ]; then printf '\\n{CACHE_MARK} '; {tool} census --since {CENSUS_FILE}; fi"]
+        lines = [
+            f"if [ -f {CACHE_TOOL} ]; then {tool} seed >/dev/null 2>&1; "
+            f"{tool} census --listing {CENSUS_FILE} >/dev/null 2>&1; fi",
+            self.command,
+            "rc=$?",
+            f"if [ -f {CENSUS_FILE} ]; then printf '\\n{CACHE_MARK} '; {tool} census --since {CENSUS_FILE}; fi",
+        ]
         if self.metrics_file:
             path = shlex.quote(self.metrics_file)
-            lines.append(f"if [ -f {path} ]; then printf '\\n{METRICS_MARK} '; base64 < {path} | tr -d '\\n'; "
-                         f"printf '\\n'; fi")
+            lines.append(
+                f"if [ -f {path} ]; then printf '\\n{METRICS_MARK} '; base64 < {path} | tr -d '\\n'; printf '\\n'; fi"
+            )
         return "\n".join(lines + ["exit $rc"])
 
     def check(self) -> None:
@@ -86,8 +91,10 @@ def bench_probe(suite: str, timeout_s: int, run: RunOptions) -> Probe:
     """The default --run: start the profile's launcher, wait for its health endpoint, run servebuild-bench
     with the named suite (and any options after it), stop the server; bench.json is the row's metrics."""
     words = shlex.split(suite)
-    command = (f'{BENCH_COMMAND} --serve "$SERVEBUILD_LAUNCHER" --url "$SERVEBUILD_BENCH_URL" '
-               f"--health-timeout {max(60, timeout_s - 300)} --out {BENCH_OUT} --suite {shlex.join(words)}")
+    command = (
+        f'{BENCH_COMMAND} --serve "$SERVEBUILD_LAUNCHER" --url "$SERVEBUILD_BENCH_URL" '
+        f"--health-timeout {max(60, timeout_s - 300)} --out {BENCH_OUT} --suite {shlex.join(words)}"
+    )
     return Probe(command, timeout_s=timeout_s, metrics_file=f"{BENCH_OUT}/bench.json", artifacts=BENCH_OUT, run=run)
 
 
@@ -101,11 +108,11 @@ class Row:
     image_id: str
     build_s: float
     profile: Optional[str] = None
-    exit: Optional[int] = None       # 0 when every run exited 0, else the first other exit; None: a run timed out
-    run_s: float = 0.0               # median
+    exit: Optional[int] = None  # 0 when every run exited 0, else the first other exit; None: a run timed out
+    run_s: float = 0.0  # median
     metrics: dict = field(default_factory=dict)  # median of each numeric metric over the runs
-    spread: dict = field(default_factory=dict)   # metric -> [min, max] over the runs (--repeat > 1)
-    runs: list = field(default_factory=list)     # each run: exit, run_s, metrics, log, artifacts
+    spread: dict = field(default_factory=dict)  # metric -> [min, max] over the runs (--repeat > 1)
+    runs: list = field(default_factory=list)  # each run: exit, run_s, metrics, log, artifacts
     unique_bytes: Optional[int] = None
 
     @property
@@ -113,8 +120,9 @@ class Row:
         return self.variant + (f"-{self.profile}" if self.profile else "")
 
     def add(self, exit_code: Optional[int], run_s: float, metrics: dict, log: str, artifacts: Optional[str]) -> None:
-        self.runs.append({"exit": exit_code, "run_s": round(run_s, 2), "metrics": metrics, "log": log,
-                          "artifacts": artifacts})
+        self.runs.append(
+            {"exit": exit_code, "run_s": round(run_s, 2), "metrics": metrics, "log": log, "artifacts": artifacts}
+        )
         exits = [r["exit"] for r in self.runs]
         self.exit = None if None in exits else next((e for e in exits if e != 0), 0)
         self.run_s = statistics.median(r["run_s"] for r in self.runs)
@@ -136,15 +144,17 @@ def parse_metrics(output: str) -> dict:
     bench_serving appends one per run); without the file, the last line of output that is a JSON
     object; plus jit_compiled_files, the cache files the command wrote, where the image counted them."""
     lines = output.strip().splitlines()
-    census = next((_object(line[len(CACHE_MARK) + 1:]) for line in reversed(lines)
-                   if line.startswith(CACHE_MARK + " ")), {})
-    compiled = ({"jit_compiled_files": sum(census["changed"].values())}
-                if isinstance(census.get("changed"), dict) else {})
+    census = next(
+        (_object(line[len(CACHE_MARK) + 1 :]) for line in reversed(lines) if line.startswith(CACHE_MARK + " ")), {}
+    )
+    compiled = (
+        {"jit_compiled_files": sum(census["changed"].values())} if isinstance(census.get("changed"), dict) else {}
+    )
     lines = [line for line in lines if not line.startswith(CACHE_MARK + " ")]
     for line in reversed(lines):
         if line.startswith(METRICS_MARK + " "):
             try:
-                text = base64.b64decode(line[len(METRICS_MARK) + 1:].strip(), validate=True).decode(errors="replace")
+                text = base64.b64decode(line[len(METRICS_MARK) + 1 :].strip(), validate=True).decode(errors="replace")
             except (binascii.Error, ValueError):
                 text = ""
             return {**(_object(text) or _last_object(text.splitlines())), **compiled}
@@ -168,8 +178,16 @@ def _object(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional[str], gpus: str, log: Path,
-                 artifacts: Optional[Path] = None, url: Optional[str] = None) -> tuple[Optional[int], float, str]:
+def run_in_image(
+    docker: DockerClient,
+    tag: str,
+    probe: Probe,
+    profile: Optional[str],
+    gpus: str,
+    log: Path,
+    artifacts: Optional[Path] = None,
+    url: Optional[str] = None,
+) -> tuple[Optional[int], float, str]:
     """(exit or None on timeout, seconds, output) of the probe in a throwaway container; the whole
     output is written to `log` as it comes, and the probe's artifacts directory copied to `artifacts`."""
     name = f"servebuild-bisect-{uuid.uuid4().hex[:12]}"
@@ -206,8 +224,13 @@ def run_in_image(docker: DockerClient, tag: str, probe: Probe, profile: Optional
 def layer_sizes(docker: DockerClient, image_id: str) -> list[tuple[str, Optional[int]]]:
     """(diff id, bytes) of each layer, from a local engine's layer store (None where unreadable)."""
     info = docker.info()
-    store = Path(info.get("DockerRootDir", "/var/lib/docker")) / "image" / info.get("Driver", "overlay2") / \
-        "layerdb" / "sha256"
+    store = (
+        Path(info.get("DockerRootDir", "/var/lib/docker"))
+        / "image"
+        / info.get("Driver", "overlay2")
+        / "layerdb"
+        / "sha256"
+    )
     out, chain = [], None
     for diff in docker.image_inspect(image_id)["RootFS"]["Layers"]:
         chain = diff if chain is None else "sha256:" + hashlib.sha256(f"{chain} {diff}".encode()).hexdigest()
@@ -247,20 +270,31 @@ def variant_job(loaded, spec: str) -> tuple[str, Optional[tuple[str, ...]]]:
     when the plan is made, before anything builds."""
     name, eq, stack = spec.partition("=")
     if not NAME_RE.fullmatch(name):
-        raise InputError(f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: a lowercase letter, then lowercase "
-                          f"letters, digits and '-', as a recipe's variant names)", file=loaded.file, field="--variants")
+        raise InputError(
+            f"{spec!r} is not VARIANT or NAME=ID+ID (NAME: a lowercase letter, then lowercase "
+            f"letters, digits and '-', as a recipe's variant names)",
+            file=loaded.file,
+            field="--variants",
+        )
     if not eq:
         if name not in loaded.recipe.variants:
-            raise RecipeError(f"no variant {name!r} (known: {', '.join(loaded.recipe.variants) or 'none'}; "
-                              f"or give a stack as NAME=ID+ID)", file=loaded.file, field="variants")
+            raise RecipeError(
+                f"no variant {name!r} (known: {', '.join(loaded.recipe.variants) or 'none'}; "
+                f"or give a stack as NAME=ID+ID)",
+                file=loaded.file,
+                field="variants",
+            )
         return name, None
     ids = tuple(filter(None, stack.split("+")))
     engine = loaded.recipe.engine
     known = [e.id for e in engine.source.patches + engine.source.optional_patches] if engine else []
     missing = [i for i in ids if i not in known]
     if missing:
-        raise InputError(f"variant {name}: no patch {missing[0]!r} (known: {', '.join(known) or 'none'})",
-                          file=loaded.file, field="--variants")
+        raise InputError(
+            f"variant {name}: no patch {missing[0]!r} (known: {', '.join(known) or 'none'})",
+            file=loaded.file,
+            field="--variants",
+        )
     return name, ids
 
 
@@ -290,8 +324,13 @@ SUMMARY_ONLY = ("_min", "_max", "_n", "_mean", "_requests", "_completion_tokens"
 def table_metrics(rows: list[Row]) -> list[str]:
     """The numeric metrics the table shows (every metric is in bisect.json)."""
     names = {k for r in rows for k, v in r.metrics.items() if _number(v)}
-    return sorted(k for k in names if not k.endswith(SUMMARY_ONLY) and not k.startswith(("calibration_", "requests_"))
-                  and not re.fullmatch(r"[a-z]+_s", k))
+    return sorted(
+        k
+        for k in names
+        if not k.endswith(SUMMARY_ONLY)
+        and not k.startswith(("calibration_", "requests_"))
+        and not re.fullmatch(r"[a-z]+_s", k)
+    )
 
 
 def _cell(row: Row, name: str) -> str:
@@ -313,12 +352,30 @@ def table(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         unique = "?" if r.unique_bytes is None else human_bytes(r.unique_bytes)
-        exits = "-" if not r.runs else ("timeout" if r.exit is None else
-                                        ",".join(str(x["exit"]) for x in r.runs) if r.exit else "0")
-        log = ("-" if not r.runs else r.runs[0]["log"] if len(r.runs) == 1
-               else r.runs[0]["log"].replace("-run1.log", "-run{1.." + str(len(r.runs)) + "}.log"))
-        cells = [r.variant, r.profile or "-", ",".join(r.patches) or "(none)", f"{r.build_s:.0f}", unique,
-                 str(len(r.runs)), exits, f"{r.run_s:.0f}" if r.runs else "-", *[_cell(r, m) for m in metrics], log]
+        exits = (
+            "-"
+            if not r.runs
+            else ("timeout" if r.exit is None else ",".join(str(x["exit"]) for x in r.runs) if r.exit else "0")
+        )
+        log = (
+            "-"
+            if not r.runs
+            else r.runs[0]["log"]
+            if len(r.runs) == 1
+            else r.runs[0]["log"].replace("-run1.log", "-run{1.." + str(len(r.runs)) + "}.log")
+        )
+        cells = [
+            r.variant,
+            r.profile or "-",
+            ",".join(r.patches) or "(none)",
+            f"{r.build_s:.0f}",
+            unique,
+            str(len(r.runs)),
+            exits,
+            f"{r.run_s:.0f}" if r.runs else "-",
+            *[_cell(r, m) for m in metrics],
+            log,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -343,8 +400,9 @@ def write_report(rows: list[Row], out_dir: Path, extra: Optional[dict] = None) -
 def parse_threshold(metric: Optional[str], threshold: Optional[str]) -> Optional[float]:
     """--metric and --threshold come together; the threshold is a finite number."""
     if (metric is None) != (threshold is None) or metric == "":
-        raise InputError("give --metric NAME and --threshold NUMBER together (or neither: the exit status decides)",
-                          field="--metric")
+        raise InputError(
+            "give --metric NAME and --threshold NUMBER together (or neither: the exit status decides)", field="--metric"
+        )
     if threshold is None:
         return None
     try:
@@ -360,9 +418,18 @@ class Session:
     """One bisect run: every plan is made (and checked) before anything builds; each image is
     built once and measured `repeat` times per profile (interleaved across rows by `measure_all`)."""
 
-    def __init__(self, root: Path, recipe: str, probe: Optional[Probe], profiles: dict[str, list[Optional[str]]],
-                 options: dict, repeat: int = 1, out_dir: Optional[Path] = None, urls: Optional[dict] = None,
-                 farm_file: Optional[Path] = None):
+    def __init__(
+        self,
+        root: Path,
+        recipe: str,
+        probe: Optional[Probe],
+        profiles: dict[str, list[Optional[str]]],
+        options: dict,
+        repeat: int = 1,
+        out_dir: Optional[Path] = None,
+        urls: Optional[dict] = None,
+        farm_file: Optional[Path] = None,
+    ):
         """`farm_file`: build and run on its engine for the platform, as `build --farm` would (None: local)."""
         self.plans = {name: make_plan(root, recipe, o) for name, o in options.items()}
         self.probe, self.profiles, self.repeat = probe, profiles, repeat
@@ -372,9 +439,11 @@ class Session:
         make_dir(self.out_dir, "the bisect output")  # before any build: a bisect that cannot report builds nothing
         self.gpus = probe.run.resolved_gpus(self.docker, "every bisect run") if probe else "none"
         if probe:
-            print(f"bisect: runs get {'no GPU' if self.gpus == 'none' else 'GPUs ' + self.gpus} "
-                  f"(--gpus {probe.run.gpus}), network {probe.run.network}; logs in {self.out_dir / 'logs'}",
-                  flush=True)
+            print(
+                f"bisect: runs get {'no GPU' if self.gpus == 'none' else 'GPUs ' + self.gpus} "
+                f"(--gpus {probe.run.gpus}), network {probe.run.network}; logs in {self.out_dir / 'logs'}",
+                flush=True,
+            )
         self.rows: list[Row] = []
         self.measured: dict[str, list[Row]] = {}
 
@@ -387,8 +456,17 @@ class Session:
         result = build(plan, self.docker)
         build_s = time.monotonic() - start
         patches = [p.id for p in plan.loaded.recipe.engine.source.patches] if plan.loaded.recipe.engine else []
-        rows = [Row(variant=name, patches=patches, tag=result.tag, image_id=result.image_id, build_s=build_s,
-                    profile=profile) for profile in self.profiles.get(name, [None])]
+        rows = [
+            Row(
+                variant=name,
+                patches=patches,
+                tag=result.tag,
+                image_id=result.image_id,
+                build_s=build_s,
+                profile=profile,
+            )
+            for profile in self.profiles.get(name, [None])
+        ]
         print(f"  {name}: built in {build_s:.0f}s", flush=True)
         self.rows += rows
         self.measured[name] = rows
@@ -398,13 +476,25 @@ class Session:
         n = len(row.runs) + 1
         log = Path("logs") / f"{row.key}-run{n}.log"
         artifacts = Path("runs") / f"{row.key}-run{n}"
-        code, secs, output = run_in_image(self.docker, row.tag, self.probe, row.profile, self.gpus,
-                                          self.out_dir / log, self.out_dir / artifacts, self.urls.get(row.profile))
-        row.add(code, secs, parse_metrics(output), str(log),
-                str(artifacts) if (self.out_dir / artifacts).exists() else None)
-        print(f"  {row.variant}{' / ' + row.profile if row.profile else ''} run {n}/{self.repeat}: "
-              f"{'timeout' if code is None else 'exit ' + str(code)} in {secs:.0f}s, "
-              f"{len(row.runs[-1]['metrics'])} metrics, log {self.out_dir / log}", flush=True)
+        code, secs, output = run_in_image(
+            self.docker,
+            row.tag,
+            self.probe,
+            row.profile,
+            self.gpus,
+            self.out_dir / log,
+            self.out_dir / artifacts,
+            self.urls.get(row.profile),
+        )
+        row.add(
+            code, secs, parse_metrics(output), str(log), str(artifacts) if (self.out_dir / artifacts).exists() else None
+        )
+        print(
+            f"  {row.variant}{' / ' + row.profile if row.profile else ''} run {n}/{self.repeat}: "
+            f"{'timeout' if code is None else 'exit ' + str(code)} in {secs:.0f}s, "
+            f"{len(row.runs[-1]['metrics'])} metrics, log {self.out_dir / log}",
+            flush=True,
+        )
 
     def measure(self, name: str) -> list[Row]:
         """Build and run one variant `repeat` times (the search measures one variant at a time)."""
@@ -422,7 +512,7 @@ class Session:
         if not self.probe:
             return
         for round_no in range(self.repeat):
-            for row in (rows if round_no % 2 == 0 else list(reversed(rows))):
+            for row in rows if round_no % 2 == 0 else list(reversed(rows)):
                 self.run_row(row)
 
     def outcome(self, name: str, metric: Optional[str], threshold: Optional[float]) -> str:
@@ -430,25 +520,30 @@ class Session:
         ran = [r for r in rows if r.exit is not None]
         if metric and ran and all(metric not in r.metrics for r in ran):
             printed = sorted({k for r in ran for k in r.metrics})
-            raise InputError(f"the command printed no metric {metric!r} in {name} (it printed: "
-                              f"{', '.join(printed) or 'no JSON metrics'}); the search cannot decide",
-                              field="--metric")
+            raise InputError(
+                f"the command printed no metric {metric!r} in {name} (it printed: "
+                f"{', '.join(printed) or 'no JSON metrics'}); the search cannot decide",
+                field="--metric",
+            )
         return ",".join(outcome(r, metric, threshold) for r in rows)
 
     def culprit(self, jobs: list[tuple], found: Optional[int]) -> str:
         if found is None:
             last = jobs[-1][0]
-            return (f"no patch changes the outcome: {jobs[0][0]} and {last} agree "
-                    f"({','.join(self.outcome_of(jobs[0][0]))})")
+            return (
+                f"no patch changes the outcome: {jobs[0][0]} and {last} agree ({','.join(self.outcome_of(jobs[0][0]))})"
+            )
         name, stack = jobs[found]
         entry = self.plans[name].loaded.recipe.engine.source.patches[-1]
         manifest = json.loads((self.plans[name].build_dir / "manifest.json").read_text())
         applied = manifest["engine"]["source"]["patches"][-1]
         where = f"PR #{entry.pr} at {entry.commit}" if entry.pr else entry.file
         before, after = self.outcome_of(jobs[found - 1][0]), self.outcome_of(name)
-        return (f"first patch that changes the outcome: {entry.id} ({where}, diff sha256 {applied['sha256']}): "
-                f"{','.join(before)} with {jobs[found - 1][0]} -> {','.join(after)} with {name}; "
-                f"{len(self.measured)} of {len(jobs)} prefixes built")
+        return (
+            f"first patch that changes the outcome: {entry.id} ({where}, diff sha256 {applied['sha256']}): "
+            f"{','.join(before)} with {jobs[found - 1][0]} -> {','.join(after)} with {name}; "
+            f"{len(self.measured)} of {len(jobs)} prefixes built"
+        )
 
     def outcome_of(self, name: str) -> list[str]:
         return [f"exit {r.exit}" for r in self.measured[name]]
@@ -458,8 +553,11 @@ class Session:
         unique = unique_bytes(sizes) if len(sizes) > 1 else {}
         for row in self.rows:
             row.unique_bytes = unique.get(row.variant)
-        return write_report(self.rows, self.out_dir, {"repeat": self.repeat, "gpus": self.gpus,
-                                                      "command": self.probe.command if self.probe else None})
+        return write_report(
+            self.rows,
+            self.out_dir,
+            {"repeat": self.repeat, "gpus": self.gpus, "command": self.probe.command if self.probe else None},
+        )
 
 
 def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, Optional[tuple[str, ...]]]]:
@@ -476,8 +574,9 @@ def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, O
     names = [name for name, _ in jobs]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
-        raise InputError(f"variant {twice!r} is named twice (each is one image, one tag)", file=loaded.file,
-                         field="--variants")
+        raise InputError(
+            f"variant {twice!r} is named twice (each is one image, one tag)", file=loaded.file, field="--variants"
+        )
     return jobs
 
 
@@ -494,11 +593,15 @@ def profile_names(loaded, profiles: Optional[str], variants: list[str]) -> dict[
     for spec in profiles.split(","):
         variant, colon, name = spec.strip().rpartition(":")
         if colon and variant not in variants:
-            raise InputError(f"{spec!r}: {variant!r} is not a variant of this run ({', '.join(variants)})",
-                              file=loaded.file, field="--profiles")
+            raise InputError(
+                f"{spec!r}: {variant!r} is not a variant of this run ({', '.join(variants)})",
+                file=loaded.file,
+                field="--profiles",
+            )
         if name not in known:
-            raise RecipeError(f"no profile {name!r} (known: {', '.join(known) or 'none'})",
-                              file=loaded.file, field="launch.profiles")
+            raise RecipeError(
+                f"no profile {name!r} (known: {', '.join(known) or 'none'})", file=loaded.file, field="launch.profiles"
+            )
         target = own.setdefault(variant, []) if colon else common
         if name in target:
             raise InputError(f"{spec!r} names profile {name!r} twice for one variant", field="--profiles")

@@ -12,22 +12,39 @@ from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import InputError
 from servebuild.recipe.grammar import shown
 
-GPUS = re.compile(r"\A(all|none|auto|[0-9]{1,3}(,[0-9]{1,3}){0,63}|GPU-[0-9a-fA-F-]{8,64}(,GPU-[0-9a-fA-F-]{8,64}){0,63})\Z")
+GPUS = re.compile(
+    r"\A(all|none|auto|[0-9]{1,3}(,[0-9]{1,3}){0,63}|GPU-[0-9a-fA-F-]{8,64}(,GPU-[0-9a-fA-F-]{8,64}){0,63})\Z"
+)
 NETWORK = re.compile(r"\A[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}\Z")  # none, bridge, host, or a network's name
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 SHM_SIZE = re.compile(r"\A[1-9][0-9]{0,12}[bkmgBKMG]?\Z")  # docker's grammar: 32g, 1024m, 67108864
 
 VOLUME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")  # docker's grammar for a named volume
-VOLUME_OPTIONS = {"ro", "rw", "z", "Z", "shared", "slave", "private", "rshared", "rslave", "rprivate", "nocopy",
-                  "consistent", "cached", "delegated"}
+VOLUME_OPTIONS = {
+    "ro",
+    "rw",
+    "z",
+    "Z",
+    "shared",
+    "slave",
+    "private",
+    "rshared",
+    "rslave",
+    "rprivate",
+    "nocopy",
+    "consistent",
+    "cached",
+    "delegated",
+}
 
 
 def check_network(network: str) -> str:
     """A docker network as `docker run --network` takes it (none, bridge, host or a network's name): the
     one grammar of every command's --network (warm, bisect)."""
     if not NETWORK.match(network):
-        raise InputError(f"{shown(network)} is not a docker network name (none, bridge, host or a network's name)",
-                          field="--network")
+        raise InputError(
+            f"{shown(network)} is not a docker network name (none, bridge, host or a network's name)", field="--network"
+        )
     return network
 
 
@@ -54,14 +71,19 @@ def check_volume(volume: str) -> None:
     if not dst.startswith("/") or dst == "/":
         raise InputError(f"{spec}: DST must be an absolute path in the container (not /)", field="--volume")
     if len(parts) == 3 and not set(parts[2].split(",")) <= VOLUME_OPTIONS:
-        raise InputError(f"{spec}: unknown volume option in {shown(parts[2])} "
-                          f"(one of {', '.join(sorted(VOLUME_OPTIONS))})", field="--volume")
+        raise InputError(
+            f"{spec}: unknown volume option in {shown(parts[2])} (one of {', '.join(sorted(VOLUME_OPTIONS))})",
+            field="--volume",
+        )
 
 
 def check_gpus(gpus: str, allow_auto: bool = True) -> str:
     if not GPUS.match(gpus) or (gpus == "auto" and not allow_auto):
-        raise InputError(f"{gpus!r} is not all, none{', auto' if allow_auto else ''} or a GPU list such as 0,1 "
-                          f"(indexes or GPU-UUIDs)", field="--gpus")
+        raise InputError(
+            f"{gpus!r} is not all, none{', auto' if allow_auto else ''} or a GPU list such as 0,1 "
+            f"(indexes or GPU-UUIDs)",
+            field="--gpus",
+        )
     devices = gpus.split(",")
     if len(set(devices)) != len(devices):
         raise InputError(f"{gpus!r} names a GPU twice", field="--gpus")
@@ -78,8 +100,9 @@ def check_env(pairs) -> tuple[tuple[str, str], ...]:
     for pair in pairs or ():
         name, eq, value = str(pair).partition("=")
         if not eq or not ENV_NAME.match(name):
-            raise InputError(f"{pair!r} is not NAME=VALUE (NAME: letters, digits, '_', not first a digit)",
-                              field="--env")
+            raise InputError(
+                f"{pair!r} is not NAME=VALUE (NAME: letters, digits, '_', not first a digit)", field="--env"
+            )
         if any(c in value for c in "\n\r\x00"):
             raise InputError(f"--env {name}: the value holds a line break or NUL", field="--env")
         out.append((name, value))
@@ -90,7 +113,7 @@ def check_env(pairs) -> tuple[tuple[str, str], ...]:
 class RunOptions:
     """The container's side of a measurement."""
 
-    gpus: str = "auto"          # auto (all where the engine has the NVIDIA runtime), all, none, or devices
+    gpus: str = "auto"  # auto (all where the engine has the NVIDIA runtime), all, none, or devices
     network: str = "none"
     env: tuple[tuple[str, str], ...] = ()
     shm_size: str = ""
@@ -102,10 +125,11 @@ class RunOptions:
         if self.shm_size and not SHM_SIZE.match(self.shm_size):
             raise InputError(f"{self.shm_size!r} is not a size such as 32g or 1024m", field="--shm-size")
         if self.shm_size:
-            digits, unit = self.shm_size.rstrip("bkmgBKMG"), self.shm_size[len(self.shm_size.rstrip("bkmgBKMG")):]
+            digits, unit = self.shm_size.rstrip("bkmgBKMG"), self.shm_size[len(self.shm_size.rstrip("bkmgBKMG")) :]
             if int(digits) * SHM_UNITS[unit.lower()] > SHM_MAX:
-                raise InputError(f"{self.shm_size!r} is more shared memory than any host has (at most 4 TiB)",
-                                  field="--shm-size")
+                raise InputError(
+                    f"{self.shm_size!r} is more shared memory than any host has (at most 4 TiB)", field="--shm-size"
+                )
         for volume in self.volumes:
             check_volume(volume)
         return self
@@ -118,10 +142,13 @@ class RunOptions:
             return "all" if has_runtime else "none"
         if self.gpus != "none" and not has_runtime:
             where = f"engine {docker.endpoint.host}" if docker.endpoint else "the local Docker engine"
-            raise InputError(f"--gpus {self.gpus}: {where} has no NVIDIA runtime (docker info lists "
-                              f"{', '.join(sorted(docker.info().get('Runtimes') or {})) or 'no runtime'}), so "
-                              f"{purpose} would run without a GPU; install the NVIDIA Container Toolkit there, "
-                              f"or pass --gpus none", field="--gpus")
+            raise InputError(
+                f"--gpus {self.gpus}: {where} has no NVIDIA runtime (docker info lists "
+                f"{', '.join(sorted(docker.info().get('Runtimes') or {})) or 'no runtime'}), so "
+                f"{purpose} would run without a GPU; install the NVIDIA Container Toolkit there, "
+                f"or pass --gpus none",
+                field="--gpus",
+            )
         return self.gpus
 
     def docker_args(self, gpus: str) -> list[str]:

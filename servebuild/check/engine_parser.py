@@ -29,8 +29,9 @@ def check_in_image(docker: DockerClient, image: str, loaded: LoadedRecipe) -> di
     recipe = loaded.recipe
     kind = recipe.engine.kind if recipe.engine else None
     if kind is None or kind.argcheck is None:
-        raise RecipeError(f"recipe {recipe.name} has no engine whose parser servebuild can run", file=loaded.file,
-                          field="engine.name")
+        raise RecipeError(
+            f"recipe {recipe.name} has no engine whose parser servebuild can run", file=loaded.file, field="engine.name"
+        )
     if not recipe.launch.profiles:
         raise RecipeError(f"recipe {recipe.name} has no launch profiles", file=loaded.file, field="launch.profiles")
     if docker.image_id(image) is None:
@@ -45,9 +46,22 @@ def check_in_image(docker: DockerClient, image: str, loaded: LoadedRecipe) -> di
         work.chmod(0o755)
         (work / "out").chmod(0o777)
         python, *command = argcheck_argv(recipe, MOUNT, f"{MOUNT}/launchers", f"{MOUNT}/out/record.json")
-        proc = docker.run("run", "--rm", "--network", "none", "--entrypoint", python, "-v", f"{work}:{MOUNT}",
-                          image, *command, check=False)
-        ours = [line.removeprefix("servebuild: ") for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
+        proc = docker.run(
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            python,
+            "-v",
+            f"{work}:{MOUNT}",
+            image,
+            *command,
+            check=False,
+        )
+        ours = [
+            line.removeprefix("servebuild: ") for line in proc.stdout.splitlines() if line.startswith("servebuild: ")
+        ]
         if ours:
             raise RecipeError(ours[0], file=loaded.file, field="launch.profiles")
         if proc.returncode != 0:

@@ -22,8 +22,10 @@ def _pyplot():
     """matplotlib, imported when a picture is drawn: importing it writes a font cache under $HOME, which
     no other command (verify, build) may do."""
     import matplotlib
+
     matplotlib.use("Agg")  # files only: no display on a build host
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -74,6 +76,7 @@ def ttft_plot(series: dict[str, list[float]], path: Path, title: str) -> Optiona
         ax.set_xscale("log")
         # 1, 2 and 5 of each decade labelled as plain numbers (the default labels only 0.1 and 1)
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -111,24 +114,31 @@ def bisect_plots(data: dict, out_dir: Path) -> list[Path]:
         for run in row.get("runs", []):
             if run.get("artifacts"):
                 series.setdefault(label, []).extend(
-                    s["ttft_s"] for s in read_samples(out_dir / run["artifacts"] / "samples.jsonl"))
+                    s["ttft_s"] for s in read_samples(out_dir / run["artifacts"] / "samples.jsonl")
+                )
         metric = metric or next((m for m in DECODE_METRICS if isinstance(row["metrics"].get(m), (int, float))), None)
         if metric and isinstance(row["metrics"].get(metric), (int, float)):
             lo, hi = row.get("spread", {}).get(metric, [row["metrics"][metric]] * 2)
             bars[label] = (row["metrics"][metric], lo, hi)
-    made = [ttft_plot(series, out_dir / "ttft.png", "TTFT per variant (every measured request of every run)"),
-            decode_plot(bars, metric or "", out_dir / "decode.png")]
+    made = [
+        ttft_plot(series, out_dir / "ttft.png", "TTFT per variant (every measured request of every run)"),
+        decode_plot(bars, metric or "", out_dir / "decode.png"),
+    ]
     return [p for p in made if p is not None]
 
 
 def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
-    ks = sorted(int(k.split("_")[1][1:]) for k in summary if k.startswith("ksweep_k") and k.endswith("_tg_tps")
-                and isinstance(summary[k], (int, float)))
+    ks = sorted(
+        int(k.split("_")[1][1:])
+        for k in summary
+        if k.startswith("ksweep_k") and k.endswith("_tg_tps") and isinstance(summary[k], (int, float))
+    )
     if not ks:
         return None
     fig, ax = _pyplot().subplots(figsize=(6.5, 4.2))
-    lines = ax.plot(ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o",
-                    label="single-stream 1/TPOT (tok/s, median)")
+    lines = ax.plot(
+        ks, [summary[f"ksweep_k{k}_tg_tps"] for k in ks], marker="o", label="single-stream 1/TPOT (tok/s, median)"
+    )
     ax.set_xlabel("k: speculative draft tokens (DSpark k)")
     ax.set_ylabel("single-stream 1/TPOT (tok/s, median of runs)")
     ax.set_xticks(ks)
@@ -137,12 +147,23 @@ def ksweep_plot(summary: dict, path: Path) -> Optional[Path]:
     accepted = [(k, v) for k, v in accepted if isinstance(v, (int, float))]
     if accepted:
         twin = ax.twinx()
-        lines += twin.plot([k for k, _ in accepted], [v for _, v in accepted], marker="s", color="#dd8452",
-                           label="accept length (right axis)")
+        lines += twin.plot(
+            [k for k, _ in accepted],
+            [v for _, v in accepted],
+            marker="s",
+            color="#dd8452",
+            label="accept length (right axis)",
+        )
         twin.set_ylabel("accept length")
     # above the axes, not in them: in the upper left it hid the k=1 point, usually the highest
-    ax.legend(lines, [line.get_label() for line in lines], loc="lower center", bbox_to_anchor=(0.5, 1.0),
-              ncol=len(lines), frameon=False)
+    ax.legend(
+        lines,
+        [line.get_label() for line in lines],
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=len(lines),
+        frameon=False,
+    )
     ax.set_title("speculative k sweep: single-stream 1/TPOT" + (" and accept length" if accepted else ""), pad=24)
     return _save(fig, path)
 

@@ -12,13 +12,31 @@ from servebuild import TOOLS_DIR
 from servebuild.check import plots
 from servebuild.errors import InputError, ServebuildError
 
-OPTIONS = ("url", "serve", "model", "api", "ignore_eos", "sizes", "runs", "max_tokens", "requests", "grid_sizes",
-           "concurrencies", "warmup", "ks", "health_timeout", "request_timeout", "calibrate")
+OPTIONS = (
+    "url",
+    "serve",
+    "model",
+    "api",
+    "ignore_eos",
+    "sizes",
+    "runs",
+    "max_tokens",
+    "requests",
+    "grid_sizes",
+    "concurrencies",
+    "warmup",
+    "ks",
+    "health_timeout",
+    "request_timeout",
+    "calibrate",
+)
 
 
 def bench(root: Path, suite: str = "decode", out=None, **options) -> int:
     """The bench's exit status: 0, or 2 after its own one line (partial results kept and marked)."""
-    out_dir = Path(out) if out else root / "build" / "bench" / f"{suite.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir = (
+        Path(out) if out else root / "build" / "bench" / f"{suite.replace(',', '+')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     argv = [sys.executable, str(TOOLS_DIR / "servebuild_bench.py"), "--suite", suite, "--out", str(out_dir)]
     for name in OPTIONS:
         value = options.get(name)

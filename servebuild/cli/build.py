@@ -28,13 +28,36 @@ def validate(root: Path, recipe: str) -> None:
 
 def render(root: Path, recipe: str, platform: Optional[str], mirror_map: Optional[str]) -> None:
     plan = make_plan(root, recipe, build_options(platform=platform, mirror_map=mirror_map, fetching=False))
-    sys.stdout.write(render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, plan.platform, plan.bases, root,
-                                       plan.debian.apt_specs() if plan.debian else None))
+    sys.stdout.write(
+        render_dockerfile(
+            plan.loaded.recipe,
+            plan.loaded.sha256,
+            plan.platform,
+            plan.bases,
+            root,
+            plan.debian.apt_specs() if plan.debian else None,
+        )
+    )
 
 
-def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional[str] = None, no_cache=False,
-          dry_run=False, ca_bundle=None, netrc=None, mirror_map=None, offline=False, cache_from=None, locked=False,
-          variant=None, cache_to=None, farm=None, record_id=False) -> None:
+def build(
+    root: Path,
+    recipe: str,
+    platform: Optional[str] = None,
+    tag: Optional[str] = None,
+    no_cache=False,
+    dry_run=False,
+    ca_bundle=None,
+    netrc=None,
+    mirror_map=None,
+    offline=False,
+    cache_from=None,
+    locked=False,
+    variant=None,
+    cache_to=None,
+    farm=None,
+    record_id=False,
+) -> None:
     """One plan per platform, all checked first; a dry run prints them (and fails if one would stop);
     one platform without a farm builds on the local engine, else each on its farm engine, concurrently."""
     platforms = platform_list(platform)
@@ -43,8 +66,24 @@ def build(root: Path, recipe: str, platform: Optional[str] = None, tag: Optional
     farm_file = farms.farm_path(root, farm)
     plans = {}
     for wanted in platforms:
-        plan = make_plan(root, recipe, build_options(wanted, tag, no_cache, dry_run, ca_bundle, netrc, mirror_map,
-                                                     offline, cache_from, locked, variant, cache_to=cache_to))
+        plan = make_plan(
+            root,
+            recipe,
+            build_options(
+                wanted,
+                tag,
+                no_cache,
+                dry_run,
+                ca_bundle,
+                netrc,
+                mirror_map,
+                offline,
+                cache_from,
+                locked,
+                variant,
+                cache_to=cache_to,
+            ),
+        )
         plans[plan.platform] = plan
     if dry_run:
         reports = [run.dry_run(plan) for plan in plans.values()]
@@ -72,8 +111,9 @@ def print_committed(docker: DockerClient, plan, image_id: str, record_id: bool =
     layers, steps = committed.layers_of(docker, image_id, plan.platform)
     if record_id:
         base = docker.image_id(plan.bases["runtime"])
-        committed.record(plan.loaded, plan.platform, committed.CommittedImage(image=image_id, base=base, layers=layers),
-                         variant)
+        committed.record(
+            plan.loaded, plan.platform, committed.CommittedImage(image=image_id, base=base, layers=layers), variant
+        )
         print(f"  recorded {image_id} for {committed.key(plan.platform, variant)} in {committed.display(plan.loaded)}")
         return True
     same, line = committed.verdict(plan.loaded, plan.platform, image_id, layers, steps, variant)
@@ -134,10 +174,10 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
         cache = checked_cache_dir()
         pins = bases.pins_for(loaded, platform)
         for ref, suite in bases.missing_bootstrappable(engine, loaded, arch, pins.base_key()):
-            print(f"==> bootstrap-base {suite} {arch} ({len(pins.base)} pinned packages, Release of "
-                  f"{pins.release.date})")
-            image_id = bases.bootstrap_base(engine, pins, arch, ref, cache, loaded.recipe.name,
-                                            lock_display(loaded))
+            print(
+                f"==> bootstrap-base {suite} {arch} ({len(pins.base)} pinned packages, Release of {pins.release.date})"
+            )
+            image_id = bases.bootstrap_base(engine, pins, arch, ref, cache, loaded.recipe.name, lock_display(loaded))
             print(f"    {ref} ({image_id})")
     ca = default_ca_bundle(host_default=True)
     print(f"==> build {recipe} for {platform}" + (f" (extra CA: {ca})" if ca else ""))

@@ -20,8 +20,18 @@ from servebuild.errors import HostError, ServebuildError
 
 # what the host's file systems say when servebuild cannot write where it must (full, read-only, a file
 # in the way, no permission, quota): one line, as every other host fault
-HOST_FAULTS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST, errno.EISDIR,
-               errno.EDQUOT, errno.EIO, errno.ENAMETOOLONG}
+HOST_FAULTS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.EISDIR,
+    errno.EDQUOT,
+    errno.EIO,
+    errno.ENAMETOOLONG,
+}
 
 
 def one_line_errors(fn):
@@ -51,6 +61,7 @@ def one_line_errors(fn):
             raise Exit(f"error: {fault}", code=fault.exit_code) from None
         if isinstance(status, int) and status:
             raise Exit(code=status)
+
     return wrapper
 
 
@@ -64,10 +75,14 @@ def parse_errors_exit_2() -> None:
         try:
             return original(self)
         except ParseError as exc:  # "Flag <Argument: tag (t)> needed value..." names the option as typed
-            text = re.sub(r"<Argument: ([A-Za-z0-9_-]+)[^>]*>", lambda m: "--" + m.group(1).replace("_", "-"),
-                          " ".join(str(exc).split()))
+            text = re.sub(
+                r"<Argument: ([A-Za-z0-9_-]+)[^>]*>",
+                lambda m: "--" + m.group(1).replace("_", "-"),
+                " ".join(str(exc).split()),
+            )
             raise Exit(f"error: {text}", code=2) from None
         except ValueError as exc:  # a typed option's cast (int/float default) refused the value
             raise Exit(f"error: an option's value is not valid: {' '.join(str(exc).split())}", code=2) from None
+
     parse_tasks._servebuild = True
     Program.parse_tasks = parse_tasks

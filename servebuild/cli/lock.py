@@ -27,11 +27,12 @@ def lock(root: Path, recipe: str, offline: bool = False) -> None:
     data = compute.compute_lock(loaded, cache, ids, root / "build" / loaded.recipe.name / "lock-work", old=old)
     path = lockfile.lock_path(loaded)
     lockfile.write_lock(path, data)
-    print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path} "
-          f"in {time.monotonic() - start:.1f}s")
+    print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path} in {time.monotonic() - start:.1f}s")
     for platform, deb in sorted(data.debian.items()):
-        print(f"  debian {platform}: {deb.suite} Release of {deb.release.date}, base {len(deb.base)} packages, "
-              + ", ".join(f"{stage} step {len(step.packages)}" for stage, step in sorted(deb.apt.items())))
+        print(
+            f"  debian {platform}: {deb.suite} Release of {deb.release.date}, base {len(deb.base)} packages, "
+            + ", ".join(f"{stage} step {len(step.packages)}" for stage, step in sorted(deb.apt.items()))
+        )
     for item in data.unresolved:
         print(f"  unresolved: {item}")
 

@@ -26,12 +26,16 @@ def path(value: Optional[str]) -> Optional[Path]:
 
 def image_ref(value: Optional[str], option: str = "--image") -> str:
     """An image reference or id as docker takes it; it reaches docker as an argument, never an option."""
-    ok = value is not None and (bool(IMAGE_ID.match(value)) or (
-        len(value) <= 255 and not value.startswith("-")
-        and bool(TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)))))
+    ok = value is not None and (
+        bool(IMAGE_ID.match(value))
+        or (
+            len(value) <= 255
+            and not value.startswith("-")
+            and bool(TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", value)))
+        )
+    )
     if not ok:
-        raise InputError(f"{value!r} is not an image reference NAME[:TAG][@sha256:DIGEST] or an image id",
-                         field=option)
+        raise InputError(f"{value!r} is not an image reference NAME[:TAG][@sha256:DIGEST] or an image id", field=option)
     return value
 
 
@@ -41,8 +45,9 @@ def registry_ref(registry: Optional[str], name: str, tag: str) -> str:
         raise InputError("give the registry as HOST[:PORT]", field="--registry")
     ref = f"{registry}/{name}:{tag}"
     if not re.fullmatch(HOST, registry) or not TAG.match(ref) or "@" in name or name.count(":"):
-        raise InputError(f"{ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG",
-                         field="--registry/--repository/--tag")
+        raise InputError(
+            f"{ref!r} is not a registry reference HOST[:PORT]/REPOSITORY:TAG", field="--registry/--repository/--tag"
+        )
     return ref
 
 
@@ -74,13 +79,38 @@ def default_ca_bundle(explicit: Optional[str] = None, host_default: bool = False
     return found
 
 
-def build_options(platform=None, tag=None, no_cache=False, dry_run=False, ca_bundle=None, netrc=None,
-                  mirror_map=None, offline=False, cache_from=None, locked=False, variant=None, fetching=True,
-                  stack=None, cache_to=None) -> BuildOptions:
-    return BuildOptions(platform=platform, tag=tag, no_cache=no_cache, dry_run=dry_run,
-                        ca_bundle=path(default_ca_bundle(ca_bundle)), netrc=path(netrc), mirror_map=path(mirror_map),
-                        offline=offline, cache_from=tuple(cache_from or ()), locked=locked, variant=variant,
-                        fetching=fetching, stack=stack, cache_to=cache_to)
+def build_options(
+    platform=None,
+    tag=None,
+    no_cache=False,
+    dry_run=False,
+    ca_bundle=None,
+    netrc=None,
+    mirror_map=None,
+    offline=False,
+    cache_from=None,
+    locked=False,
+    variant=None,
+    fetching=True,
+    stack=None,
+    cache_to=None,
+) -> BuildOptions:
+    return BuildOptions(
+        platform=platform,
+        tag=tag,
+        no_cache=no_cache,
+        dry_run=dry_run,
+        ca_bundle=path(default_ca_bundle(ca_bundle)),
+        netrc=path(netrc),
+        mirror_map=path(mirror_map),
+        offline=offline,
+        cache_from=tuple(cache_from or ()),
+        locked=locked,
+        variant=variant,
+        fetching=fetching,
+        stack=stack,
+        cache_to=cache_to,
+    )
 
 
 def verdict(code: int, out_dir: Path) -> int:

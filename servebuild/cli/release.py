@@ -18,22 +18,44 @@ from servebuild.errors import InputError
 from servebuild.platforms import PLATFORMS, host_platform, platform_list
 
 
-def publish(root: Path, recipe: str, registry=None, platform=None, variant=None, repository=None, tag=None,
-            credentials_file=None, ca=None, force=False, no_verify=False, farm=None, sign_key=None) -> None:
+def publish(
+    root: Path,
+    recipe: str,
+    registry=None,
+    platform=None,
+    variant=None,
+    repository=None,
+    tag=None,
+    credentials_file=None,
+    ca=None,
+    force=False,
+    no_verify=False,
+    farm=None,
+    sign_key=None,
+) -> None:
     tag = tag or variant or "latest"
     registry_ref(registry, (repository or "servebuild/recipe").strip(), tag)  # the options, before any file is read
     seconds_from_env("SERVEBUILD_PUSH_TIMEOUT", PUSH_S)
     platforms = platform_list(platform)
-    key_file, key_field = (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"),
-                                                                     "SERVEBUILD_SIGN_KEY")
+    key_file, key_field = (
+        (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"), "SERVEBUILD_SIGN_KEY")
+    )
     signer = signing.load_private_key(Path(key_file), key_field) if key_file else None  # before any push
     docker = DockerClient()
     builds, recipe_name = gather_builds(root, recipe, platforms, variant, farm, verify=not no_verify)
     name = (repository or f"servebuild/{recipe_name}").strip()  # the recipe's name, never a path given as --recipe
     registry_ref(registry, name, tag)
     client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
-    result = publish_builds(docker, builds, client, name, tag, force=force, signer=signer,
-                            progress=lambda event, detail: print(f"{event}: {detail}", flush=True))
+    result = publish_builds(
+        docker,
+        builds,
+        client,
+        name,
+        tag,
+        force=force,
+        signer=signer,
+        progress=lambda event, detail: print(f"{event}: {detail}", flush=True),
+    )
     print(f"published {result['ref']}\n  index: {result['pinned']}")
     if signer:
         print(f"  provenance signed by {signer.keyid}")
@@ -48,12 +70,15 @@ def verify(root: Path, ref=None, credentials_file=None, ca=None, public_key=None
     report = verify_tag(client, name, tag, root, key)
     print(f"verified {report['ref']} (index {report['index']})")
     for p, r in sorted(report["platforms"].items()):
-        print(f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
-              f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}")
+        print(
+            f"  {p}: {r['digest']} image {r['image_id'][:19]} recipe {r['recipe']} manifest "
+            f"{r['manifest_sha256'][:12]} sbom {r['packages']} packages, lock {r['lock']}, {r['signature']}"
+        )
 
 
-def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca=None, ca_bundle=None,
-                  recipe=None, variant=None) -> int:
+def rebuild_check(
+    root: Path, ref=None, platform=None, credentials_file=None, ca=None, ca_bundle=None, recipe=None, variant=None
+) -> int:
     """Rebuild REF's image for one platform (default: this host's) from this checkout with --no-cache and
     compare it with the registry's: 0 identical, 1 different (the first differing layer and its paths).
     With `recipe` (--committed), compare with the recipe's committed id instead: no registry."""
@@ -63,30 +88,39 @@ def rebuild_check(root: Path, ref=None, platform=None, credentials_file=None, ca
         platform = platform or host_platform()
         if platform not in PLATFORMS:
             raise InputError(f"unknown platform {platform!r} (one of {', '.join(PLATFORMS)})", field="--platform")
-        same, rebuilt, line = rebuilding.check_committed(root, recipe, platform, variant, DockerClient(),
-                                                         path(default_ca_bundle(ca_bundle)))
+        same, rebuilt, line = rebuilding.check_committed(
+            root, recipe, platform, variant, DockerClient(), path(default_ca_bundle(ca_bundle))
+        )
         print(f"rebuilt {recipe}{' variant ' + variant if variant else ''} {platform} --no-cache: {rebuilt}")
         print(f"  {line}")
         return 0 if same else 1
     if variant is not None:
-        raise InputError("--variant goes with --committed (a published image's labels name its variant)",
-                         field="--variant")
+        raise InputError(
+            "--variant goes with --committed (a published image's labels name its variant)", field="--variant"
+        )
     if ref is None:
-        raise InputError("give the published tag (--check HOST[:PORT]/REPOSITORY:TAG) or a recipe with a committed "
-                         "id (--committed RECIPE)", field="--check")
+        raise InputError(
+            "give the published tag (--check HOST[:PORT]/REPOSITORY:TAG) or a recipe with a committed "
+            "id (--committed RECIPE)",
+            field="--check",
+        )
     registry, name, tag = split_registry_ref(ref)
     platform = platform or host_platform()
     if platform not in PLATFORMS:
         raise InputError(f"unknown platform {platform!r} (one of {', '.join(PLATFORMS)})", field="--platform")
     total_s = seconds_from_env("SERVEBUILD_REBUILD_DEADLINE", REBUILD_REGISTRY_S)  # before the registry is asked
     client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
-    report = rebuilding.check(root, client, name, tag, platform, DockerClient(), path(default_ca_bundle(ca_bundle)),
-                              total_s=total_s)
+    report = rebuilding.check(
+        root, client, name, tag, platform, DockerClient(), path(default_ca_bundle(ca_bundle)), total_s=total_s
+    )
     if report.identical:
-        print(f"rebuilt {report.ref} {platform}: identical ({report.layers} layers and the config, "
-              f"image {report.registry_id})")
+        print(
+            f"rebuilt {report.ref} {platform}: identical ({report.layers} layers and the config, "
+            f"image {report.registry_id})"
+        )
         return 0
-    print(f"rebuilt {report.ref} {platform}: DIFFERENT (registry image {report.registry_id}, "
-          f"rebuild {report.rebuilt_id})")
+    print(
+        f"rebuilt {report.ref} {platform}: DIFFERENT (registry image {report.registry_id}, rebuild {report.rebuilt_id})"
+    )
     print("\n".join(report.difference))
     return 1

@@ -22,8 +22,18 @@ from servebuild.recipe.load import load_recipe
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 
 
-def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, require_gpu=False, python=None,
-               network=False, variant=None, farm=None) -> int:
+def test_image(
+    root: Path,
+    recipe=None,
+    image=None,
+    hosts=None,
+    platform=None,
+    require_gpu=False,
+    python=None,
+    network=False,
+    variant=None,
+    farm=None,
+) -> int:
     if image is not None:
         image_ref(image)
     loaded = load_recipe(recipe, root) if recipe else None
@@ -33,8 +43,9 @@ def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, r
         if loaded is None:
             raise InputError("--hosts needs --recipe to say what to expect", field="--recipe")
         out_dir = root / "build" / loaded.recipe.name / "smoke-hosts"
-        code = smoke.run_suite(hosts, smoke.expectations(loaded, None, image=False), out_dir,
-                               require_gpu=require_gpu, python=python)
+        code = smoke.run_suite(
+            hosts, smoke.expectations(loaded, None, image=False), out_dir, require_gpu=require_gpu, python=python
+        )
         return verdict(code, out_dir)
     if image is None:
         if loaded is None:
@@ -52,8 +63,10 @@ def test_image(root: Path, recipe=None, image=None, hosts=None, platform=None, r
 def check_profiles(root: Path, recipe: str, image: Optional[str]) -> None:
     record = engine_parser.check_in_image(DockerClient(), image_ref(image), load_recipe(recipe, root))
     for name, entry in sorted(record["profiles"].items()):
-        print(f"{record['recipe']}: profile {name}: accepted by {entry['parsed_by']} "
-              f"({record['engine']} {record['version']} in {image})")
+        print(
+            f"{record['recipe']}: profile {name}: accepted by {entry['parsed_by']} "
+            f"({record['engine']} {record['version']} in {image})"
+        )
 
 
 def doctor(serve: bool = False) -> None:
@@ -78,13 +91,15 @@ def smoke_expect(root: Path, recipe: str, output: str) -> None:
     try:
         write_json(Path(output), data)
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot write {output!r}: {getattr(exc, 'strerror', None) or exc}", field="--output") \
-            from None
+        raise InputError(
+            f"cannot write {output!r}: {getattr(exc, 'strerror', None) or exc}", field="--output"
+        ) from None
     print(output)
 
 
-def bootstrap_base(root: Path, arch: Optional[str], suite: str, tag: Optional[str], recipe: str,
-                   offline: bool = False) -> None:
+def bootstrap_base(
+    root: Path, arch: Optional[str], suite: str, tag: Optional[str], recipe: str, offline: bool = False
+) -> None:
     arch = arch or host_arch()
     bases.check_arch(arch)
     bases.check_suite(suite)
@@ -93,8 +108,9 @@ def bootstrap_base(root: Path, arch: Optional[str], suite: str, tag: Optional[st
     engine = DockerClient()
     cache = checked_cache_dir()
     pins = bases.pins_for(loaded, f"linux/{arch}", suite, offline=offline)
-    image_id = bases.bootstrap_base(engine, pins, arch, tag, cache, loaded.recipe.name,
-                                    lock_display(loaded), offline=offline)
+    image_id = bases.bootstrap_base(
+        engine, pins, arch, tag, cache, loaded.recipe.name, lock_display(loaded), offline=offline
+    )
     print(f"{tag} ({image_id}): {len(pins.base)} packages of {pins.suite}, Release of {pins.release.date}")
 
 
@@ -102,6 +118,7 @@ def binfmt() -> None:
     cmd = ["update-binfmts", "--enable", "qemu-aarch64"]
     proc = procs.run(cmd, "binfmt", capture_output=True, text=True)
     if proc.returncode != 0 and "already enabled" not in proc.stderr:
-        raise HostError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}",
-                      hint="apt-get install qemu-user-static binfmt-support")
+        raise HostError(
+            f"{' '.join(cmd)} failed: {proc.stderr.strip()}", hint="apt-get install qemu-user-static binfmt-support"
+        )
     print("qemu-aarch64: " + BINFMT.read_text().splitlines()[0])

@@ -29,8 +29,18 @@ def byte_count(value: str) -> int:
     return int(m.group(1)) * UNITS[(m.group(2) or "")[:1]]
 
 
-def checked_request(image: Optional[str], run: Optional[str], profile: Optional[str], gpus: Optional[str], volume,
-                    network, timeout, max_bytes, tag, check) -> WarmRequest:
+def checked_request(
+    image: Optional[str],
+    run: Optional[str],
+    profile: Optional[str],
+    gpus: Optional[str],
+    volume,
+    network,
+    timeout,
+    max_bytes,
+    tag,
+    check,
+) -> WarmRequest:
     """Every option checked before the engine is asked anything (the image is filled in after)."""
     if not run or not run.strip() or "\x00" in run:
         raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
@@ -39,13 +49,37 @@ def checked_request(image: Optional[str], run: Optional[str], profile: Optional[
     for spec in volume or ():
         check_volume(spec)
     limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
-    return WarmRequest(image=image or "", command=run, profile=profile, gpus=gpus, volumes=tuple(volume or ()),
-                       network=network, timeout=whole_seconds(timeout, 3600, positive=True), max_bytes=limit,
-                       tag=image_ref(tag, "--tag") if tag else None, check_only=check)
+    return WarmRequest(
+        image=image or "",
+        command=run,
+        profile=profile,
+        gpus=gpus,
+        volumes=tuple(volume or ()),
+        network=network,
+        timeout=whole_seconds(timeout, 3600, positive=True),
+        max_bytes=limit,
+        tag=image_ref(tag, "--tag") if tag else None,
+        check_only=check,
+    )
 
 
-def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profile=None, run=None, volume=None,
-         gpus=None, network=None, timeout=None, max_bytes=None, tag=None, check=False, farm=None) -> int:
+def warm(
+    root: Path,
+    recipe=None,
+    variant=None,
+    platform=None,
+    image=None,
+    profile=None,
+    run=None,
+    volume=None,
+    gpus=None,
+    network=None,
+    timeout=None,
+    max_bytes=None,
+    tag=None,
+    check=False,
+    farm=None,
+) -> int:
     request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
     if image is not None:
         image_ref(image)
@@ -60,8 +94,9 @@ def warm(root: Path, recipe=None, variant=None, platform=None, image=None, profi
         default = loaded.recipe.launch.default_profile()
         if profile is not None and profile not in loaded.recipe.launch.profiles:
             known = ", ".join(sorted(loaded.recipe.launch.profiles)) or "none"
-            raise InputError(f"recipe {loaded.recipe.name} has no launch profile {profile!r} (it has: {known})",
-                             field="--profile")
+            raise InputError(
+                f"recipe {loaded.recipe.name} has no launch profile {profile!r} (it has: {known})", field="--profile"
+            )
         profile = profile or default
         plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
         if not check:  # the recipe's tag with -warm (a farm build's image is named by id: not that)

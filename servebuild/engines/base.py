@@ -18,25 +18,32 @@ JIT_CACHE_ENV = {
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "HUMMING_CACHE_DIR": "humming",
-    "HUMMING_TMP_DIR": "humming/tmp",     # humming's compiled modules (default ~/.humming/tmp)
+    "HUMMING_TMP_DIR": "humming/tmp",  # humming's compiled modules (default ~/.humming/tmp)
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
-    "HF_HOME": "huggingface",             # hub downloads, tokenizers, xet chunks (default ~/.cache/huggingface)
+    "HF_HOME": "huggingface",  # hub downloads, tokenizers, xet chunks (default ~/.cache/huggingface)
 }
 # the resolvers of tests/image/cache_paths.py that every such kind's image must pass: name -> dir under CACHE_ROOT
-JIT_CACHE_PATHS = {"triton": "triton", "tvm-ffi": "tvm-ffi", "tilelang": "tilelang", "flashinfer": "flashinfer",
-                   "inductor": "inductor", "humming": "humming", "huggingface": "huggingface"}
+JIT_CACHE_PATHS = {
+    "triton": "triton",
+    "tvm-ffi": "tvm-ffi",
+    "tilelang": "tilelang",
+    "flashinfer": "flashinfer",
+    "inductor": "inductor",
+    "humming": "humming",
+    "huggingface": "huggingface",
+}
 
 
 class EngineKind:
     name = "generic"
-    port: Optional[int] = None          # default serving port (EXPOSEd; the launcher listens on it)
-    serve_time_jit = False              # compiles kernels while serving: the runtime gets a toolchain
-    jit_probes: tuple[str, ...] = ()    # tests/image/jit_probes.py probes the smoke suite runs
-    entrypoints: tuple[str, ...] = ()   # modules whose `--help` must answer with the network off
-    help_needs_gpu = False              # the server cannot even parse --help without a CUDA device
-    env: dict[str, str] = {}            # runtime environment defaults (profiles may override)
-    cache_env: dict[str, str] = {}      # the kind's own cache variables -> directory under CACHE_ROOT
-    cache_paths: dict[str, str] = {}    # the kind's own resolvers (tests/image/cache_paths.py) -> dir under CACHE_ROOT
+    port: Optional[int] = None  # default serving port (EXPOSEd; the launcher listens on it)
+    serve_time_jit = False  # compiles kernels while serving: the runtime gets a toolchain
+    jit_probes: tuple[str, ...] = ()  # tests/image/jit_probes.py probes the smoke suite runs
+    entrypoints: tuple[str, ...] = ()  # modules whose `--help` must answer with the network off
+    help_needs_gpu = False  # the server cannot even parse --help without a CUDA device
+    env: dict[str, str] = {}  # runtime environment defaults (profiles may override)
+    cache_env: dict[str, str] = {}  # the kind's own cache variables -> directory under CACHE_ROOT
+    cache_paths: dict[str, str] = {}  # the kind's own resolvers (tests/image/cache_paths.py) -> dir under CACHE_ROOT
     # JIT kinds a recipe's `aot.kernels` may compile at build time (tools/aot_build.py) -> the module
     # prefix their builders live under
     aot_jits: dict[str, str] = {}
@@ -48,9 +55,9 @@ class EngineKind:
     # A variant touching none of them gets the stage its release built (kernels compiled once, profiles
     # parsed once). "" is every file: a kind that declares nothing shares nothing. The engine-image test
     # holds each list against what the real engine imports (tests/integration/test_engine_images.py).
-    kernel_inputs: tuple[str, ...] = ("",)   # the aot builders, their kernel sources (native files always count)
-    parser_inputs: tuple[str, ...] = ("",)   # the argument parser and every module it imports before it answers
-    health_path: Optional[str] = None   # the server's health endpoint: the image's HEALTHCHECK
+    kernel_inputs: tuple[str, ...] = ("",)  # the aot builders, their kernel sources (native files always count)
+    parser_inputs: tuple[str, ...] = ("",)  # the argument parser and every module it imports before it answers
+    health_path: Optional[str] = None  # the server's health endpoint: the image's HEALTHCHECK
     # HEALTHCHECK failures do not count while a server loads its model and compiles (DSV4: minutes)
     health_start_period = 1800
 

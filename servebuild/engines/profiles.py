@@ -36,9 +36,9 @@ class LaunchProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     description: str = ""  # one line of free text
-    module: str                        # run as `python -m MODULE`
+    module: str  # run as `python -m MODULE`
     args: list[str] = []  # the server's arguments, one word each
-    extra_args: list[str] = []         # appended after args; lets a child recipe add flags only
+    extra_args: list[str] = []  # appended after args; lets a child recipe add flags only
     env: dict[str, str] = {}  # environment of the launcher (the caller's environment overrides it)
     dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
     port: Optional[int] = Field(default=None, ge=1, le=65535)  # default: the engine kind's port
@@ -86,10 +86,14 @@ def resolve_profile_bases(profiles: dict) -> dict:
         base = expand(parent, trail + (parent,))
         child = {k: v for k, v in raw.items() if k != "from"}
         for part in (base, child):  # the merge needs the right shapes; field validation comes after
-            if not isinstance(part, dict) or not isinstance(part.get("env") or {}, dict) \
-                    or not isinstance(part.get("extra_args") or [], list):
-                raise ValueError(f"profile {name!r}: `from` needs mapping profiles with an `env` mapping "
-                                 f"and an `extra_args` list")
+            if (
+                not isinstance(part, dict)
+                or not isinstance(part.get("env") or {}, dict)
+                or not isinstance(part.get("extra_args") or [], list)
+            ):
+                raise ValueError(
+                    f"profile {name!r}: `from` needs mapping profiles with an `env` mapping and an `extra_args` list"
+                )
         merged = {k: v for k, v in base.items() if k in PROFILE_FIELDS}
         merged.update({k: v for k, v in child.items() if k not in ("env", "extra_args")})
         merged["env"] = {**(base.get("env") or {}), **(child.get("env") or {})}
@@ -123,8 +127,9 @@ def flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
 NUMBER = re.compile(r"-?[0-9][0-9.e+-]*\Z")
 
 
-def canonical_flags(args: list[str], known: tuple[str, ...] = (), aliases: Optional[dict[str, str]] = None,
-                    underscores: bool = False) -> dict[str, list[Optional[str]]]:
+def canonical_flags(
+    args: list[str], known: tuple[str, ...] = (), aliases: Optional[dict[str, str]] = None, underscores: bool = False
+) -> dict[str, list[Optional[str]]]:
     """The flags of an argv as the engine's parser reads them, whatever the spelling: `--f=v` and
     `--f v`; short aliases (`-sc`); `--f_g` as `--f-g` where the parser converts underscores
     (vLLM); a unique prefix of a `known` flag as that flag (argparse's abbreviations; a prefix of
@@ -138,8 +143,9 @@ def canonical_flags(args: list[str], known: tuple[str, ...] = (), aliases: Optio
             flag, eq, value = arg.partition("=")
             if not eq:
                 following = args[i + 1] if i + 1 < len(args) else None
-                if following is not None and not (following.startswith("-") and len(following) > 1
-                                                   and not NUMBER.match(following)):
+                if following is not None and not (
+                    following.startswith("-") and len(following) > 1 and not NUMBER.match(following)
+                ):
                     value = following
                     i += 1
                 else:
@@ -174,11 +180,20 @@ def validate_profile(name: str, profile: LaunchProfile) -> None:
             raise ValueError(f"profile {name!r}: --port {value!r} is not a TCP port 1..65535")
 
 
-def launcher_script(name: str, profile: LaunchProfile, listen: tuple[str, ...] = (),
-                    python: str = "/opt/venv/bin/python", prelude: tuple[str, ...] = ()) -> str:
+def launcher_script(
+    name: str,
+    profile: LaunchProfile,
+    listen: tuple[str, ...] = (),
+    python: str = "/opt/venv/bin/python",
+    prelude: tuple[str, ...] = (),
+) -> str:
     """A POSIX shell script that sets the profile's environment, runs `prelude` and execs the server."""
-    lines = ["#!/bin/sh", f"# servebuild launch profile {name}: {profile.description}".rstrip(": "),
-             "# Extra arguments are appended; the environment can be overridden by the caller.", *prelude]
+    lines = [
+        "#!/bin/sh",
+        f"# servebuild launch profile {name}: {profile.description}".rstrip(": "),
+        "# Extra arguments are appended; the environment can be overridden by the caller.",
+        *prelude,
+    ]
     for key, value in sorted(profile.env.items()):
         lines.append(f'[ -n "${{{key}+set}}" ] || {key}={shlex.quote(value)}; export {key}')
     argv = [python, *profile.argv()[1:], *listen]

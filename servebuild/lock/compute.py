@@ -25,8 +25,12 @@ from servebuild.sources.stack import SourceCache
 
 def resolve_base(ref: str, local_id: Optional[str]) -> dict:
     if "{arch}" in ref:
-        return {"ref": ref, "digest": None, "resolved": True,
-                "note": "per-arch local image; its id is recorded in each build manifest"}
+        return {
+            "ref": ref,
+            "digest": None,
+            "resolved": True,
+            "note": "per-arch local image; its id is recorded in each build manifest",
+        }
     try:
         return {"ref": ref, "digest": registry_digest(ref), "resolved": True}
     except Exception as exc:  # unreachable registry, DNS, TLS, auth: all mean "not resolved here"
@@ -36,25 +40,38 @@ def resolve_base(ref: str, local_id: Optional[str]) -> dict:
         return {"ref": ref, "digest": None, "resolved": False, "reason": reason}
 
 
-def compute_lock(loaded: LoadedRecipe, cache: SourceCache, engine_ids: dict[str, Optional[str]],
-                 work: Path, old: Optional[Lock] = None) -> Lock:
+def compute_lock(
+    loaded: LoadedRecipe,
+    cache: SourceCache,
+    engine_ids: dict[str, Optional[str]],
+    work: Path,
+    old: Optional[Lock] = None,
+) -> Lock:
     r = loaded.recipe
     unresolved: list[str] = []
     bases = {}
     for stage in ("build", "runtime"):
         base = getattr(r.bases, stage)
-        entry = ({"ref": base.ref, "digest": base.digest, "resolved": True, "note": "pinned in recipe"}
-                 if base.digest else resolve_base(base.ref, engine_ids.get(base.ref)))
+        entry = (
+            {"ref": base.ref, "digest": base.digest, "resolved": True, "note": "pinned in recipe"}
+            if base.digest
+            else resolve_base(base.ref, engine_ids.get(base.ref))
+        )
         if not entry["resolved"]:
             unresolved.append(f"bases.{stage}: {entry['reason']}")
         bases[stage] = entry
-    lock: dict = {"lock_version": LOCK_VERSION, "recipe": r.name, "recipe_sha256": loaded.sha256,
-                  "files": file_hashes(loaded), "bases": bases, "source": None}
+    lock: dict = {
+        "lock_version": LOCK_VERSION,
+        "recipe": r.name,
+        "recipe_sha256": loaded.sha256,
+        "files": file_hashes(loaded),
+        "bases": bases,
+        "source": None,
+    }
     if r.engine:
         lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
     if debian.bootstrapped_suite(r):
-        lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", old.debian if old else {},
-                                               unresolved)
+        lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", old.debian if old else {}, unresolved)
     lock["unresolved"] = unresolved
     return Lock.model_validate(lock)
 
@@ -69,10 +86,13 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
     except ToolError:  # git itself failed on this host: not an unreachable upstream
         raise
     except ServebuildError as exc:  # unreachable, offline, not in the cache: recorded as unresolved, with why
-        unresolved += [f"engine.source.patches.{e.id}: {exc.problem}" for e in everything
-                       if e.pr is not None and not e.resolved]
-        patches = [_entry_dict(e, e.commit, e.base, e.sha256,
-                               "local file" if e.file else "unresolved: upstream unreachable") for e in everything]
+        unresolved += [
+            f"engine.source.patches.{e.id}: {exc.problem}" for e in everything if e.pr is not None and not e.resolved
+        ]
+        patches = [
+            _entry_dict(e, e.commit, e.base, e.sha256, "local file" if e.file else "unresolved: upstream unreachable")
+            for e in everything
+        ]
         return {"url": src.url, "commit": src.commit, "tarball_sha256": None}, patches
     resolved, hows = {}, {}
     for e in everything:
@@ -88,17 +108,33 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
         files = cache.diff_files(e, diff)
         resolved[e.id] = e = e.model_copy(update={"sha256": sha256_bytes(diff)})
         d = _entry_dict(e, e.commit, e.base, e.sha256, hows[e.id])
-        d.update({"files": files, "python_only": not any(is_native(f) for f in files),
-                  "optional": e.id not in {p.id for p in src.patches}})
+        d.update(
+            {
+                "files": files,
+                "python_only": not any(is_native(f) for f in files),
+                "optional": e.id not in {p.id for p in src.patches},
+            }
+        )
         patches.append(d)
     stack = [resolved[e.id] for e in src.patches]
     engine = loaded.recipe.engine.model_copy(update={"source": src.model_copy(update={"patches": stack})})
     pinned = loaded.replace(loaded.recipe.model_copy(update={"engine": engine}))
-    tarballs = {p: prepare_engine_source(pinned, p, cache, work / p.replace("/", "-")).tarball_sha256
-                for p in loaded.recipe.platforms}
+    tarballs = {
+        p: prepare_engine_source(pinned, p, cache, work / p.replace("/", "-")).tarball_sha256
+        for p in loaded.recipe.platforms
+    }
     return {"url": src.url, "commit": src.commit, "tarball_sha256": tarballs}, patches
 
 
 def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:
-    return {"id": e.id, "pr": e.pr, "file": e.file, "commit": commit, "commit_hint": e.commit_hint, "base": base,
-            "sha256": sha256, "requires": e.requires, "resolved_by": how}
+    return {
+        "id": e.id,
+        "pr": e.pr,
+        "file": e.file,
+        "commit": commit,
+        "commit_hint": e.commit_hint,
+        "base": base,
+        "sha256": sha256,
+        "requires": e.requires,
+        "resolved_by": how,
+    }

@@ -86,8 +86,12 @@ class LockedDebian(_Entry):
 
     def base_key(self) -> str:
         """What a rootfs made from these pins is a function of (its cache key and its image label)."""
-        data = {"suite": self.suite, "release": self.release.model_dump(), "normalise": rootfs.NORMALISE_VERSION,
-                "base": [p.model_dump() for p in self.base]}
+        data = {
+            "suite": self.suite,
+            "release": self.release.model_dump(),
+            "normalise": rootfs.NORMALISE_VERSION,
+            "base": [p.model_dump() for p in self.base],
+        }
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
@@ -96,27 +100,50 @@ class AptView:
 
     def __init__(self, work: Path, mirror: str, suite: str, arch: str):
         self.work, self.mirror, self.suite, self.arch = work, mirror, suite, arch
-        for sub in ("state/lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d",
-                    "etc/sources.list.d"):
+        for sub in (
+            "state/lists/partial",
+            "cache/archives/partial",
+            "etc/apt.conf.d",
+            "etc/preferences.d",
+            "etc/sources.list.d",
+        ):
             (work / sub).mkdir(parents=True, exist_ok=True)
         self.status = work / "status"
         atomic_write(self.status, "")  # under build/: never through a planted link
         atomic_write(work / "etc/sources.list", f"deb {mirror} {suite} main\n")
         w = str(work)
         self.config = work / "apt.conf"
-        atomic_write(self.config, "\n".join([
-            f'Dir::State "{w}/state";', f'Dir::State::status "{self.status}";', f'Dir::Cache "{w}/cache";',
-            f'Dir::Etc::SourceList "{w}/etc/sources.list";', f'Dir::Etc::SourceParts "{w}/etc/sources.list.d";',
-            f'Dir::Etc::Preferences "{w}/etc/preferences";', f'Dir::Etc::PreferencesParts "{w}/etc/preferences.d";',
-            f'Dir::Etc::Parts "{w}/etc/apt.conf.d";', f'APT::Architecture "{arch}";', f'APT::Architectures "{arch}";',
-            'Acquire::Languages "none";', ""]))
+        atomic_write(
+            self.config,
+            "\n".join(
+                [
+                    f'Dir::State "{w}/state";',
+                    f'Dir::State::status "{self.status}";',
+                    f'Dir::Cache "{w}/cache";',
+                    f'Dir::Etc::SourceList "{w}/etc/sources.list";',
+                    f'Dir::Etc::SourceParts "{w}/etc/sources.list.d";',
+                    f'Dir::Etc::Preferences "{w}/etc/preferences";',
+                    f'Dir::Etc::PreferencesParts "{w}/etc/preferences.d";',
+                    f'Dir::Etc::Parts "{w}/etc/apt.conf.d";',
+                    f'APT::Architecture "{arch}";',
+                    f'APT::Architectures "{arch}";',
+                    'Acquire::Languages "none";',
+                    "",
+                ]
+            ),
+        )
 
     def run(self, args: list[str]) -> str:
         cmd = [args[0], "-q", *args[1:]]
-        proc = procs.run(cmd, "lock", capture_output=True, text=True, env=dict(os.environ, APT_CONFIG=str(self.config), LC_ALL="C"))
+        proc = procs.run(
+            cmd, "lock", capture_output=True, text=True, env=dict(os.environ, APT_CONFIG=str(self.config), LC_ALL="C")
+        )
         if proc.returncode != 0:
-            raise ToolError(f"`{' '.join(shlex.quote(a) for a in args[:4])} ...` against {self.mirror} {self.suite} "
-                            f"{self.arch} failed: {procs.last_line(proc)}", field="lock")
+            raise ToolError(
+                f"`{' '.join(shlex.quote(a) for a in args[:4])} ...` against {self.mirror} {self.suite} "
+                f"{self.arch} failed: {procs.last_line(proc)}",
+                field="lock",
+            )
         return proc.stdout
 
     def update(self) -> DebRelease:
@@ -129,8 +156,7 @@ class AptView:
 
     def simulate(self, packages: list[str]) -> list[tuple[str, str, str]]:
         """(name, version, arch) of what `apt-get install --no-install-recommends PACKAGES` would install."""
-        out = self.run(["apt-get", "-s", "-o", "Debug::NoLocking=1", "install", "--no-install-recommends",
-                        *packages])
+        out = self.run(["apt-get", "-s", "-o", "Debug::NoLocking=1", "install", "--no-install-recommends", *packages])
         return sorted(m.groups() for m in map(INST.match, out.splitlines()) if m)
 
     def stanzas(self, wanted: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Deb822]:
@@ -146,8 +172,11 @@ class AptView:
         missing = [w for w in wanted if w not in found]
         if missing:
             n, v, a = missing[0]
-            raise HostError(f"{self.mirror} {self.suite} does not list {n}={v} ({a}) (the mirror changed while "
-                            f"locking?); run `invoke lock` again", field="lock")
+            raise HostError(
+                f"{self.mirror} {self.suite} does not list {n}={v} ({a}) (the mirror changed while "
+                f"locking?); run `invoke lock` again",
+                field="lock",
+            )
         return found
 
     def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
@@ -165,8 +194,17 @@ class AptView:
 
 
 def pins_of(found: dict[tuple[str, str, str], Deb822]) -> list[DebPackage]:
-    return [DebPackage(name=k[0], version=k[1], arch=k[2], sha256=found[k]["SHA256"], size=int(found[k]["Size"]),
-                       filename=found[k]["Filename"]) for k in sorted(found)]
+    return [
+        DebPackage(
+            name=k[0],
+            version=k[1],
+            arch=k[2],
+            sha256=found[k]["SHA256"],
+            size=int(found[k]["Size"]),
+            filename=found[k]["Filename"],
+        )
+        for k in sorted(found)
+    ]
 
 
 def minbase(suite: str, arch: str) -> list[str]:
@@ -182,12 +220,17 @@ def release_of(data: bytes, where: str) -> DebRelease:
     when = email.utils.parsedate_to_datetime(match.group(1).strip()) if match else None
     if when is None:
         raise HostError(f"{where} has no Date", field="lock")
-    return DebRelease(date=match.group(1).strip(), epoch=int(when.timestamp()),
-                      sha256=hashlib.sha256(data).hexdigest())
+    return DebRelease(date=match.group(1).strip(), epoch=int(when.timestamp()), sha256=hashlib.sha256(data).hexdigest())
 
 
-def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path,
-            mirror: str = DEFAULT_MIRROR, not_before: Optional[DebRelease] = None) -> LockedDebian:
+def resolve(
+    suite: str,
+    arch: str,
+    steps: dict[str, list[str]],
+    work: Path,
+    mirror: str = DEFAULT_MIRROR,
+    not_before: Optional[DebRelease] = None,
+) -> LockedDebian:
     """Lock one platform with the host's apt (no root, no emulation): the Release, the base (mmdebstrap's
     minbase set, resolved on an empty system) and each apt step (resolved against the base)."""
     view = AptView(work / "apt", mirror, suite, arch)
@@ -196,8 +239,10 @@ def resolve(suite: str, arch: str, steps: dict[str, list[str]], work: Path,
     found = view.stanzas(view.simulate(minbase(suite, arch)))  # one apt-cache show for the base
     base = pins_of(found)
     view.install_as_status(found)
-    apt = {stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
-           for stage, pkgs in sorted(steps.items())}
+    apt = {
+        stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
+        for stage, pkgs in sorted(steps.items())
+    }
     return LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)
 
 
@@ -210,8 +255,9 @@ def bootstrapped_suite(recipe) -> Optional[str]:
     return None
 
 
-def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, old: dict[str, LockedDebian],
-                   unresolved: list[str]) -> dict[str, LockedDebian]:
+def lock_platforms(
+    recipe, steps: dict[str, list[str]], work: Path, old: dict[str, LockedDebian], unresolved: list[str]
+) -> dict[str, LockedDebian]:
     """platform -> its Debian side, for a recipe on bootstrapped bases; an unreachable mirror or a missing
     tool leaves the platform unresolved, in one line."""
     suite = bootstrapped_suite(recipe)
@@ -222,8 +268,13 @@ def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, old: dict[st
         arch = platform.split("/", 1)[1]
         prior = old.get(platform)
         try:
-            out[platform] = resolve(suite, arch, steps, work / platform.replace("/", "-"),
-                                    not_before=prior.release if prior and prior.suite == suite else None)
+            out[platform] = resolve(
+                suite,
+                arch,
+                steps,
+                work / platform.replace("/", "-"),
+                not_before=prior.release if prior and prior.suite == suite else None,
+            )
         except (HostError, ToolError) as exc:
             unresolved.append(f"debian.{platform}: {exc.problem}")
     return out
@@ -232,8 +283,12 @@ def lock_platforms(recipe, steps: dict[str, list[str]], work: Path, old: dict[st
 def check_not_older(release: DebRelease, locked: Optional[DebRelease], where: str) -> None:
     """A mirror whose Release is older than the one a lock was made from serves a rolled-back archive."""
     if locked is not None and release.epoch < locked.epoch:
-        raise Refused(f"{where} serves a Release dated {release.date}, older than the lock's {locked.date} "
-                      f"(a stale or rolled-back mirror)", hint="use a current mirror", field="debian.release")
+        raise Refused(
+            f"{where} serves a Release dated {release.date}, older than the lock's {locked.date} "
+            f"(a stale or rolled-back mirror)",
+            hint="use a current mirror",
+            field="debian.release",
+        )
 
 
 def live_release(mirror: str, suite: str, arch: str) -> DebRelease:
@@ -246,6 +301,10 @@ def check_against(lock_debian: LockedDebian, steps: dict[str, list[str]], file: 
     for stage, pkgs in sorted(steps.items()):
         step = lock_debian.apt.get(stage)
         if step is None or step.requested != sorted(pkgs):
-            raise IntegrityError(f"lock is stale: the {stage} apt step installs {' '.join(sorted(pkgs))}, the lock "
-                                 f"resolved {' '.join(step.requested) if step else 'nothing'} for it",
-                                 hint="run `invoke lock` again", file=file, field=f"debian.apt.{stage}")
+            raise IntegrityError(
+                f"lock is stale: the {stage} apt step installs {' '.join(sorted(pkgs))}, the lock "
+                f"resolved {' '.join(step.requested) if step else 'nothing'} for it",
+                hint="run `invoke lock` again",
+                file=file,
+                field=f"debian.apt.{stage}",
+            )

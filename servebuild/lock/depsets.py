@@ -28,7 +28,12 @@ from pathlib import Path
 
 from servebuild import procs
 from servebuild.recipe.requirements import (
-    CUDA_COMPILER_WHEELS, check_hashed_requirements, cuda_compiler_problem, logical_lines, normalize, parse_pins,
+    CUDA_COMPILER_WHEELS,
+    check_hashed_requirements,
+    cuda_compiler_problem,
+    logical_lines,
+    normalize,
+    parse_pins,
 )
 from servebuild.errors import InputError, RecipeError
 from servebuild.fsutil import atomic_write, read_input_text
@@ -43,16 +48,18 @@ INPUTS_NAME = "inputs.yaml"
 FIELDS = {"stack", "engine", "sdist", "requirements", "cuda", "exclude_newer", "index_url", "uv", "targets", "absent"}
 REQUIRED = ("stack", "engine", "requirements", "cuda", "exclude_newer", "index_url", "uv", "targets")
 ARCHS = {p: machine_of(p) for p in PLATFORMS}  # platform -> uv's machine name
-REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[a-z0-9,_-]+\])?((?:(?:===|==|!=|~=|>=|<=|>|<)"
-                         r"[A-Za-z0-9.*+!_-]+)(?:,(?:===|==|!=|~=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+)*)?\Z")
+REQUIREMENT = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[a-z0-9,_-]+\])?((?:(?:===|==|!=|~=|>=|<=|>|<)"
+    r"[A-Za-z0-9.*+!_-]+)(?:,(?:===|==|!=|~=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+)*)?\Z"
+)
 EXCLUDE_NEWER = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 
 
 @dataclass(frozen=True)
 class Target:
-    python: str       # "3.12"
-    platform: str     # "linux/amd64"
-    manylinux: str    # "2_34"
+    python: str  # "3.12"
+    platform: str  # "linux/amd64"
+    manylinux: str  # "2_34"
 
     @property
     def name(self) -> str:
@@ -72,7 +79,7 @@ class Absent:
 @dataclass(frozen=True)
 class Inputs:
     file: Path
-    display: str                      # path as recorded in headers and errors
+    display: str  # path as recorded in headers and errors
     stack: str
     engine: str | None
     engine_version: str | None
@@ -141,10 +148,21 @@ def load_inputs(path: Path, root: Path | None = None) -> Inputs:
     requirements = _requirements(data["requirements"], bad)
     engine, engine_version, sdist = _engine(data, requirements, bad)
     _check_scalars(data, bad)
-    return Inputs(file=path, display=display, stack=stack, engine=normalize(engine) if engine else None,
-                  engine_version=engine_version, sdist=sdist, requirements=requirements, cuda=data["cuda"],
-                  exclude_newer=data["exclude_newer"], index_url=data["index_url"], uv=data["uv"],
-                  targets=_targets(data["targets"], bad), absent=_absent(data.get("absent") or [], bad))
+    return Inputs(
+        file=path,
+        display=display,
+        stack=stack,
+        engine=normalize(engine) if engine else None,
+        engine_version=engine_version,
+        sdist=sdist,
+        requirements=requirements,
+        cuda=data["cuda"],
+        exclude_newer=data["exclude_newer"],
+        index_url=data["index_url"],
+        uv=data["uv"],
+        targets=_targets(data["targets"], bad),
+        absent=_absent(data.get("absent") or [], bad),
+    )
 
 
 def _requirements(requirements, bad) -> tuple[str, ...]:
@@ -187,12 +205,12 @@ def _engine(data: dict, requirements: tuple[str, ...], bad) -> tuple[str | None,
 def _check_scalars(data: dict, bad) -> None:
     cuda = data["cuda"]
     if not isinstance(cuda, str) or not re.fullmatch(r"\d+\.\d+", cuda):
-        raise bad("cuda", f"{cuda!r} must be a quoted major.minor CUDA line such as \"13.0\"")
+        raise bad("cuda", f'{cuda!r} must be a quoted major.minor CUDA line such as "13.0"')
     exclude_newer = data["exclude_newer"]
     if isinstance(exclude_newer, datetime):
-        raise bad("exclude_newer", "quote the date: \"YYYY-MM-DDTHH:MM:SSZ\"")
+        raise bad("exclude_newer", 'quote the date: "YYYY-MM-DDTHH:MM:SSZ"')
     if not isinstance(exclude_newer, str) or not EXCLUDE_NEWER.match(exclude_newer):
-        raise bad("exclude_newer", f"{exclude_newer!r} must be a UTC timestamp \"YYYY-MM-DDTHH:MM:SSZ\"")
+        raise bad("exclude_newer", f'{exclude_newer!r} must be a UTC timestamp "YYYY-MM-DDTHH:MM:SSZ"')
     try:
         datetime.strptime(exclude_newer, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
@@ -202,7 +220,7 @@ def _check_scalars(data: dict, bad) -> None:
         raise bad("index_url", f"{index_url!r} must be an http(s) URL of a simple index")
     uv = data["uv"]
     if not isinstance(uv, str) or not re.fullmatch(r"\d+\.\d+\.\d+", uv):
-        raise bad("uv", f"{uv!r} must be a quoted uv version such as \"0.13.9\"")
+        raise bad("uv", f'{uv!r} must be a quoted uv version such as "0.13.9"')
 
 
 def _targets(raw_targets, bad) -> tuple[Target, ...]:
@@ -214,11 +232,11 @@ def _targets(raw_targets, bad) -> tuple[Target, ...]:
         if not isinstance(t, dict) or set(map(str, t)) != {"python", "platform", "manylinux"}:
             raise bad(where, "must have exactly python, platform and manylinux")
         if not isinstance(t["python"], str) or not re.fullmatch(r"3\.\d+", t["python"]):
-            raise bad(f"{where}.python", f"{t['python']!r} must be a quoted version such as \"3.12\"")
+            raise bad(f"{where}.python", f'{t["python"]!r} must be a quoted version such as "3.12"')
         if t["platform"] not in ARCHS:
             raise bad(f"{where}.platform", f"{t['platform']!r} must be one of {', '.join(ARCHS)}")
         if not isinstance(t["manylinux"], str) or not re.fullmatch(r"2_\d+", t["manylinux"]):
-            raise bad(f"{where}.manylinux", f"{t['manylinux']!r} must be a quoted glibc tag such as \"2_28\"")
+            raise bad(f"{where}.manylinux", f'{t["manylinux"]!r} must be a quoted glibc tag such as "2_28"')
         target = Target(t["python"], t["platform"], t["manylinux"])
         if any(x.name == target.name for x in targets):
             raise bad(where, f"{target.name} is listed twice")
@@ -232,8 +250,9 @@ def _absent(raw, bad) -> tuple[Absent, ...]:
         where = f"absent[{i}]"
         if not isinstance(a, dict) or set(map(str, a)) != {"requirement", "reason"}:
             raise bad(where, "must have exactly requirement and reason")
-        if not isinstance(a["requirement"], str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+",
-                                                                     a["requirement"]):
+        if not isinstance(a["requirement"], str) or not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+", a["requirement"]
+        ):
             raise bad(f"{where}.requirement", f"{a['requirement']!r} must be name==version")
         if not isinstance(a["reason"], str) or not a["reason"].strip():
             raise bad(f"{where}.reason", "must say why it is not in the set")
@@ -268,23 +287,44 @@ SDIST_NAME = "sdist.txt"
 
 def uv_args(inputs: Inputs, target: Target) -> list[str]:
     """The uv arguments (run in a directory holding requirements.in and constraints.txt)."""
-    return ["pip", "compile", "--no-config", "--no-header", "--generate-hashes", "--index-url", inputs.index_url,
-            "--python-version", target.python, "--python-platform", target.uv_platform,
-            "--exclude-newer", inputs.exclude_newer, "requirements.in", "--constraint", "constraints.txt"]
+    return [
+        "pip",
+        "compile",
+        "--no-config",
+        "--no-header",
+        "--generate-hashes",
+        "--index-url",
+        inputs.index_url,
+        "--python-version",
+        target.python,
+        "--python-platform",
+        target.uv_platform,
+        "--exclude-newer",
+        inputs.exclude_newer,
+        "requirements.in",
+        "--constraint",
+        "constraints.txt",
+    ]
 
 
 def header(inputs: Inputs, target: Target | None, kind: str) -> str:
     """The comment lines every generated file starts with: what it is, its exact inputs, how to rerun."""
     if kind == "set":
         rest = f", without {inputs.engine} itself (see {precompiled_name(target)})" if inputs.engine else ""
-        what = (f"hashed requirement set of stack {inputs.stack} for python {target.python} on {target.platform} "
-                f"({target.uv_platform}){rest}; installed with --require-hashes --no-deps")
+        what = (
+            f"hashed requirement set of stack {inputs.stack} for python {target.python} on {target.platform} "
+            f"({target.uv_platform}){rest}; installed with --require-hashes --no-deps"
+        )
     elif kind == "precompiled":
-        what = (f"hashed release wheel of {inputs.engine} {inputs.engine_version} (compiled parts reused) for python "
-                f"{target.python} on {target.platform} ({target.uv_platform}); installed with --require-hashes --no-deps")
+        what = (
+            f"hashed release wheel of {inputs.engine} {inputs.engine_version} (compiled parts reused) for python "
+            f"{target.python} on {target.platform} ({target.uv_platform}); installed with --require-hashes --no-deps"
+        )
     elif kind == "sdist":
-        what = (f"hash-pinned source distribution of {inputs.engine} {inputs.engine_version} (the source tree of the "
-                f"build); download with pip download --no-deps --no-binary :all: --require-hashes -r {SDIST_NAME}")
+        what = (
+            f"hash-pinned source distribution of {inputs.engine} {inputs.engine_version} (the source tree of the "
+            f"build); download with pip download --no-deps --no-binary :all: --require-hashes -r {SDIST_NAME}"
+        )
     else:
         raise ValueError(kind)
     lines = [
@@ -295,8 +335,9 @@ def header(inputs: Inputs, target: Target | None, kind: str) -> str:
         f"# exclude-newer: {inputs.exclude_newer}; index: {inputs.index_url}; uv: {inputs.uv}",
     ]
     if target is not None:
-        lines.append(f"# python: {target.python}; platform: {target.platform}; "
-                     f"command: uv {' '.join(uv_args(inputs, target))}")
+        lines.append(
+            f"# python: {target.python}; platform: {target.platform}; command: uv {' '.join(uv_args(inputs, target))}"
+        )
     for a in inputs.absent:
         lines.append(f"# absent: {a.requirement}: {a.reason}")
     return "\n".join(lines) + "\n"
@@ -343,12 +384,14 @@ def resolve(inputs: Inputs, target: Target, uv: str, workdir: Path) -> str:
     # under build/RECIPE/lock-work: a link planted at either name is replaced, never written through
     atomic_write(workdir / "requirements.in", "\n".join(inputs.requirements) + "\n")
     atomic_write(workdir / "constraints.txt", "\n".join(inputs.constraints) + "\n")
-    proc = procs.run([uv, *uv_args(inputs, target)], "uv", cwd=workdir, capture_output=True, text=True,
-                     env=_uv_env())
+    proc = procs.run([uv, *uv_args(inputs, target)], "uv", cwd=workdir, capture_output=True, text=True, env=_uv_env())
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
-        raise RecipeError(f"uv pip compile failed for {target.name}: {' '.join(lines)[:1500]}",
-                          file=inputs.display, field="requirements")
+        raise RecipeError(
+            f"uv pip compile failed for {target.name}: {' '.join(lines)[:1500]}",
+            file=inputs.display,
+            field="requirements",
+        )
     return proc.stdout
 
 
@@ -391,8 +434,11 @@ def build_target(inputs: Inputs, target: Target, resolved: str) -> dict[str, str
     if engine_block is not None:
         pinned = re.match(r"^[^=]+==(\S+)", engine_block).group(1)
         if pinned != inputs.engine_version:
-            raise RecipeError(f"{target.name}: resolved {inputs.engine}=={pinned}, not {inputs.engine_version}",
-                              file=inputs.display, field="requirements")
+            raise RecipeError(
+                f"{target.name}: resolved {inputs.engine}=={pinned}, not {inputs.engine_version}",
+                file=inputs.display,
+                field="requirements",
+            )
         files[precompiled_name(target)] = header(inputs, target, "precompiled") + engine_block
     for name, content in files.items():
         problem = _problem(content, inputs.cuda)
@@ -443,22 +489,34 @@ def check_absent(inputs: Inputs) -> None:
         name, version = a.requirement.split("==")
         for f in _index_files(inputs.index_url, name) or []:
             if _file_version(f["filename"]) == (normalize(name), version) and _uploaded_by(f, inputs.exclude_newer):
-                raise RecipeError(f"{a.requirement} is on the index before {inputs.exclude_newer} "
-                                  f"({f['filename']}, {f['upload-time']}): move it into requirements",
-                                  file=inputs.display, field=f"absent[{i}]")
+                raise RecipeError(
+                    f"{a.requirement} is on the index before {inputs.exclude_newer} "
+                    f"({f['filename']}, {f['upload-time']}): move it into requirements",
+                    file=inputs.display,
+                    field=f"absent[{i}]",
+                )
 
 
 def sdist_file(inputs: Inputs) -> str:
     """sdist.txt: the engine's source distribution pinned by its sha256."""
     for f in _index_files(inputs.index_url, inputs.engine) or []:
-        if (f["filename"].endswith(".tar.gz") and _file_version(f["filename"]) == (inputs.engine, inputs.engine_version)
-                and _uploaded_by(f, inputs.exclude_newer) and not f.get("yanked")):
+        if (
+            f["filename"].endswith(".tar.gz")
+            and _file_version(f["filename"]) == (inputs.engine, inputs.engine_version)
+            and _uploaded_by(f, inputs.exclude_newer)
+            and not f.get("yanked")
+        ):
             sha = f["hashes"]["sha256"]
-            body = (f"# file: {f['filename']} (uploaded {f['upload-time']}): {f['url']}\n"
-                    f"{inputs.engine}=={inputs.engine_version} --hash=sha256:{sha}\n")
+            body = (
+                f"# file: {f['filename']} (uploaded {f['upload-time']}): {f['url']}\n"
+                f"{inputs.engine}=={inputs.engine_version} --hash=sha256:{sha}\n"
+            )
             return header(inputs, None, "sdist") + body
-    raise RecipeError(f"no sdist of {inputs.engine}=={inputs.engine_version} on {inputs.index_url} before "
-                      f"{inputs.exclude_newer}", file=inputs.display, field="sdist")
+    raise RecipeError(
+        f"no sdist of {inputs.engine}=={inputs.engine_version} on {inputs.index_url} before {inputs.exclude_newer}",
+        file=inputs.display,
+        field="sdist",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,8 +528,11 @@ def render(inputs: Inputs, targets: tuple[Target, ...], uv: str | None = None) -
     uv = uv or find_uv()
     found = uv_version(uv)
     if found != inputs.uv:
-        raise RecipeError(f"the inputs need uv {inputs.uv}, found uv {found} at {uv} (pip install uv=={inputs.uv})",
-                          file=inputs.display, field="uv")
+        raise RecipeError(
+            f"the inputs need uv {inputs.uv}, found uv {found} at {uv} (pip install uv=={inputs.uv})",
+            file=inputs.display,
+            field="uv",
+        )
     check_absent(inputs)
     files: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="servebuild-deps-") as tmp:
@@ -482,8 +543,9 @@ def render(inputs: Inputs, targets: tuple[Target, ...], uv: str | None = None) -
     return files
 
 
-def generate(root: Path, stack: str, target_names: list[str] | None = None, out_dir: Path | None = None,
-             uv: str | None = None) -> list[Path]:
+def generate(
+    root: Path, stack: str, target_names: list[str] | None = None, out_dir: Path | None = None, uv: str | None = None
+) -> list[Path]:
     """Regenerate a stack's files into out_dir (default: next to its inputs file); all or nothing."""
     inputs = load_stack(root, stack)
     files = render(inputs, select_targets(inputs, target_names), uv)
@@ -513,8 +575,10 @@ def check(root: Path, stack: str, target_names: list[str] | None = None, uv: str
             changed = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
             detail = ", ".join(f"{n} {old.get(n, '-')} -> {new.get(n, '-')}" for n in changed[:5])
             more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
-            problems.append(f"{rel}: differs from a fresh `{inputs.rerun}`"
-                            + (f" ({len(changed)} pins: {detail}{more})" if changed else " (header, hashes or annotations)"))
+            problems.append(
+                f"{rel}: differs from a fresh `{inputs.rerun}`"
+                + (f" ({len(changed)} pins: {detail}{more})" if changed else " (header, hashes or annotations)")
+            )
     return problems
 
 

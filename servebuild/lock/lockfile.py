@@ -121,8 +121,10 @@ class Lock(_Entry):
         return HEADER + yaml.safe_dump(self.model_dump(mode="json", exclude_unset=True), sort_keys=True, width=120)
 
 
-HEADER = ("# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
-          "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n")
+HEADER = (
+    "# Written by `invoke lock`; do not edit. Entries under `unresolved` could not be resolved\n"
+    "# where this lock was made; run `invoke lock` where GitHub and the registries are reachable.\n"
+)
 STRING_OR_NULL = {"digest", "commit", "base", "sha256"}
 
 
@@ -141,9 +143,15 @@ def _shape_problem(err: dict) -> tuple[str, str]:
     return field, KINDS.get(err["type"]) or err["msg"].removeprefix("Value error, ")
 
 
-KINDS = {"dict_type": "must be a mapping", "model_type": "must be a mapping", "model_attributes_type": "must be a mapping",
-         "list_type": "must be a list", "string_type": "must be a string", "int_type": "must be a whole number",
-         "bool_type": "must be true or false"}
+KINDS = {
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "list_type": "must be a list",
+    "string_type": "must be a string",
+    "int_type": "must be a whole number",
+    "bool_type": "must be true or false",
+}
 
 
 def lock_path(loaded: LoadedRecipe) -> Path:
@@ -182,16 +190,23 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
             lock = Lock.model_validate(data)
     except ValidationError as exc:
         field, what = _shape_problem(exc.errors()[0])
-        raise InputError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display,
-                          field=field) from None
+        raise InputError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display, field=field) from None
     if lock.recipe is not None and lock.recipe != loaded.recipe.name:
-        raise InputError(f"malformed lock: it is the lock of recipe {lock.recipe!r}, not {loaded.recipe.name!r}",
-                         hint="run `invoke lock` again", file=display, field="recipe")
+        raise InputError(
+            f"malformed lock: it is the lock of recipe {lock.recipe!r}, not {loaded.recipe.name!r}",
+            hint="run `invoke lock` again",
+            file=display,
+            field="recipe",
+        )
     named = set(file_names(loaded))
     stray = next((k for k in lock.files if k not in named), None)
     if stray is not None:
-        raise InputError(f"malformed lock: {stray!r} is not a file the recipe names", hint="run `invoke lock` again",
-                          file=display, field="files")
+        raise InputError(
+            f"malformed lock: {stray!r} is not a file the recipe names",
+            hint="run `invoke lock` again",
+            file=display,
+            field="files",
+        )
     return lock
 
 
@@ -203,10 +218,14 @@ def read_lock(loaded: LoadedRecipe) -> Lock:
     """The lock for `loaded`, checked: present, current and fully resolved."""
     lock = current_lock(loaded)
     if lock.unresolved:
-        raise Refused(f"lock has {len(lock.unresolved)} unresolved {'entry' if len(lock.unresolved) == 1 else 'entries'}, "
-                      f"first: {lock.unresolved[0]}",
-                      hint=f"run `invoke lock --recipe {loaded.recipe.name}` on a host that reaches GitHub and the "
-                           f"registries, or build without --locked", file=lock_display(loaded), field="unresolved")
+        raise Refused(
+            f"lock has {len(lock.unresolved)} unresolved {'entry' if len(lock.unresolved) == 1 else 'entries'}, "
+            f"first: {lock.unresolved[0]}",
+            hint=f"run `invoke lock --recipe {loaded.recipe.name}` on a host that reaches GitHub and the "
+            f"registries, or build without --locked",
+            file=lock_display(loaded),
+            field="unresolved",
+        )
     return lock
 
 
@@ -218,17 +237,26 @@ def current_lock(loaded: LoadedRecipe) -> Lock:
         raise Refused(f"no lock file; run `invoke lock --recipe {loaded.recipe.name}`", file=display)
     again = "run `invoke lock` again"
     if lock.recipe_sha256 != loaded.sha256:
-        raise IntegrityError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked", hint=again,
-                             file=display, field="recipe_sha256")
+        raise IntegrityError(
+            f"lock is stale: recipe {loaded.recipe.name} changed since it was locked",
+            hint=again,
+            file=display,
+            field="recipe_sha256",
+        )
     missing = [rel for rel in file_names(loaded) if rel not in lock.files]
     if missing:  # a lock that omits a file would let that file change unnoticed
-        raise IntegrityError(f"lock is stale: it does not record {missing[0]}, a file the recipe names", hint=again,
-                             file=display, field=f"files.{missing[0]}")
+        raise IntegrityError(
+            f"lock is stale: it does not record {missing[0]}, a file the recipe names",
+            hint=again,
+            file=display,
+            field=f"files.{missing[0]}",
+        )
     for rel, digest in lock.files.items():
         actual = sha256_file(loaded.root / rel) if (loaded.root / rel).exists() else "missing"
         if actual != digest:
-            raise IntegrityError(f"lock is stale: {rel} hashes to {actual}, the lock says {digest}",
-                                 file=display, field=f"files.{rel}")
+            raise IntegrityError(
+                f"lock is stale: {rel} hashes to {actual}, the lock says {digest}", file=display, field=f"files.{rel}"
+            )
     return lock
 
 
@@ -242,25 +270,37 @@ def apply_lock(loaded: LoadedRecipe, lock: Lock, partial: bool = False) -> Loade
     for stage in ("build", "runtime"):
         base = getattr(r.bases, stage)
         digest = getattr(lock.bases, stage).digest
-        bases[stage] = _validated(BaseImage, base, {"digest": digest}, loaded, f"bases.{stage}") \
-            if digest else base
+        bases[stage] = _validated(BaseImage, base, {"digest": digest}, loaded, f"bases.{stage}") if digest else base
     update["bases"] = r.bases.model_copy(update=bases)
     if r.engine:
+
         def pinned(e: PatchEntry) -> PatchEntry:
             p = lock.patch(e.id)
             if p is None and partial:
                 return e
             if p is None:
-                raise IntegrityError(f"lock has no entry for patch {e.id}", hint="run `invoke lock` again",
-                                  file=loaded.file, field=f"patches.{e.id}")
+                raise IntegrityError(
+                    f"lock has no entry for patch {e.id}",
+                    hint="run `invoke lock` again",
+                    file=loaded.file,
+                    field=f"patches.{e.id}",
+                )
             if partial and not (p.commit and p.sha256):
                 return e
-            return _validated(PatchEntry, e, {"commit": p.commit, "base": p.base, "sha256": p.sha256}, loaded,
-                              f"engine.source.patches.{e.id}")
+            return _validated(
+                PatchEntry,
+                e,
+                {"commit": p.commit, "base": p.base, "sha256": p.sha256},
+                loaded,
+                f"engine.source.patches.{e.id}",
+            )
 
-        source = r.engine.source.model_copy(update={
-            "patches": [pinned(e) for e in r.engine.source.patches],
-            "optional_patches": [pinned(e) for e in r.engine.source.optional_patches]})
+        source = r.engine.source.model_copy(
+            update={
+                "patches": [pinned(e) for e in r.engine.source.patches],
+                "optional_patches": [pinned(e) for e in r.engine.source.optional_patches],
+            }
+        )
         update["engine"] = r.engine.model_copy(update={"source": source})
     return loaded.replace(r.model_copy(update=update))
 
@@ -274,8 +314,12 @@ def _validated(model: type, current, values: dict, loaded: LoadedRecipe, where: 
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join([where, *map(str, err["loc"])]) if err["loc"] else where
-        raise InputError(f"lock value refused: {err['msg'].removeprefix('Value error, ')}",
-                          hint="run `invoke lock` again", file=lock_display(loaded), field=field) from None
+        raise InputError(
+            f"lock value refused: {err['msg'].removeprefix('Value error, ')}",
+            hint="run `invoke lock` again",
+            file=lock_display(loaded),
+            field=field,
+        ) from None
 
 
 def lock_display(loaded: LoadedRecipe) -> str:
@@ -308,10 +352,13 @@ def unpinned_problem(loaded: LoadedRecipe, lock: Optional[Lock]) -> Optional[Ref
     else:  # the reason recorded where the lock was made is history, not this host's state: not quoted
         why = f"{where} leaves it unresolved (the host that wrote it could not resolve it)"
     short = f"only the short SHA {entry.commit_hint} is known; " if entry.commit_hint else ""
-    return Refused(f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {short}{why}",
-                       hint=f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
-                            f"{engine.source.url} (this one, if it does), then build",
-                       file=loaded.file, field=f"engine.source.patches.{entry.id}")
+    return Refused(
+        f"patch entry {entry.id} (PR #{entry.pr}) is not pinned to a full commit: {short}{why}",
+        hint=f"run `invoke lock --recipe {loaded.recipe.name}` now on a host that reaches "
+        f"{engine.source.url} (this one, if it does), then build",
+        file=loaded.file,
+        field=f"engine.source.patches.{entry.id}",
+    )
 
 
 def debian_pins(loaded: LoadedRecipe, platform: str) -> tuple[Optional[LockedDebian], str]:
@@ -334,6 +381,7 @@ def debian_pins(loaded: LoadedRecipe, platform: str) -> tuple[Optional[LockedDeb
         if pins is None:
             continue
         same = pins.suite == suite and all(
-            stage in pins.apt and pins.apt[stage].requested == sorted(pkgs) for stage, pkgs in steps.items())
+            stage in pins.apt and pins.apt[stage].requested == sorted(pkgs) for stage, pkgs in steps.items()
+        )
         return (pins if same else None), lock_display(parent)
     return None, lock_display(loaded)

@@ -21,10 +21,10 @@ class TreeOrigin:
     `prefix`; the git upstream is then needed only to compute PR diffs.
     """
 
-    kind: str                      # "git" or "pypi"
+    kind: str  # "git" or "pypi"
     requirement: Optional[str] = None  # hashed requirement file (project-relative) for "pypi"
-    artifact: str = "wheel"        # "wheel" or "sdist"
-    package_prefix: str = ""       # where the artifact's files land in the tree (e.g. python/ for a wheel)
+    artifact: str = "wheel"  # "wheel" or "sdist"
+    package_prefix: str = ""  # where the artifact's files land in the tree (e.g. python/ for a wheel)
 
 
 @dataclass
@@ -39,7 +39,7 @@ class InstallMode:
     """Base class: subclasses set `name` and override what differs."""
 
     name = ""
-    compiles = False              # the engine stage runs a native compile (gets MAX_JOBS/NVCC_THREADS)
+    compiles = False  # the engine stage runs a native compile (gets MAX_JOBS/NVCC_THREADS)
     accepts_native_patches = False
     required_fields: tuple[str, ...] = ()  # engine fields that must be set, e.g. ("precompiled",)
     help = ""

@@ -20,8 +20,12 @@ class WheelOverlay(InstallMode):
 
     def tree_origin(self, engine, platform):
         parent = engine.overlay_from.rstrip("/").rpartition("/")[0]
-        return TreeOrigin("pypi", requirement=engine.precompiled[platform], artifact="wheel",
-                          package_prefix=f"{parent}/" if parent else "")
+        return TreeOrigin(
+            "pypi",
+            requirement=engine.precompiled[platform],
+            artifact="wheel",
+            package_prefix=f"{parent}/" if parent else "",
+        )
 
     def patch_problem(self, path: str, release_files: Optional[set[str]], engine) -> Optional[str]:
         inside = path.startswith(engine.overlay_from.rstrip("/") + "/")
@@ -40,7 +44,7 @@ class WheelOverlay(InstallMode):
         if not path.startswith(package + "/"):
             return None  # outside the overlaid package: not installed (tests, docs)
         parent = package.rpartition("/")[0]
-        return path[len(parent) + 1:] if parent else path
+        return path[len(parent) + 1 :] if parent else path
 
     def fragment(self, engine, platform):
         return Fragment("modes/wheel-overlay.j2")

@@ -42,9 +42,12 @@ def _git_remotes(mapping: dict[str, str], file: str, field: str) -> dict[str, st
     for key, value in mapping.items():
         for what, text in (("URL", key), ("mirror", value)):
             if len(text) > MAX_REMOTE or not GIT_REMOTE.match(text):
-                raise RecipeError(f"{what} {shown(text)} is not a git URL (https://, git://, ssh://, file://) "
-                                  f"or an absolute path of at most {MAX_REMOTE} characters", file=file,
-                                  field=f"{field}.{str(key)[:120]}")
+                raise RecipeError(
+                    f"{what} {shown(text)} is not a git URL (https://, git://, ssh://, file://) "
+                    f"or an absolute path of at most {MAX_REMOTE} characters",
+                    file=file,
+                    field=f"{field}.{str(key)[:120]}",
+                )
     return mapping
 
 
@@ -52,8 +55,12 @@ def _image_refs(mapping: dict[str, str], file: str, field: str) -> dict[str, str
     """Mapped references land in FROM lines: each must be an image reference and nothing else."""
     for key, value in mapping.items():
         if not isinstance(key, str) or not IMAGE_REF.match(key) or not IMAGE_REF.match(value):
-            raise RecipeError(f"{shown(value)} (for {shown(key)}) is not an image reference name[:tag][@sha256:...] "
-                              f"of at most {MAX_REFERENCE} characters", file=file, field=f"{field}.{str(key)[:120]}")
+            raise RecipeError(
+                f"{shown(value)} (for {shown(key)}) is not an image reference name[:tag][@sha256:...] "
+                f"of at most {MAX_REFERENCE} characters",
+                file=file,
+                field=f"{field}.{str(key)[:120]}",
+            )
     return mapping
 
 
@@ -66,16 +73,27 @@ def load_config(path: Optional[Path] = None) -> Config:
             raise RecipeError("expected a mapping with git_mirrors and/or image_mirrors", file=str(path))
         for key in ("git_mirrors", "image_mirrors"):
             value = data.get(key) or {}
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                      for k, v in value.items()):
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
                 raise RecipeError("must map strings to strings", file=str(path), field=key)
             data[key] = value
     git = _git_remotes(data.get("git_mirrors", {}), str(path), "git_mirrors")
-    git.update(_git_remotes(_pairs(os.environ.get("SERVEBUILD_GIT_MIRRORS", ""), "SERVEBUILD_GIT_MIRRORS"),
-                            "$SERVEBUILD_GIT_MIRRORS", "git_mirrors"))
+    git.update(
+        _git_remotes(
+            _pairs(os.environ.get("SERVEBUILD_GIT_MIRRORS", ""), "SERVEBUILD_GIT_MIRRORS"),
+            "$SERVEBUILD_GIT_MIRRORS",
+            "git_mirrors",
+        )
+    )
     images = _image_refs(data.get("image_mirrors", {}), str(path), "image_mirrors")
-    images.update(_image_refs(_pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""), "SERVEBUILD_IMAGE_MIRRORS"),
-                              "$SERVEBUILD_IMAGE_MIRRORS", "image_mirrors"))
+    images.update(
+        _image_refs(
+            _pairs(os.environ.get("SERVEBUILD_IMAGE_MIRRORS", ""), "SERVEBUILD_IMAGE_MIRRORS"),
+            "$SERVEBUILD_IMAGE_MIRRORS",
+            "image_mirrors",
+        )
+    )
     return Config(git_mirrors=git, image_mirrors=images)
 
 
@@ -84,6 +102,7 @@ def load_mirror_map(path: Path) -> dict[str, str]:
     data = load_yaml(path)[0] or {}
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in images.items()):
-        raise RecipeError("a mirror map needs an `images:` mapping of reference to reference",
-                          file=str(path), field="images")
+        raise RecipeError(
+            "a mirror map needs an `images:` mapping of reference to reference", file=str(path), field="images"
+        )
     return _image_refs(images, str(path), "images")

@@ -18,8 +18,15 @@ from servebuild.errors import InputError, RecipeError, Refused
 from servebuild.fsutil import check_input
 from servebuild.lock.depsets import header_lines
 from servebuild.lock.debian import DEFAULT_MIRROR, LockedDebian, bootstrapped_suite, check_against
-from servebuild.lock.lockfile import (Lock, apply_lock, debian_pins, lock_display, pin_for_build, read_lock,
-                                      unpinned_problem)
+from servebuild.lock.lockfile import (
+    Lock,
+    apply_lock,
+    debian_pins,
+    lock_display,
+    pin_for_build,
+    read_lock,
+    unpinned_problem,
+)
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.plan.config import Config, load_config, load_mirror_map
 from servebuild.platforms import PLATFORMS, arch_of, host_platform, slug
@@ -91,8 +98,14 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if len(tag) > 255 or not TAG.match(tag):
         raise InputError(f"{tag!r} is not a valid image tag", field="--tag")
     options = _cache_refs(options, platform)
-    secrets = {sid: path for sid, path in (("ca", _check_file(options.ca_bundle, "--ca-bundle")),
-                                           ("netrc", _check_file(options.netrc, "--netrc"))) if path}
+    secrets = {
+        sid: path
+        for sid, path in (
+            ("ca", _check_file(options.ca_bundle, "--ca-bundle")),
+            ("netrc", _check_file(options.netrc, "--netrc")),
+        )
+        if path
+    }
     config = load_config()
     cache_root = created = None
     if options.fetching:  # what a build reads from its environment, checked before anything is written
@@ -105,13 +118,27 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if debian is not None:  # the lock's apt steps must be the ones this servebuild renders
         check_against(debian, apt_steps(recipe), pinned_by)
     elif options.locked and bootstrapped_suite(recipe):
-        raise Refused(f"the lock pins no Debian packages for {platform}", hint=f"run `invoke lock --recipe "
-                      f"{recipe.name}` where {DEFAULT_MIRROR} is reachable", file=lock_display(loaded),
-                      field=f"debian.{platform}")
-    return BuildPlan(loaded=loaded, platform=platform, bases=_base_refs(loaded, platform, config, options),
-                     build_dir=build_dir, tag=tag,
-                     secrets=secrets, options=options, config=config, lock=lock, debian=debian,
-                     cache_root=cache_root, created=created, unpinned=unpinned)
+        raise Refused(
+            f"the lock pins no Debian packages for {platform}",
+            hint=f"run `invoke lock --recipe {recipe.name}` where {DEFAULT_MIRROR} is reachable",
+            file=lock_display(loaded),
+            field=f"debian.{platform}",
+        )
+    return BuildPlan(
+        loaded=loaded,
+        platform=platform,
+        bases=_base_refs(loaded, platform, config, options),
+        build_dir=build_dir,
+        tag=tag,
+        secrets=secrets,
+        options=options,
+        config=config,
+        lock=lock,
+        debian=debian,
+        cache_root=cache_root,
+        created=created,
+        unpinned=unpinned,
+    )
 
 
 def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
@@ -122,15 +149,14 @@ def _cache_refs(options: BuildOptions, platform: str) -> BuildOptions:
         if len(ref) > 255 or not TAG.match(re.sub(r"@sha256:[0-9a-f]{64}\Z", "", ref)):
             raise InputError(f"{ref!r} is not an image reference", field="--cache-from")
     cache_to = options.cache_to.replace("{arch}", arch) if options.cache_to else None
-    if cache_to is not None and (len(cache_to) > 255 or not TAG.match(cache_to)
-                                 or not re.match(rf"{HOST}/", cache_to)):
-        raise InputError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]",
-                          field="--cache-to")
+    if cache_to is not None and (len(cache_to) > 255 or not TAG.match(cache_to) or not re.match(rf"{HOST}/", cache_to)):
+        raise InputError(f"{cache_to!r} is not a registry reference HOST[:PORT]/REPOSITORY[:TAG]", field="--cache-to")
     return dataclasses.replace(options, cache_from=cache_from, cache_to=cache_to)
 
 
-def _pinned_recipe(root: Path, recipe_name: str, options: BuildOptions
-                   ) -> tuple[LoadedRecipe, Optional[Lock], Optional[Refused]]:
+def _pinned_recipe(
+    root: Path, recipe_name: str, options: BuildOptions
+) -> tuple[LoadedRecipe, Optional[Lock], Optional[Refused]]:
     """The recipe with its lock applied (strictly with --locked) and its variant chosen, and the
     unpinned PR entry it has, if any; a build stops here, before the engine or the network is asked
     anything, on an unpinned PR entry (a dry run or a plan that does not fetch carries it)."""
@@ -154,11 +180,13 @@ def _platform(loaded: LoadedRecipe, wanted: Optional[str]) -> str:
     recipe, host = loaded.recipe, host_platform()
     platform = wanted or (host if host in recipe.platforms else recipe.platforms[0])
     if platform not in PLATFORMS:
-        raise InputError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}",
-                          field="--platform")
+        raise InputError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}", field="--platform")
     if platform not in recipe.platforms:
-        raise RecipeError(f"platform {platform} is not among the recipe's platforms "
-                          f"({', '.join(recipe.platforms)})", file=loaded.file, field="platforms")
+        raise RecipeError(
+            f"platform {platform} is not among the recipe's platforms ({', '.join(recipe.platforms)})",
+            file=loaded.file,
+            field="platforms",
+        )
     return platform
 
 
@@ -190,8 +218,9 @@ def created_timestamp(loaded: Optional[LoadedRecipe] = None, platform: Optional[
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch:
         if not (re.fullmatch(r"[0-9]{1,12}", epoch) and int(epoch) <= MAX_EPOCH):
-            raise InputError(f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})",
-                              field="$SOURCE_DATE_EPOCH")
+            raise InputError(
+                f"{epoch!r} is not a number of seconds since 1970 (0..{MAX_EPOCH})", field="$SOURCE_DATE_EPOCH"
+            )
         return iso_time(dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)), "$SOURCE_DATE_EPOCH"
     dated = sorted(_cutoffs(loaded, platform)) if loaded is not None and platform else []
     if dated:
@@ -225,7 +254,8 @@ def checked_cache_dir(path: Optional[Path] = None) -> Path:
     for where in (path, *path.parents):
         if where.exists():
             if not where.is_dir():
-                raise InputError(f"{path} cannot be the source cache: {where} is not a directory",
-                                  field="$SERVEBUILD_CACHE")
+                raise InputError(
+                    f"{path} cannot be the source cache: {where} is not a directory", field="$SERVEBUILD_CACHE"
+                )
             break
     return path

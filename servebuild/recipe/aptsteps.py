@@ -17,6 +17,9 @@ def apt_steps(recipe: Recipe) -> dict[str, list[str]]:
     """stage -> the sorted package names its apt step installs."""
     kind = recipe.engine.kind if recipe.engine else None
     jit = bool(kind and kind.serve_time_jit)
-    return {"build": sorted(set(BUILD_APT + recipe.apt.build)),
-            "runtime": sorted(set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else [])
-                                  + (SERVER_APT if kind else [])))}
+    return {
+        "build": sorted(set(BUILD_APT + recipe.apt.build)),
+        "runtime": sorted(
+            set(RUNTIME_APT + recipe.apt.runtime + (TOOLCHAIN_APT if jit else []) + (SERVER_APT if kind else []))
+        ),
+    }

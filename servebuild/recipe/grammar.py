@@ -16,8 +16,10 @@ ARCH_LIST = re.compile(r"^[0-9]+\.[0-9]+a?(;[0-9]+\.[0-9]+a?)*(\+PTX)?\Z")
 # tag <= 128 characters; `{arch}` (per-arch local bases) stands for an architecture name
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 HOST = r"(?:(?:[a-zA-Z0-9-]+\.)+[a-zA-Z0-9-]+(?::[0-9]+)?|[a-zA-Z0-9-]+:[0-9]+|localhost)"  # has . or :port
-REFERENCE = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
-                       rf"(?:@sha256:[0-9a-f]{{64}})?\Z")
+REFERENCE = re.compile(
+    rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    rf"(?:@sha256:[0-9a-f]{{64}})?\Z"
+)
 
 
 MAX_REFERENCE = 255  # characters of a docker reference, as --tag and --cache-from take it
@@ -47,11 +49,51 @@ CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}\Z")
 SM_ARCH = re.compile(r"^sm_[0-9]{2,3}a?\Z")
 # launchers go to /usr/local/bin, ahead of /usr/bin and /bin on PATH: a profile must not shadow a
 # command that servebuild, the smoke suite or an operator runs in the image
-RESERVED_COMMANDS = frozenset({
-    "sh", "bash", "dash", "cat", "sleep", "env", "ls", "id", "rm", "cp", "mv", "touch", "test", "true", "false",
-    "python", "python3", "pip", "pip3", "nvcc", "nvidia-smi", "uname", "grep", "sed", "awk", "tar", "du", "df",
-    "printenv", "which", "su", "sudo", "ldconfig", "git", "curl", "wget", "docker", "make", "gcc", "cc",
-    "servebuild-bench"})  # the last: the bench every engine image carries
+RESERVED_COMMANDS = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "cat",
+        "sleep",
+        "env",
+        "ls",
+        "id",
+        "rm",
+        "cp",
+        "mv",
+        "touch",
+        "test",
+        "true",
+        "false",
+        "python",
+        "python3",
+        "pip",
+        "pip3",
+        "nvcc",
+        "nvidia-smi",
+        "uname",
+        "grep",
+        "sed",
+        "awk",
+        "tar",
+        "du",
+        "df",
+        "printenv",
+        "which",
+        "su",
+        "sudo",
+        "ldconfig",
+        "git",
+        "curl",
+        "wget",
+        "docker",
+        "make",
+        "gcc",
+        "cc",
+        "servebuild-bench",
+    }
+)  # the last: the bench every engine image carries
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 # an image tag as `docker tag` takes it: [host[:port]/]path-components[:tag] (no digest, no `{arch}`)
 TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")

@@ -49,8 +49,14 @@ def recipe_hash(chain: list[RecipeFile]) -> str:
 class LoadedRecipe:
     """A validated recipe plus the chain of files it came from."""
 
-    def __init__(self, recipe: Recipe, chain: list[RecipeFile], root: Path, sha256: Optional[str] = None,
-                 variant: Optional[str] = None):
+    def __init__(
+        self,
+        recipe: Recipe,
+        chain: list[RecipeFile],
+        root: Path,
+        sha256: Optional[str] = None,
+        variant: Optional[str] = None,
+    ):
         self.recipe = recipe
         self.chain = chain  # child first
         self.root = root
@@ -83,8 +89,9 @@ def recipe_path(name_or_path: str, recipes_dir: Path) -> Path:
     path = recipes_dir / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml") if not p.stem.endswith((".lock", ".ids"))))
-        raise RecipeError(f"unknown recipe {name_or_path!r}; known recipes: {known or 'none'}",
-                          file=str(recipes_dir), field="recipe")
+        raise RecipeError(
+            f"unknown recipe {name_or_path!r}; known recipes: {known or 'none'}", file=str(recipes_dir), field="recipe"
+        )
     return path
 
 
@@ -100,8 +107,11 @@ def check_link_inside(path: Path, root: Path) -> None:
     project is refused: what the project holds must not be another tree's file. Links inside stay allowed."""
     absolute = path.absolute()
     if absolute.is_relative_to(root.absolute()) and not path.resolve().is_relative_to(root.resolve()):
-        raise RecipeError(f"is a symlink to {path.resolve()}, outside the project; copy the file into the project "
-                          f"or link to a file inside it", file=str(absolute.relative_to(root.absolute())))
+        raise RecipeError(
+            f"is a symlink to {path.resolve()}, outside the project; copy the file into the project "
+            f"or link to a file inside it",
+            file=str(absolute.relative_to(root.absolute())),
+        )
 
 
 def read_chain(path: Path, root: Path) -> list[RecipeFile]:
@@ -150,8 +160,11 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
     if recipe.name != stem:
         # the name picks the build directory, the default tag and the lock: a file elsewhere that
         # borrows another recipe's name would overwrite that recipe's builds and verdicts
-        raise _place(chain, ("name",), f"the recipe in {chain[0].path.name} must be named {stem!r} "
-                                       f"(its file name), not {recipe.name!r}")
+        raise _place(
+            chain,
+            ("name",),
+            f"the recipe in {chain[0].path.name} must be named {stem!r} (its file name), not {recipe.name!r}",
+        )
     loaded = LoadedRecipe(recipe, chain, root)
     check_files(loaded)
     return loaded
@@ -217,8 +230,9 @@ def _file_problem(loaded: LoadedRecipe, f, path: Path) -> tuple[tuple, Optional[
     if f.kind == "patch":
         digest = sha256_bytes(read_input(path, "patch", f.path))
         if digest != f.sha256:
-            return f.loc[:-1] + ("sha256",), (f"patch sha256 mismatch for {f.entry}: recipe says {f.sha256}, "
-                                              f"{f.path} hashes to {digest}")
+            return f.loc[:-1] + ("sha256",), (
+                f"patch sha256 mismatch for {f.entry}: recipe says {f.sha256}, {f.path} hashes to {digest}"
+            )
     return f.loc, None
 
 

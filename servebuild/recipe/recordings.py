@@ -87,10 +87,16 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
             if not isinstance(entry, dict) or type(entry.get("v")) is not int or entry["v"] != 1:
                 raise _fail(rel, n, "v", "not a servebuild JIT recording line (v: 1)")
             if entry.get("engine") != engine.name:
-                raise _fail(rel, n, "engine", f"recorded with engine {entry.get('engine')!r}, the recipe builds {engine.name}")
+                raise _fail(
+                    rel, n, "engine", f"recorded with engine {entry.get('engine')!r}, the recipe builds {engine.name}"
+                )
             if str(entry.get("engine_version")) != engine.version:
-                raise _fail(rel, n, "engine_version", f"recorded with {engine.name} {entry.get('engine_version')}, "
-                                                      f"the recipe builds {engine.version}")
+                raise _fail(
+                    rel,
+                    n,
+                    "engine_version",
+                    f"recorded with {engine.name} {entry.get('engine_version')}, the recipe builds {engine.version}",
+                )
             jit = entry.get("jit")
             if jit not in KNOWN:
                 raise _fail(rel, n, "jit", f"unknown JIT kind {jit!r} (known: {', '.join(KNOWN)})")
@@ -104,27 +110,58 @@ def recorded_kernels(recipe: Recipe, root: Path) -> tuple[list[dict], dict]:
             if jit == "tvm-ffi":
                 arch = entry.get("arch")
                 if not isinstance(arch, str) or arch not in archs:
-                    raise _fail(rel, n, "arch", f"recorded for arch {_short(arch)}, the recipe's "
-                                                f"cuda_arch_list is {recipe.cuda_arch_list}")
+                    raise _fail(
+                        rel,
+                        n,
+                        "arch",
+                        f"recorded for arch {_short(arch)}, the recipe's cuda_arch_list is {recipe.cuda_arch_list}",
+                    )
                 builder = entry.get("builder")
-                if not isinstance(builder, str) or not BUILDER.match(builder) or not builder.startswith("sglang.jit_kernel."):
+                if (
+                    not isinstance(builder, str)
+                    or not BUILDER.match(builder)
+                    or not builder.startswith("sglang.jit_kernel.")
+                ):
                     raise _fail(rel, n, "builder", f"{builder!r} is not an SGLang jit_kernel builder module:function")
-                kernel = {"where": where, "jit": "tvm-ffi", "builder": builder, "args": _args(rel, n, entry.get("args"))}
+                kernel = {
+                    "where": where,
+                    "jit": "tvm-ffi",
+                    "builder": builder,
+                    "args": _args(rel, n, entry.get("args")),
+                }
             else:
                 target = entry.get("target")
-                if (not isinstance(target, list) or len(target) != 3 or target[0] != "cuda"
-                        or not isinstance(target[1], int) or target[1] not in sms):
-                    raise _fail(rel, n, "target", f"recorded for Triton target {target!r}, the recipe's "
-                                                  f"cuda_arch_list is {recipe.cuda_arch_list}")
+                if (
+                    not isinstance(target, list)
+                    or len(target) != 3
+                    or target[0] != "cuda"
+                    or not isinstance(target[1], int)
+                    or target[1] not in sms
+                ):
+                    raise _fail(
+                        rel,
+                        n,
+                        "target",
+                        f"recorded for Triton target {target!r}, the recipe's "
+                        f"cuda_arch_list is {recipe.cuda_arch_list}",
+                    )
                 name = entry.get("kernel")
                 spec = entry.get("specialization")
                 if not isinstance(name, str) or not KERNEL.match(name):
                     raise _fail(rel, n, "kernel", f"{name!r} is not a Triton kernel module:qualname")
                 if not isinstance(spec, str) or len(spec) > 65536:
                     raise _fail(rel, n, "specialization", "missing or longer than 64 KiB")
-                kernel = {"where": where, "jit": "triton", "builder": name, "args": [],
-                          "package": entry.get("package") if entry.get("package") in ("triton", "tokenspeed_triton") else "triton",
-                          "specialization": spec, "target": target}
+                kernel = {
+                    "where": where,
+                    "jit": "triton",
+                    "builder": name,
+                    "args": [],
+                    "package": entry.get("package")
+                    if entry.get("package") in ("triton", "tokenspeed_triton")
+                    else "triton",
+                    "specialization": spec,
+                    "target": target,
+                }
             identity = json.dumps({k: v for k, v in kernel.items() if k != "where"}, sort_keys=True)
             if identity in seen:
                 skipped["duplicate"] += 1

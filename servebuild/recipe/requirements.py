@@ -62,8 +62,9 @@ def _twice(seen: dict[str, tuple[int, str]], name: str, number: int) -> str | No
     if key in seen:
         first, spelled = seen[key]
         as_ = f" as {spelled}" if spelled != name else ""
-        return (f"line {number}: {key} is pinned twice (first on line {first}{as_}); pip would accept "
-                f"either pin's hashes")
+        return (
+            f"line {number}: {key} is pinned twice (first on line {first}{as_}); pip would accept either pin's hashes"
+        )
     seen[key] = (number, name)
     return None
 
@@ -75,8 +76,10 @@ def parse_pins(path: Path) -> dict[str, str]:
 
 def parse_hashes(path: Path) -> dict[str, tuple[str, list[str]]]:
     """Return {normalized name: (version, [sha256, ...])} of a hashed requirement set."""
-    return {normalize(m.group(1)): (m.group(3), re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
-            for _, m, line in _pins(path)}
+    return {
+        normalize(m.group(1)): (m.group(3), re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
+        for _, m, line in _pins(path)
+    }
 
 
 def normalize(name: str) -> str:
@@ -111,9 +114,17 @@ def check_hashed_requirements(path: Path, file: str | None = None) -> str | None
 # extras that produce no code (nvidia-cutlass-dsl 4.6.0, pinned by sglang 0.5.16, requires
 # nvidia-cuda-nvdisasm>=13.3,<14, so a 13.0 disassembler cannot be had).
 CUDA_COMPILER_WHEELS = (
-    "cuda-toolkit", "nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl",
-    "nvidia-cuda-runtime", "nvidia-cuda-nvrtc", "nvidia-nvjitlink", "nvidia-nvptxcompiler",
-    "nvidia-nvfatbin", "nvidia-cuda-cuxxfilt",
+    "cuda-toolkit",
+    "nvidia-cuda-nvcc",
+    "nvidia-cuda-crt",
+    "nvidia-nvvm",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+    "nvidia-cuda-nvrtc",
+    "nvidia-nvjitlink",
+    "nvidia-nvptxcompiler",
+    "nvidia-nvfatbin",
+    "nvidia-cuda-cuxxfilt",
 )
 
 
@@ -127,6 +138,8 @@ def cuda_compiler_problem(pins: dict[str, str], cuda: str = "13.0") -> str | Non
         if not m or f"{m.group(1)}.{m.group(2)}" != cuda:
             bad.append(f"{name}=={version}")
     if bad:
-        return (f"CUDA compiler wheels outside CUDA {cuda}.x: {', '.join(bad)} "
-                f"(constrain them to =={cuda}.* or through cuda-toolkit[...]=={cuda}.*)")
+        return (
+            f"CUDA compiler wheels outside CUDA {cuda}.x: {', '.join(bad)} "
+            f"(constrain them to =={cuda}.* or through cuda-toolkit[...]=={cuda}.*)"
+        )
     return None

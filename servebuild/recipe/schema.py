@@ -15,9 +15,26 @@ from servebuild.errors import InputError, PlacedValueError
 from servebuild.engines.profiles import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
 from servebuild.modes import get_mode
 from servebuild.platforms import PLATFORMS
-from servebuild.recipe.grammar import (ABS_DIR, APT_PACKAGE, ARCH_LIST, CUDA_VERSION, DIST_NAME, GIT_TAG, IMAGE_REF,
-                                       MAX_REFERENCE, NAME, RESERVED_COMMANDS, REL_DIR, SHA40, SHA256, SM_ARCH, USER,
-                                       VERSION, matches, shown)
+from servebuild.recipe.grammar import (
+    ABS_DIR,
+    APT_PACKAGE,
+    ARCH_LIST,
+    CUDA_VERSION,
+    DIST_NAME,
+    GIT_TAG,
+    IMAGE_REF,
+    MAX_REFERENCE,
+    NAME,
+    RESERVED_COMMANDS,
+    REL_DIR,
+    SHA40,
+    SHA256,
+    SM_ARCH,
+    USER,
+    VERSION,
+    matches,
+    shown,
+)
 
 
 def pattern_field(name: str, pattern: re.Pattern, what: str):
@@ -50,8 +67,10 @@ class BaseImage(Model):
     @classmethod
     def _ref(cls, v: str) -> str:
         if not IMAGE_REF.match(v) or "@" in v:
-            raise ValueError(f"{shown(v)} is not an image reference name[:tag] of at most {MAX_REFERENCE} characters "
-                             f"(put a digest in `digest`)")
+            raise ValueError(
+                f"{shown(v)} is not an image reference name[:tag] of at most {MAX_REFERENCE} characters "
+                f"(put a digest in `digest`)"
+            )
         return v
 
     @field_validator("digest")
@@ -72,11 +91,11 @@ class PatchEntry(Model):
 
     id: str  # name of the entry (variants and `requires` use it)
     pr: Optional[int] = Field(default=None, gt=0)  # upstream PR number (fetched by pinned commit, never vendored)
-    commit: Optional[str] = None        # full SHA of the commit carrying the PR
-    commit_hint: Optional[str] = None   # short SHA from release notes; `lock` resolves it
-    base: Optional[str] = None          # for a PR head: the commit the diff is taken against
-    file: Optional[str] = None          # local patch, relative to the repository root
-    sha256: Optional[str] = None        # of the exact diff applied
+    commit: Optional[str] = None  # full SHA of the commit carrying the PR
+    commit_hint: Optional[str] = None  # short SHA from release notes; `lock` resolves it
+    base: Optional[str] = None  # for a PR head: the commit the diff is taken against
+    file: Optional[str] = None  # local patch, relative to the repository root
+    sha256: Optional[str] = None  # of the exact diff applied
     requires: list[str] = []  # ids of entries that must come earlier in the stack
     note: str = ""  # free text, shown nowhere else
 
@@ -179,7 +198,8 @@ def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") 
             raise ValueError(f"{where}duplicate patch entry {entry.id!r}")
         for prior in seen.values():
             same = (entry.pr is not None and entry.pr == prior.pr) or (
-                entry.file is not None and entry.file == prior.file)
+                entry.file is not None and entry.file == prior.file
+            )
             if same:
                 raise ValueError(f"{where}patch entry {entry.id!r} duplicates {prior.id!r}")
         seen[entry.id] = entry
@@ -189,8 +209,11 @@ def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") 
             if need == entry.id:
                 raise ValueError(f"{where}patch entry {entry.id!r} requires itself")
             if need not in earlier:
-                why = ("comes later in the stack (order it first, or the requires is cyclic)"
-                       if need in seen else "is not in the stack")
+                why = (
+                    "comes later in the stack (order it first, or the requires is cyclic)"
+                    if need in seen
+                    else "is not in the stack"
+                )
                 raise ValueError(f"{where}patch entry {entry.id!r} requires {need!r}, which {why}")
 
 
@@ -288,12 +311,15 @@ class Launch(Model):
     def _profiles(self) -> "Launch":
         for name, profile in self.profiles.items():
             if not NAME.match(name):
-                raise PlacedValueError(("profiles", name),
-                                       f"profile name {name!r} is not valid (lowercase letters, digits, '-')")
+                raise PlacedValueError(
+                    ("profiles", name), f"profile name {name!r} is not valid (lowercase letters, digits, '-')"
+                )
             if name in RESERVED_COMMANDS:
-                raise PlacedValueError(("profiles", name),
-                                       f"profile name {name!r} would shadow the system command of that name "
-                                       f"in /usr/local/bin; choose another name")
+                raise PlacedValueError(
+                    ("profiles", name),
+                    f"profile name {name!r} would shadow the system command of that name "
+                    f"in /usr/local/bin; choose another name",
+                )
             try:
                 validate_profile(name, profile)
             except ValueError as exc:
@@ -317,12 +343,12 @@ class Variant(Model):
 
 class Expect(Model):
     imports: list[str] = []  # modules the smoke suite imports
-    gpu_imports: list[str] = []       # modules that load the CUDA driver on import (checked with a GPU)
-    versions: dict[str, str] = {}     # distribution name -> exact version
-    cuda: Optional[str] = None        # torch.version.cuda and the toolkit's major.minor
-    archs: list[str] = []             # SASS archs of which at least one must be present
-    arch_modules: list[str] = []      # python packages whose .so files are checked for `archs`
-    torchvision_pair: bool = False    # check the torch/torchvision ABI pairing
+    gpu_imports: list[str] = []  # modules that load the CUDA driver on import (checked with a GPU)
+    versions: dict[str, str] = {}  # distribution name -> exact version
+    cuda: Optional[str] = None  # torch.version.cuda and the toolkit's major.minor
+    archs: list[str] = []  # SASS archs of which at least one must be present
+    arch_modules: list[str] = []  # python packages whose .so files are checked for `archs`
+    torchvision_pair: bool = False  # check the torch/torchvision ABI pairing
 
     # the smoke suite runs `import NAME` on the host it tests
     _modules = field_validator("imports", "gpu_imports", "arch_modules")(classmethod(lambda cls, v: module_names(v)))
@@ -349,7 +375,7 @@ AOT_ARG = re.compile(r"\A[A-Za-z0-9_.+-]{1,64}\Z")
 class AotKernel(Model):
     """One kernel compiled while the image builds, by the engine's own builder (tools/aot_build.py)."""
 
-    jit: str      # the JIT kind: tvm-ffi (SGLang's jit_kernel), flashinfer (JitSpec generators), humming (host helpers)
+    jit: str  # the JIT kind: tvm-ffi (SGLang's jit_kernel), flashinfer (JitSpec generators), humming (host helpers)
     builder: str  # "module:function" the engine calls to build it, e.g. sglang.jit_kernel.add_constant:_jit_add_constant_module
     args: list[Union[bool, int, float, str]] = []  # its arguments; a string "torch.NAME" is that dtype
 
@@ -472,12 +498,18 @@ class Recipe(Model):
         for i, kernel in enumerate(self.aot.kernels):
             jits = kind.aot_jits if kind is not None else {}
             if kernel.jit not in jits:
-                raise PlacedValueError(("aot", "kernels", i, "jit"), (
-                    f"{kernel.jit!r} is not a JIT kind this engine compiles ahead of time "
-                    f"(known: {', '.join(sorted(jits)) or 'none: the engine compiles nothing while serving'})"))
+                raise PlacedValueError(
+                    ("aot", "kernels", i, "jit"),
+                    (
+                        f"{kernel.jit!r} is not a JIT kind this engine compiles ahead of time "
+                        f"(known: {', '.join(sorted(jits)) or 'none: the engine compiles nothing while serving'})"
+                    ),
+                )
             if not kernel.builder.startswith(jits[kernel.jit]):
-                raise PlacedValueError(("aot", "kernels", i, "builder"),
-                                       f"a {kernel.jit} builder lives under {jits[kernel.jit]}, not {kernel.builder}")
+                raise PlacedValueError(
+                    ("aot", "kernels", i, "builder"),
+                    f"a {kernel.jit} builder lives under {jits[kernel.jit]}, not {kernel.builder}",
+                )
         if self.aot.recordings and not (kind and kind.aot_jits):
             raise PlacedValueError(("aot", "recordings"), "the engine compiles nothing ahead of time")
         return self

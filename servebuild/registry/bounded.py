@@ -47,8 +47,7 @@ def read_body(response, limit: int, what: str, sink=None) -> bytes:
 
 def read_stream(response, limit: int, what: str, sink=None) -> bytes:
     """The same for a urllib response (a file object with .headers)."""
-    return collect(iter(lambda: response.read(CHUNK), b""), response.headers.get("Content-Length"), limit, what,
-                   sink)
+    return collect(iter(lambda: response.read(CHUNK), b""), response.headers.get("Content-Length"), limit, what, sink)
 
 
 def depth(doc) -> int:

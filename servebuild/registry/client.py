@@ -24,9 +24,14 @@ from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, TooLarge, parse_json, read_body
 from servebuild.registry.deadline import Expired, deadline, remaining
 
-MANIFEST_ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"])
+MANIFEST_ACCEPT = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -75,11 +80,20 @@ class RegistryClient:
     requests that ran past their deadline or went silent are not retried.
     """
 
-    def __init__(self, registry: str, creds=None, ca: Optional[Path] = None, retries: int = limits.RETRIES,
-                 backoff: float = 0.5, timeout: Optional[float] = None, anonymous: bool = False,
-                 operation_s: Optional[float] = None):
+    def __init__(
+        self,
+        registry: str,
+        creds=None,
+        ca: Optional[Path] = None,
+        retries: int = limits.RETRIES,
+        backoff: float = 0.5,
+        timeout: Optional[float] = None,
+        anonymous: bool = False,
+        operation_s: Optional[float] = None,
+    ):
         import oras.provider
         import requests
+
         _quiet_oras()
         self.registry, self.creds, self.ca = registry, creds, ca
         self.retries, self.backoff = retries, backoff
@@ -115,12 +129,13 @@ class RegistryClient:
                         except (ValueError, AttributeError, TypeError, RecursionError):
                             # oras-py: "Cannot respond to request for authentication.", or a token answer
                             # that is not a JSON object holding a usable token
-                            raise LoginRefused(f"{outer.registry} refused the login for {method} {_path(url)}",
-                                               field="registry") from None
+                            raise LoginRefused(
+                                f"{outer.registry} refused the login for {method} {_path(url)}", field="registry"
+                            ) from None
+
                     return outer._retrying(call, method, url)
 
-            self.oras = _Oras(hostname=registry, insecure=self.insecure, tls_verify=self.verify,
-                              auth_backend=backend)
+            self.oras = _Oras(hostname=registry, insecure=self.insecure, tls_verify=self.verify, auth_backend=backend)
             self._bound(self.oras.session)  # shared with the auth backend: token requests are bounded too
             if creds is not None:
                 self.oras.auth.set_basic_auth(creds.username, creds.password)
@@ -138,10 +153,13 @@ class RegistryClient:
             raise self._expired(exc) from None
 
     def _expired(self, exc: Expired) -> RegistryTimeout:
-        return RegistryTimeout(f"{self.registry}: {exc.what} did not finish within {exc.seconds:g} s",
-                               field="registry", hint="a registry that stalls or trickles is cut off at the "
-                               "deadline (SERVEBUILD_REGISTRY_TIMEOUT per request, SERVEBUILD_REGISTRY_DEADLINE "
-                               "per operation)")
+        return RegistryTimeout(
+            f"{self.registry}: {exc.what} did not finish within {exc.seconds:g} s",
+            field="registry",
+            hint="a registry that stalls or trickles is cut off at the "
+            "deadline (SERVEBUILD_REGISTRY_TIMEOUT per request, SERVEBUILD_REGISTRY_DEADLINE "
+            "per operation)",
+        )
 
     def _bound(self, session) -> None:
         """Route every request of `session` through `_send` (requests has no default timeout)."""
@@ -173,10 +191,16 @@ class RegistryClient:
         """One request, bounded: deadline, size limit while reading, own redirect handling, host rule."""
         limit, what = self._limit(method, url)
         if not self._allowed_host(url):
-            raise RegistryError(f"{self.registry} sent this client to {_shown(urlsplit(url).netloc)} for {what}; "
-                                f"only the registry and its token service are asked", field="registry")
-        kwargs.update(stream=True, allow_redirects=False,
-                      timeout=(min(limits.CONNECT_S, self.request_s), min(limits.IDLE_S, self.request_s)))
+            raise RegistryError(
+                f"{self.registry} sent this client to {_shown(urlsplit(url).netloc)} for {what}; "
+                f"only the registry and its token service are asked",
+                field="registry",
+            )
+        kwargs.update(
+            stream=True,
+            allow_redirects=False,
+            timeout=(min(limits.CONNECT_S, self.request_s), min(limits.IDLE_S, self.request_s)),
+        )
         seen = {url}
         try:
             with deadline(self.request_s, f"{method} {_shown(_path(url))}"):
@@ -184,8 +208,9 @@ class RegistryClient:
                     response = plain(method, url, **kwargs)
                     location = response.headers.get("Location")
                     if response.status_code not in REDIRECT_CODES or not location or "/blobs/uploads" in url:
-                        sink = self.blob_sink if response.status_code == 200 and "/blobs/" in urlsplit(url).path \
-                            else None
+                        sink = (
+                            self.blob_sink if response.status_code == 200 and "/blobs/" in urlsplit(url).path else None
+                        )
                         if sink is not None:  # a retry starts the file again
                             sink.seek(0)
                             sink.truncate()
@@ -195,13 +220,15 @@ class RegistryClient:
                             parse_json(response._content, what, limits.JSON_DEPTH)  # oras-py parses it unbounded
                         return response
                     response.close()
-                    url, method, kwargs = self._redirect(url, urljoin(url, location), method, kwargs,
-                                                         response.status_code, what)
+                    url, method, kwargs = self._redirect(
+                        url, urljoin(url, location), method, kwargs, response.status_code, what
+                    )
                     if url in seen:
                         raise RegistryError(f"{self.registry} redirects {what} in a loop", field="registry")
                     seen.add(url)
-                raise RegistryError(f"{self.registry} redirects {what} more than {limits.REDIRECTS} times",
-                                    field="registry")
+                raise RegistryError(
+                    f"{self.registry} redirects {what} more than {limits.REDIRECTS} times", field="registry"
+                )
         except Expired as exc:
             raise self._expired(exc) from None
         except (TooLarge, BadJSON) as exc:
@@ -209,13 +236,17 @@ class RegistryClient:
 
     def _redirect(self, url: str, target: str, method: str, kwargs: dict, status: int, what: str):
         if urlsplit(target).scheme not in ("http", "https"):
-            raise RegistryError(f"{self.registry} redirects {what} to a {_shown(urlsplit(target).scheme)}: URL",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry} redirects {what} to a {_shown(urlsplit(target).scheme)}: URL", field="registry"
+            )
         if urlsplit(target).netloc != urlsplit(url).netloc:
             blob = "/blobs/" in urlsplit(url).path and method in ("GET", "HEAD")
             if not blob or urlsplit(target).scheme != "https":
-                raise RegistryError(f"{self.registry} redirects {what} to {_shown(urlsplit(target).netloc)}; only "
-                                    f"a blob read may move to another host, over HTTPS", field="registry")
+                raise RegistryError(
+                    f"{self.registry} redirects {what} to {_shown(urlsplit(target).netloc)}; only "
+                    f"a blob read may move to another host, over HTTPS",
+                    field="registry",
+                )
             # no credentials (from the headers or a session), and that host's certificate checked against the
             # CA or the default roots even where the registry itself is a plain-HTTP loopback one
             kwargs = {**kwargs, "auth": _no_credentials, "verify": str(self.ca) if self.ca else True}
@@ -226,6 +257,7 @@ class RegistryClient:
     # -- transport ---------------------------------------------------------------------------------
     def _retrying(self, call, method: str, url: str):
         import requests
+
         delay = self.backoff
         for attempt in range(self.retries + 1):
             last = attempt == self.retries or remaining() < delay + 1
@@ -235,14 +267,22 @@ class RegistryClient:
                 raise self._tls_error(exc, url) from None
             except requests.exceptions.Timeout as exc:  # silent for IDLE_S: asking again would only wait again
                 idle = min(limits.IDLE_S, self.request_s)
-                raise RegistryTimeout(f"{self._failed(exc, url)} sent nothing for {idle:g} s "
-                                      f"({method} {_shown(_path(url))})", field="registry") from None
-            except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
-                    requests.exceptions.ContentDecodingError, requests.exceptions.TooManyRedirects) as exc:
+                raise RegistryTimeout(
+                    f"{self._failed(exc, url)} sent nothing for {idle:g} s ({method} {_shown(_path(url))})",
+                    field="registry",
+                ) from None
+            except (
+                requests.exceptions.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ContentDecodingError,
+                requests.exceptions.TooManyRedirects,
+            ) as exc:
                 if last:
-                    raise RegistryError(f"{self._failed(exc, url)} unreachable after {attempt + 1} tries "
-                                        f"({type(exc).__name__} on {method} {_shown(_path(url))})",
-                                        field="registry") from None
+                    raise RegistryError(
+                        f"{self._failed(exc, url)} unreachable after {attempt + 1} tries "
+                        f"({type(exc).__name__} on {method} {_shown(_path(url))})",
+                        field="registry",
+                    ) from None
             else:
                 if response.status_code < 500 or last:
                     return response
@@ -261,8 +301,9 @@ class RegistryClient:
         text = str(exc)
         if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
             how = f"the CA in {self.ca}" if self.ca else "the default roots (give the registry's CA with --ca FILE)"
-            return RegistryError(f"untrusted certificate: {self._failed(exc, url)} does not verify against {how}",
-                                 field="registry")
+            return RegistryError(
+                f"untrusted certificate: {self._failed(exc, url)} does not verify against {how}", field="registry"
+            )
         return RegistryError(f"TLS handshake with {self._failed(exc, url)} failed", field="registry")
 
     def _probe(self, session) -> str:
@@ -276,31 +317,42 @@ class RegistryClient:
             except RegistryError as exc:
                 # a loopback registry that does not speak TLS (plain HTTP) is used over HTTP, as dockerd does;
                 # one that speaks TLS with an unknown CA is refused
-                if scheme == "https" and self.ca is None and is_loopback(self.registry) \
-                        and "untrusted certificate" not in str(exc) and "unreachable" not in str(exc):
+                if (
+                    scheme == "https"
+                    and self.ca is None
+                    and is_loopback(self.registry)
+                    and "untrusted certificate" not in str(exc)
+                    and "unreachable" not in str(exc)
+                ):
                     self.insecure, self.verify = True, False
                     continue
                 raise
             if response.status_code == 401:
                 return response.headers.get("WWW-Authenticate", "basic")[:4096]
             if response.status_code != 200:
-                raise RegistryError(f"{self.registry} answered {response.status_code} on /v2/: not an OCI registry",
-                                    field="registry")
+                raise RegistryError(
+                    f"{self.registry} answered {response.status_code} on /v2/: not an OCI registry", field="registry"
+                )
             return ""
         raise AssertionError("unreachable")
 
     def _check_login(self) -> None:
         if self.creds is None:
-            raise RegistryError(f"no credentials for {self.registry}: the registry asks for a login; give "
-                                f"--credentials FILE or log in with `docker login {self.registry}`",
-                                field="registry")
+            raise RegistryError(
+                f"no credentials for {self.registry}: the registry asks for a login; give "
+                f"--credentials FILE or log in with `docker login {self.registry}`",
+                field="registry",
+            )
         try:
             refused = self.request("GET", "/v2/").status_code in (401, 403)
         except LoginRefused:  # a Bearer registry: its token service gave these credentials no token
             refused = True
         if refused:
-            raise RegistryError(f"wrong credentials for {self.registry}: user {self.creds.username!r} "
-                                f"(from {self.creds.source}) was refused", field="registry")
+            raise RegistryError(
+                f"wrong credentials for {self.registry}: user {self.creds.username!r} "
+                f"(from {self.creds.source}) was refused",
+                field="registry",
+            )
 
     @property
     def prefix(self) -> str:
@@ -319,13 +371,17 @@ class RegistryClient:
         try:
             doc = parse_json(response.content, "error", limits.JSON_DEPTH)
             errors = doc.get("errors") if isinstance(doc, dict) else None
-            detail = "; ".join(_shown(str(e.get("code", "")) + (": " + str(e.get("message"))
-                                                               if e.get("message") else ""), 200)
-                               for e in (errors if isinstance(errors, list) else [])[:5] if isinstance(e, dict))
+            detail = "; ".join(
+                _shown(str(e.get("code", "")) + (": " + str(e.get("message")) if e.get("message") else ""), 200)
+                for e in (errors if isinstance(errors, list) else [])[:5]
+                if isinstance(e, dict)
+            )
         except BadJSON:
             detail = ""
-        return RegistryError(f"{what}: {self.registry} answered {response.status_code}"
-                             + (f" ({detail})" if detail else ""), field="registry")
+        return RegistryError(
+            f"{what}: {self.registry} answered {response.status_code}" + (f" ({detail})" if detail else ""),
+            field="registry",
+        )
 
     # -- registry operations -----------------------------------------------------------------------
     def head_digest(self, repo: str, reference: str) -> Optional[str]:
@@ -337,8 +393,11 @@ class RegistryClient:
             raise self._fail(response, f"reading {repo}:{_shown(reference)}")
         digest = response.headers.get("Docker-Content-Digest", "")
         if not DIGEST.match(digest):
-            raise RegistryError(f"{self.registry} gave no sha256 digest for {repo}:{_shown(reference)} "
-                                f"(Docker-Content-Digest {_shown(digest, 80)!r})", field="registry")
+            raise RegistryError(
+                f"{self.registry} gave no sha256 digest for {repo}:{_shown(reference)} "
+                f"(Docker-Content-Digest {_shown(digest, 80)!r})",
+                field="registry",
+            )
         return digest
 
     def get_manifest(self, repo: str, reference: str) -> Optional[tuple[bytes, str, str]]:
@@ -353,8 +412,10 @@ class RegistryClient:
         digest = "sha256:" + sha256_bytes(body)
         claimed = reference if reference.startswith("sha256:") else response.headers.get("Docker-Content-Digest")
         if claimed and digest != claimed:
-            raise RegistryError(f"{self.registry} served {repo}@{_shown(claimed, 80)} with content hashing to "
-                                f"{digest}", field="registry")
+            raise RegistryError(
+                f"{self.registry} served {repo}@{_shown(claimed, 80)} with content hashing to {digest}",
+                field="registry",
+            )
         doc = self._json(response, f"manifest {repo}:{_shown(reference)}")
         if not isinstance(doc, dict):
             raise RegistryError(f"{self.registry}/{repo}:{_shown(reference)} is not a JSON manifest", field="registry")
@@ -363,20 +424,24 @@ class RegistryClient:
 
     def put_manifest(self, repo: str, reference: str, body: bytes, media_type: str) -> str:
         digest = "sha256:" + sha256_bytes(body)
-        response = self.request("PUT", f"/v2/{repo}/manifests/{reference}", data=body,
-                                headers={"Content-Type": media_type})
+        response = self.request(
+            "PUT", f"/v2/{repo}/manifests/{reference}", data=body, headers={"Content-Type": media_type}
+        )
         if response.status_code not in (200, 201, 202):
             raise self._fail(response, f"writing {repo}:{reference}")
         served = response.headers.get("Docker-Content-Digest")
         if served and served != digest:
-            raise RegistryError(f"{self.registry} stored {repo}:{reference} as {_shown(served, 80)}, sent {digest}",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry} stored {repo}:{reference} as {_shown(served, 80)}, sent {digest}", field="registry"
+            )
         return digest
 
     def get_blob(self, repo: str, digest: str, limit: int = limits.CONFIG_BYTES) -> bytes:
         if not DIGEST.match(digest):
-            raise RegistryError(f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
+                field="registry",
+            )
         self.blob_limit = limit
         try:
             response = self.request("GET", f"/v2/{repo}/blobs/{digest}")
@@ -387,16 +452,19 @@ class RegistryClient:
         body = response.content
         actual = "sha256:" + sha256_bytes(body)
         if actual != digest:
-            raise RegistryError(f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}", field="registry"
+            )
         return body
 
     def get_blob_into(self, repo: str, digest: str, sink: BinaryIO, limit: int, seconds: float) -> None:
         """A blob streamed into `sink` (a binary file, never whole in memory) within `limit` bytes and
         `seconds` for the request (an image layer: limits.LAYER_BYTES, LAYER_S); its bytes must hash to `digest`."""
         if not DIGEST.match(digest):
-            raise RegistryError(f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry}/{repo}: a manifest names blob {_shown(digest, 80)!r}, not a sha256 digest",
+                field="registry",
+            )
         saved = self.blob_limit, self.request_s, self.blob_sink
         self.blob_limit, self.request_s, self.blob_sink = limit, seconds, sink
         try:
@@ -408,12 +476,14 @@ class RegistryClient:
         sink.flush()
         actual = "sha256:" + sha256_file(Path(sink.name))
         if actual != digest:
-            raise RegistryError(f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}",
-                                field="registry")
+            raise RegistryError(
+                f"{self.registry} served blob {digest} of {repo} with content hashing to {actual}", field="registry"
+            )
 
     def put_blob(self, repo: str, data: bytes) -> dict:
         """Upload (unless present) and return its descriptor fields (digest, size)."""
         import oras.container
+
         digest = "sha256:" + sha256_bytes(data)
         layer = {"digest": digest, "size": len(data), "mediaType": "application/octet-stream"}
         container = oras.container.Container(f"{self.registry}/{repo}")

@@ -20,8 +20,15 @@ from servebuild.registry.deadline import Expired, deadline
 RETRIES = 4
 
 
-def get(url: str, accept: str = "*/*", context: Optional[ssl.SSLContext] = None, limit: Optional[int] = None,
-        seconds: Optional[float] = None, sink: Optional[BinaryIO] = None, backoff: float = 2.0) -> bytes:
+def get(
+    url: str,
+    accept: str = "*/*",
+    context: Optional[ssl.SSLContext] = None,
+    limit: Optional[int] = None,
+    seconds: Optional[float] = None,
+    sink: Optional[BinaryIO] = None,
+    backoff: float = 2.0,
+) -> bytes:
     """The body of `url` (into `sink` if given, which is emptied before each try). HTTPError (4xx, or
     5xx after the retries) and URLError pass to the caller; past `seconds` or `limit` (default: an index
     page's) one HostError line."""

@@ -41,13 +41,15 @@ class Credentials:
 
 def _check(username, password, where: str) -> Credentials:
     if not isinstance(username, str) or not USERNAME.match(username):
-        raise CredentialsError("username must be a non-empty string of letters, digits and ._@+- "
-                               "(at most 255)", file=where, field="username")
+        raise CredentialsError(
+            "username must be a non-empty string of letters, digits and ._@+- (at most 255)",
+            file=where,
+            field="username",
+        )
     if not isinstance(password, str) or not password:
         raise CredentialsError("password must be a non-empty string", file=where, field="password")
     if any(not c.isprintable() for c in password):
-        raise CredentialsError("password holds a control character (a stray newline?)", file=where,
-                               field="password")
+        raise CredentialsError("password holds a control character (a stray newline?)", file=where, field="password")
     return Credentials(username, password, where)
 
 
@@ -70,13 +72,16 @@ def from_file(path: Path) -> Credentials:
     """A `--credentials` file: {"username": ..., "password": ...}, readable by its owner only."""
     text = _read_small(path, "credentials")
     if path.stat().st_mode & 0o077:
-        raise CredentialsError(f"credentials file is readable by others (mode {path.stat().st_mode & 0o777:o}); "
-                               f"chmod 600 it", file=str(path))
+        raise CredentialsError(
+            f"credentials file is readable by others (mode {path.stat().st_mode & 0o777:o}); chmod 600 it",
+            file=str(path),
+        )
     data = _json_object(text, path, "credentials file")
     extra = sorted(set(data) - {"username", "password"})
     if extra:
-        raise CredentialsError(f"unknown key {extra[0]!r} (a credentials file holds username and password)",
-                               file=str(path))
+        raise CredentialsError(
+            f"unknown key {extra[0]!r} (a credentials file holds username and password)", file=str(path)
+        )
     for key in ("username", "password"):
         if key not in data:
             raise CredentialsError(f"missing {key!r}", file=str(path))
@@ -89,8 +94,7 @@ def docker_config_path() -> Path:
 
 
 def _host_keys(registry: str) -> list[str]:
-    keys = [registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v2/",
-            f"https://{registry}/v1/"]
+    keys = [registry, f"https://{registry}", f"http://{registry}", f"https://{registry}/v2/", f"https://{registry}/v1/"]
     if registry.startswith("localhost:"):
         keys += [k.replace("localhost", "127.0.0.1", 1) for k in keys]
     elif registry.startswith("127.0.0.1:"):
@@ -115,18 +119,21 @@ def from_docker_config(registry: str) -> Optional[Credentials]:
             try:
                 decoded = base64.b64decode(entry["auth"], validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError, TypeError):
-                raise CredentialsError("`auth` is not base64 of USER:PASSWORD", file=str(path),
-                                       field=f"auths.{key}.auth") from None
+                raise CredentialsError(
+                    "`auth` is not base64 of USER:PASSWORD", file=str(path), field=f"auths.{key}.auth"
+                ) from None
             username, sep, password = decoded.partition(":")
             if not sep:
-                raise CredentialsError("`auth` is not base64 of USER:PASSWORD", file=str(path),
-                                       field=f"auths.{key}.auth")
+                raise CredentialsError(
+                    "`auth` is not base64 of USER:PASSWORD", file=str(path), field=f"auths.{key}.auth"
+                )
             return _check(username, password, where)
         if entry.get("username") or entry.get("password"):
             return _check(entry.get("username"), entry.get("password"), where)
         if entry.get("identitytoken"):
-            raise CredentialsError("identity tokens are not supported; use --credentials FILE", file=str(path),
-                                   field=f"auths.{key}")
+            raise CredentialsError(
+                "identity tokens are not supported; use --credentials FILE", file=str(path), field=f"auths.{key}"
+            )
     helper = (data.get("credHelpers") or {}).get(registry) or data.get("credsStore")
     if helper:
         return _from_helper(str(helper), registry, path)
@@ -137,19 +144,22 @@ def _from_helper(helper: str, registry: str, path: Path) -> Optional[Credentials
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", helper):
         raise CredentialsError(f"credential helper name {helper!r} is not a name", file=str(path))
     try:
-        proc = subprocess.run([f"docker-credential-{helper}", "get"], input=registry, capture_output=True,
-                              text=True, timeout=30)
+        proc = subprocess.run(
+            [f"docker-credential-{helper}", "get"], input=registry, capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
-        raise CredentialsError(f"credential helper docker-credential-{helper} could not be run",
-                               file=str(path)) from None
+        raise CredentialsError(
+            f"credential helper docker-credential-{helper} could not be run", file=str(path)
+        ) from None
     if proc.returncode != 0:
         return None  # the helper has nothing for this registry
     try:
         data = json.loads(proc.stdout)
         return _check(data["Username"], data["Secret"], f"docker-credential-{helper}")
     except (ValueError, KeyError, TypeError):
-        raise CredentialsError(f"docker-credential-{helper} answered something that is not credentials",
-                               file=str(path)) from None
+        raise CredentialsError(
+            f"docker-credential-{helper} answered something that is not credentials", file=str(path)
+        ) from None
 
 
 def resolve(registry: str, credentials_file: Optional[Path]) -> Optional[Credentials]:

@@ -18,7 +18,14 @@ from servebuild.errors import DockerError, IntegrityError
 from servebuild.fsutil import sha256_bytes
 from servebuild.registry.limits import ARTIFACT_BYTES
 from servebuild.registry.client import (
-    EMPTY_JSON, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes, referrers_tag,
+    EMPTY_JSON,
+    OCI_EMPTY,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RegistryClient,
+    RegistryError,
+    canonical_bytes,
+    referrers_tag,
 )
 from servebuild.release.signing import ENVELOPE_TYPE
 
@@ -78,10 +85,17 @@ def cyclonedx(installed: dict, repo: str, digest: str, platform: str, image_id: 
         "version": 1,
         "metadata": {
             "tools": {"components": [{"type": "application", "name": "servebuild", "version": __version__}]},
-            "component": {"type": "container", "bom-ref": f"{repo}@{digest}", "name": repo, "version": digest,
-                          "properties": [{"name": "servebuild:platform", "value": platform},
-                                         {"name": "servebuild:image_id", "value": image_id},
-                                         {"name": "servebuild:python", "value": installed.get("python", "")}]},
+            "component": {
+                "type": "container",
+                "bom-ref": f"{repo}@{digest}",
+                "name": repo,
+                "version": digest,
+                "properties": [
+                    {"name": "servebuild:platform", "value": platform},
+                    {"name": "servebuild:image_id", "value": image_id},
+                    {"name": "servebuild:python", "value": installed.get("python", "")},
+                ],
+            },
         },
         "components": components,
     }
@@ -102,18 +116,33 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
     source = engine.get("source") or {}
     deps = []
     if source.get("url"):
-        deps.append({"uri": f"git+{source['url']}@{source.get('commit')}", "digest": {"gitCommit": source.get("commit")},
-                     "name": "engine-source"})
+        deps.append(
+            {
+                "uri": f"git+{source['url']}@{source.get('commit')}",
+                "digest": {"gitCommit": source.get("commit")},
+                "name": "engine-source",
+            }
+        )
     for p in source.get("patches", []):
-        deps.append({"name": f"patch:{p['id']}", "uri": p.get("file") or f"pr:{p.get('pr')}",
-                     "digest": {k: v for k, v in (("sha256", p.get("sha256")), ("gitCommit", p.get("commit"))) if v}})
+        deps.append(
+            {
+                "name": f"patch:{p['id']}",
+                "uri": p.get("file") or f"pr:{p.get('pr')}",
+                "digest": {k: v for k, v in (("sha256", p.get("sha256")), ("gitCommit", p.get("commit"))) if v},
+            }
+        )
     if source.get("tarball_sha256"):
         deps.append({"name": "engine-source-tarball", "digest": {"sha256": source["tarball_sha256"]}})
     for stage, base in sorted((manifest.get("bases") or {}).items()):
         pinned = base.get("digest") or base.get("id") or ""  # the registry digest, else the local image id
-        deps.append({"name": f"base:{stage}", "uri": base.get("resolved") or base.get("ref"),
-                     "digest": {"sha256": pinned.split(":", 1)[1]} if ":" in pinned else {},
-                     "annotations": {"local_id": base.get("id") or "", "registry_digest": base.get("digest") or ""}})
+        deps.append(
+            {
+                "name": f"base:{stage}",
+                "uri": base.get("resolved") or base.get("ref"),
+                "digest": {"sha256": pinned.split(":", 1)[1]} if ":" in pinned else {},
+                "annotations": {"local_id": base.get("id") or "", "registry_digest": base.get("digest") or ""},
+            }
+        )
     for f in manifest.get("files", []):
         deps.append({"name": f"file:{f['field']}", "uri": f["path"], "digest": {"sha256": f["sha256"]}})
     recipe = manifest.get("recipe") or {}
@@ -124,20 +153,32 @@ def statement(manifest: dict, repo: str, digest: str, lock: Optional[dict], atta
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {"recipe": {"name": recipe.get("name"), "sha256": recipe.get("sha256"),
-                                                  "variant": recipe.get("variant"), "files": recipe.get("files", [])},
-                                       "platform": manifest.get("platform"),
-                                       "lock": lock},
-                "internalParameters": {"servebuild": manifest.get("servebuild"),
-                                       "build_args": manifest.get("build_args", {})},
+                "externalParameters": {
+                    "recipe": {
+                        "name": recipe.get("name"),
+                        "sha256": recipe.get("sha256"),
+                        "variant": recipe.get("variant"),
+                        "files": recipe.get("files", []),
+                    },
+                    "platform": manifest.get("platform"),
+                    "lock": lock,
+                },
+                "internalParameters": {
+                    "servebuild": manifest.get("servebuild"),
+                    "build_args": manifest.get("build_args", {}),
+                },
                 "resolvedDependencies": deps,
             },
             "runDetails": {
-                "builder": {"id": f"servebuild/{manifest.get('servebuild')}",
-                            "version": {"docker-engine": (outputs.get("engine") or {}).get("server_version", "")}},
+                "builder": {
+                    "id": f"servebuild/{manifest.get('servebuild')}",
+                    "version": {"docker-engine": (outputs.get("engine") or {}).get("server_version", "")},
+                },
                 "metadata": {"invocationId": outputs.get("image_id"), "startedOn": outputs.get("created")},
-                "byproducts": [{"name": kind, "digest": {"sha256": d.split(":", 1)[1]}, "mediaType": ARTIFACT_TYPES[kind]}
-                               for kind, d in sorted(attached.items())],
+                "byproducts": [
+                    {"name": kind, "digest": {"sha256": d.split(":", 1)[1]}, "mediaType": ARTIFACT_TYPES[kind]}
+                    for kind, d in sorted(attached.items())
+                ],
             },
         },
     }
@@ -168,8 +209,10 @@ def read_artifact(client: RegistryClient, repo: str, subject_digest: str, kind: 
     annotations = layers[0].get("annotations")
     title = annotations.get(TITLE, "") if isinstance(annotations, dict) else ""
     if title and not (isinstance(title, str) and PLAIN_FILE_NAME.fullmatch(title) and ".." not in title):
-        raise ArtifactError(f"the {kind} artifact {found[1]} names its file {str(title)[:80]!r}: not a plain file "
-                            f"name (a path that could leave the folder it is saved in)")
+        raise ArtifactError(
+            f"the {kind} artifact {found[1]} names its file {str(title)[:80]!r}: not a plain file "
+            f"name (a path that could leave the folder it is saved in)"
+        )
     return client.get_blob(repo, str(layers[0].get("digest", "")), limit=ARTIFACT_BYTES)
 
 
@@ -178,14 +221,24 @@ def attach(client: RegistryClient, repo: str, subject: dict, kind: str, payload:
     artifact_type = ALL_TYPES[kind]
     client.put_blob(repo, EMPTY_JSON)
     layer = {"mediaType": artifact_type, **client.put_blob(repo, payload), "annotations": {TITLE: filename}}
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-                "config": EMPTY_DESCRIPTOR, "layers": [layer],
-                "subject": {"mediaType": subject["mediaType"], "digest": subject["digest"], "size": subject["size"]},
-                "annotations": {"io.servebuild.artifact": kind}}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": EMPTY_DESCRIPTOR,
+        "layers": [layer],
+        "subject": {"mediaType": subject["mediaType"], "digest": subject["digest"], "size": subject["size"]},
+        "annotations": {"io.servebuild.artifact": kind},
+    }
     body = canonical_bytes(manifest)
     digest = client.put_manifest(repo, "sha256:" + sha256_bytes(body), body, OCI_MANIFEST)
-    return {"mediaType": OCI_MANIFEST, "digest": digest, "size": len(body), "artifactType": artifact_type,
-            "annotations": {"io.servebuild.artifact": kind}}
+    return {
+        "mediaType": OCI_MANIFEST,
+        "digest": digest,
+        "size": len(body),
+        "artifactType": artifact_type,
+        "annotations": {"io.servebuild.artifact": kind},
+    }
 
 
 def register_referrers(client: RegistryClient, repo: str, subject_digest: str, descriptors: list[dict]) -> str:
@@ -195,8 +248,10 @@ def register_referrers(client: RegistryClient, repo: str, subject_digest: str, d
     if api:
         missing = {d["digest"] for d in descriptors} - {d.get("digest") for d in existing}
         if missing:
-            raise RegistryError(f"the registry's referrers API does not list {sorted(missing)[0]} for "
-                                f"{subject_digest}", field="registry")
+            raise RegistryError(
+                f"the registry's referrers API does not list {sorted(missing)[0]} for {subject_digest}",
+                field="registry",
+            )
         return "api"
     known = {d.get("digest") for d in existing}
     merged = existing + [d for d in descriptors if d["digest"] not in known]

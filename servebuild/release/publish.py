@@ -37,7 +37,13 @@ from servebuild.plan.make import BuildOptions, make_plan
 from servebuild.platforms import arch_of
 from servebuild.registry.limits import seconds_from_env
 from servebuild.registry.client import (
-    DIGEST, DOCKER_LIST, OCI_INDEX, OCI_MANIFEST, RegistryClient, RegistryError, canonical_bytes,
+    DIGEST,
+    DOCKER_LIST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RegistryClient,
+    RegistryError,
+    canonical_bytes,
 )
 
 PUSHED = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -61,20 +67,25 @@ def build_image_id(manifest: dict, path: Path) -> str:
     outputs = manifest.get("outputs")
     image_id = outputs.get("image_id") if isinstance(outputs, dict) else None
     if not isinstance(image_id, str) or not IMAGE_ID.match(image_id):
-        raise PublishError("outputs.image_id is missing or not sha256:<64 hex>; build again", file=str(path),
-                           field="outputs.image_id")
+        raise PublishError(
+            "outputs.image_id is missing or not sha256:<64 hex>; build again", file=str(path), field="outputs.image_id"
+        )
     return image_id
 
 
 def verify_smoke(build_dir: Path, image_id: str) -> None:
     verdict_path = build_dir / "smoke" / "verdict.json"
     if not verdict_path.exists():
-        raise SmokeError("no smoke verdict for this build; run `invoke test-image` first (or --no-verify)",
-                         file=str(verdict_path))
+        raise SmokeError(
+            "no smoke verdict for this build; run `invoke test-image` first (or --no-verify)", file=str(verdict_path)
+        )
     verdict = read_json_file(verdict_path, "smoke verdict")
     if verdict.get("image_id") != image_id:
-        raise SmokeError(f"the smoke verdict is for image {str(verdict.get('image_id'))[:80]}, not the built "
-                         f"{image_id}; run `invoke test-image` again", file=str(verdict_path))
+        raise SmokeError(
+            f"the smoke verdict is for image {str(verdict.get('image_id'))[:80]}, not the built "
+            f"{image_id}; run `invoke test-image` again",
+            file=str(verdict_path),
+        )
     if verdict.get("passed") is not True:
         raise SmokeError("the image failed its smoke suite; it is not published", file=str(verdict_path))
 
@@ -85,10 +96,10 @@ class PlatformBuild:
     build_dir: Path
     manifest: dict
     image_id: str
-    lock: Optional[dict] = None           # {"path", "sha256"} of the recipe's lock file, if any
-    installed: Optional[dict] = None      # the image's Python distributions (for the SBOM)
-    digest: Optional[str] = None          # pushed manifest digest
-    descriptor: Optional[dict] = None     # its descriptor in the index
+    lock: Optional[dict] = None  # {"path", "sha256"} of the recipe's lock file, if any
+    installed: Optional[dict] = None  # the image's Python distributions (for the SBOM)
+    digest: Optional[str] = None  # pushed manifest digest
+    descriptor: Optional[dict] = None  # its descriptor in the index
     artifacts: dict = field(default_factory=dict)
     engine: Optional[DockerClient] = None  # the engine holding this image (a farm node); None: the caller's
 
@@ -100,13 +111,17 @@ def check_build(docker: DockerClient, platform: str, build_dir: Path, verify: bo
     manifest = read_json_file(path, "build manifest")
     image_id = build_image_id(manifest, path)
     if manifest.get("platform") != platform:
-        raise PublishError(f"the build manifest is for {str(manifest.get('platform'))[:40]!r}, not {platform}",
-                           file=str(path), field="platform")
+        raise PublishError(
+            f"the build manifest is for {str(manifest.get('platform'))[:40]!r}, not {platform}",
+            file=str(path),
+            field="platform",
+        )
     if verify:
         verify_smoke(build_dir, image_id)
     if docker.image_id(image_id) is None:
-        raise DockerError(f"built image {image_id} for {platform} is no longer in the engine; build again",
-                          field="publish")
+        raise DockerError(
+            f"built image {image_id} for {platform} is no longer in the engine; build again", field="publish"
+        )
     return PlatformBuild(platform, build_dir, manifest, image_id)
 
 
@@ -126,8 +141,11 @@ def engine_trusts(registry: str, client: RegistryClient) -> None:
         return  # a remote engine: its own certs.d, not ours to see
     cert_dir = Path(os.environ.get("SERVEBUILD_DOCKER_CERTS_D", "/etc/docker/certs.d")) / registry
     if not any(cert_dir.glob("*.crt")):
-        raise PublishError(f"the Docker engine does not trust {registry}: install the CA as "
-                           f"{cert_dir}/ca.crt (dockerd reads it on each push)", field="--ca")
+        raise PublishError(
+            f"the Docker engine does not trust {registry}: install the CA as "
+            f"{cert_dir}/ca.crt (dockerd reads it on each push)",
+            field="--ca",
+        )
 
 
 def _arch_tag(tag: str, platform: str) -> str:
@@ -147,8 +165,11 @@ def _existing_images(client: RegistryClient, repo: str, reference: str) -> Optio
         for entry in entries[:MAX_PLATFORMS]:
             entry = entry if isinstance(entry, dict) else {}
             p = entry.get("platform") if isinstance(entry.get("platform"), dict) else {}
-            child = client.get_manifest(repo, str(entry.get("digest", ""))) if DIGEST.match(str(entry.get("digest", ""))) \
+            child = (
+                client.get_manifest(repo, str(entry.get("digest", "")))
+                if DIGEST.match(str(entry.get("digest", "")))
                 else None
+            )
             out[f"{p.get('os')}/{p.get('architecture')}"] = _config_digest(child[0]) if child else None
         return out
     return {"": _config_digest(body)}
@@ -164,14 +185,19 @@ def check_collisions(client: RegistryClient, repo: str, tag: str, builds: list[P
     current = _existing_images(client, repo, tag)
     if current is not None and current != wanted and not force:
         shown = ", ".join(f"{p or 'single'}={(d or '?')[:19]}" for p, d in sorted(current.items()))
-        raise PublishError(f"tag {tag} of {client.registry}/{repo} already points at other images ({shown}); "
-                           f"give --force to move it", field="--tag")
+        raise PublishError(
+            f"tag {tag} of {client.registry}/{repo} already points at other images ({shown}); give --force to move it",
+            field="--tag",
+        )
     for b in builds:
         helper = _arch_tag(tag, b.platform)
         current = _existing_images(client, repo, helper)
         if current is not None and set(current.values()) != {b.image_id} and not force:
-            raise PublishError(f"tag {helper} of {client.registry}/{repo} already points at another image "
-                               f"({next(iter(current.values()), '?')[:19]}); give --force to move it", field="--tag")
+            raise PublishError(
+                f"tag {helper} of {client.registry}/{repo} already points at another image "
+                f"({next(iter(current.values()), '?')[:19]}); give --force to move it",
+                field="--tag",
+            )
 
 
 def _docker_push(docker: DockerClient, config_dir: Optional[Path], ref: str) -> subprocess.CompletedProcess:
@@ -182,16 +208,26 @@ def _docker_push(docker: DockerClient, config_dir: Optional[Path], ref: str) -> 
     try:
         return procs.run(args, "registry", env=docker._env(), capture_output=True, text=True, timeout=seconds)
     except subprocess.TimeoutExpired:
-        raise PublishError(f"docker push of {ref} did not finish within {seconds:g} s (SERVEBUILD_PUSH_TIMEOUT); "
-                           f"the index was not written, so the tag did not move", field="publish") from None
+        raise PublishError(
+            f"docker push of {ref} did not finish within {seconds:g} s (SERVEBUILD_PUSH_TIMEOUT); "
+            f"the index was not written, so the tag did not move",
+            field="publish",
+        ) from None
 
 
 FATAL_PUSH = ("unauthorized", "no basic auth credentials", "x509", "denied", "certificate")
 
 
-def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: str, b: PlatformBuild,
-                  config_dir: Optional[Path], backoff: float,
-                  progress: Callable[[str, str], None] = lambda event, detail: None) -> None:
+def push_platform(
+    docker: DockerClient,
+    client: RegistryClient,
+    repo: str,
+    tag: str,
+    b: PlatformBuild,
+    config_dir: Optional[Path],
+    backoff: float,
+    progress: Callable[[str, str], None] = lambda event, detail: None,
+) -> None:
     remote = f"{client.registry}/{repo}:{_arch_tag(tag, b.platform)}"
     docker.tag(b.image_id, remote)
     progress("pushing", f"{b.platform}: {remote}")
@@ -219,15 +255,22 @@ def push_platform(docker: DockerClient, client: RegistryClient, repo: str, tag: 
     body, _, media = found
     config = _config_digest(body)
     if config != b.image_id:
-        raise PublishError(f"the pushed manifest's config is {config}, the built image is {b.image_id}", field="publish")
+        raise PublishError(
+            f"the pushed manifest's config is {config}, the built image is {b.image_id}", field="publish"
+        )
     os_, arch = b.platform.split("/", 1)
     b.digest = digest
-    b.descriptor = {"mediaType": media, "digest": digest, "size": len(body),
-                    "platform": {"architecture": arch, "os": os_}}
+    b.descriptor = {
+        "mediaType": media,
+        "digest": digest,
+        "size": len(body),
+        "platform": {"architecture": arch, "os": os_},
+    }
 
 
-def _signed_before(client: RegistryClient, repo: str, digest: str, statement_bytes: bytes,
-                   signer: signing.PrivateKey) -> Optional[bytes]:
+def _signed_before(
+    client: RegistryClient, repo: str, digest: str, statement_bytes: bytes, signer: signing.PrivateKey
+) -> Optional[bytes]:
     """An envelope already attached to `digest` that signs exactly these statement bytes under this key
     (an ECDSA signature differs on every run: re-signing would attach a second envelope on a re-push)."""
     for d in client.referrers(repo, digest)[0]:
@@ -243,24 +286,37 @@ def _signed_before(client: RegistryClient, repo: str, digest: str, statement_byt
     return None
 
 
-def attach_provenance(docker: DockerClient, client: RegistryClient, repo: str, b: PlatformBuild,
-                      signer: Optional[signing.PrivateKey] = None) -> None:
+def attach_provenance(
+    docker: DockerClient,
+    client: RegistryClient,
+    repo: str,
+    b: PlatformBuild,
+    signer: Optional[signing.PrivateKey] = None,
+) -> None:
     subject = b.descriptor
     sbom = provenance.cyclonedx(b.installed, f"{client.registry}/{repo}", b.digest, b.platform, b.image_id)
     sbom_bytes = json.dumps(sbom, indent=2, sort_keys=True).encode() + b"\n"
     manifest_bytes = json.dumps(provenance.attached_manifest(b.manifest), indent=2, sort_keys=True).encode() + b"\n"
-    descriptors = [provenance.attach(client, repo, subject, "sbom", sbom_bytes, "sbom.cdx.json"),
-                   provenance.attach(client, repo, subject, "manifest", manifest_bytes, "manifest.json")]
-    layer_digests = {"sbom": "sha256:" + provenance.sha256_bytes(sbom_bytes),
-                     "manifest": "sha256:" + provenance.sha256_bytes(manifest_bytes)}
+    descriptors = [
+        provenance.attach(client, repo, subject, "sbom", sbom_bytes, "sbom.cdx.json"),
+        provenance.attach(client, repo, subject, "manifest", manifest_bytes, "manifest.json"),
+    ]
+    layer_digests = {
+        "sbom": "sha256:" + provenance.sha256_bytes(sbom_bytes),
+        "manifest": "sha256:" + provenance.sha256_bytes(manifest_bytes),
+    }
     statement = provenance.statement(b.manifest, f"{client.registry}/{repo}", b.digest, b.lock, layer_digests)
     statement_bytes = json.dumps(statement, indent=2, sort_keys=True).encode() + b"\n"
-    descriptors.append(provenance.attach(client, repo, subject, "provenance", statement_bytes, "provenance.intoto.json"))
+    descriptors.append(
+        provenance.attach(client, repo, subject, "provenance", statement_bytes, "provenance.intoto.json")
+    )
     if signer is not None:
-        envelope = _signed_before(client, repo, b.digest, statement_bytes, signer) \
-            or signing.sign(statement_bytes, signer)
-        descriptors.append(provenance.attach(client, repo, subject, "signature", envelope,
-                                             "provenance.intoto.dsse.json"))
+        envelope = _signed_before(client, repo, b.digest, statement_bytes, signer) or signing.sign(
+            statement_bytes, signer
+        )
+        descriptors.append(
+            provenance.attach(client, repo, subject, "signature", envelope, "provenance.intoto.dsse.json")
+        )
     how = provenance.register_referrers(client, repo, b.digest, descriptors)
     b.artifacts = {d["annotations"]["io.servebuild.artifact"]: d["digest"] for d in descriptors}
     b.artifacts["referrers"] = how
@@ -274,29 +330,49 @@ def index_bytes(builds: list[PlatformBuild]) -> bytes:
 def read_back(client: RegistryClient, repo: str, tag: str, builds: list[PlatformBuild], index_digest: str) -> None:
     found = client.get_manifest(repo, tag)
     if found is None or found[1] != index_digest:
-        raise PublishError(f"{client.registry}/{repo}:{tag} reads back as {found[1] if found else 'nothing'}, "
-                           f"wrote {index_digest}", field="publish")
-    served = {f"{e['platform']['os']}/{e['platform']['architecture']}": e["digest"]
-              for e in json.loads(found[0])["manifests"]}
+        raise PublishError(
+            f"{client.registry}/{repo}:{tag} reads back as {found[1] if found else 'nothing'}, wrote {index_digest}",
+            field="publish",
+        )
+    served = {
+        f"{e['platform']['os']}/{e['platform']['architecture']}": e["digest"] for e in json.loads(found[0])["manifests"]
+    }
     for b in builds:
         if served.get(b.platform) != b.digest:
-            raise PublishError(f"{tag} resolves {b.platform} to {served.get(b.platform)}, the smoke-passed image "
-                               f"was pushed as {b.digest}", field="publish")
+            raise PublishError(
+                f"{tag} resolves {b.platform} to {served.get(b.platform)}, the smoke-passed image "
+                f"was pushed as {b.digest}",
+                field="publish",
+            )
         child = client.get_manifest(repo, b.digest)
         config = _config_digest(child[0]) if child else None
-        verdict = read_json_file(b.build_dir / "smoke" / "verdict.json", "smoke verdict") \
-            if (b.build_dir / "smoke" / "verdict.json").exists() else {"image_id": b.image_id}
+        verdict = (
+            read_json_file(b.build_dir / "smoke" / "verdict.json", "smoke verdict")
+            if (b.build_dir / "smoke" / "verdict.json").exists()
+            else {"image_id": b.image_id}
+        )
         if config != b.image_id or verdict.get("image_id") != config:
-            raise PublishError(f"{b.platform} of {tag} resolves to config {config}, the verdict is for "
-                               f"{verdict.get('image_id')}", field="publish")
+            raise PublishError(
+                f"{b.platform} of {tag} resolves to config {config}, the verdict is for {verdict.get('image_id')}",
+                field="publish",
+            )
     if set(served) != {b.platform for b in builds}:
-        raise PublishError(f"{tag} names platforms {sorted(served)}, published {sorted(b.platform for b in builds)}",
-                           field="publish")
+        raise PublishError(
+            f"{tag} names platforms {sorted(served)}, published {sorted(b.platform for b in builds)}", field="publish"
+        )
 
 
-def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryClient, repo: str, tag: str,
-            force: bool = False, progress: Callable[[str, str], None] = lambda event, detail: None,
-            backoff: float = 1.0, signer: Optional[signing.PrivateKey] = None) -> dict:
+def publish(
+    docker: DockerClient,
+    builds: list[PlatformBuild],
+    client: RegistryClient,
+    repo: str,
+    tag: str,
+    force: bool = False,
+    progress: Callable[[str, str], None] = lambda event, detail: None,
+    backoff: float = 1.0,
+    signer: Optional[signing.PrivateKey] = None,
+) -> dict:
     """Everything after the per-build checks (see the module docstring for the order). `signer`: sign
     each platform's statement (a DSSE envelope attached beside it)."""
     engine_trusts(client.registry, client)
@@ -323,21 +399,37 @@ def publish(docker: DockerClient, builds: list[PlatformBuild], client: RegistryC
     for b in builds:
         path = b.build_dir / "manifest.json"
         manifest = read_json_file(path, "build manifest")
-        record = {"ref": ref, "index": index_digest, "digest": b.digest,
-                  "pinned": f"{client.registry}/{repo}@{b.digest}",
-                  "artifacts": {k: v for k, v in b.artifacts.items() if k != "referrers"}}
+        record = {
+            "ref": ref,
+            "index": index_digest,
+            "digest": b.digest,
+            "pinned": f"{client.registry}/{repo}@{b.digest}",
+            "artifacts": {k: v for k, v in b.artifacts.items() if k != "referrers"},
+        }
         if signer is not None:
             record["keyid"] = signer.keyid
-        manifest["outputs"]["published"] = [p for p in manifest["outputs"].get("published", [])
-                                            if p.get("ref") != ref] + [record]
+        manifest["outputs"]["published"] = [
+            p for p in manifest["outputs"].get("published", []) if p.get("ref") != ref
+        ] + [record]
         write_json(path, manifest)
-    return {"ref": ref, "index": index_digest, "pinned": f"{client.registry}/{repo}@{index_digest}",
-            "platforms": {b.platform: b.digest for b in builds},
-            "artifacts": {b.platform: b.artifacts for b in builds}, "keyid": signer.keyid if signer else None}
+    return {
+        "ref": ref,
+        "index": index_digest,
+        "pinned": f"{client.registry}/{repo}@{index_digest}",
+        "platforms": {b.platform: b.digest for b in builds},
+        "artifacts": {b.platform: b.artifacts for b in builds},
+        "keyid": signer.keyid if signer else None,
+    }
 
 
-def gather_builds(root: Path, recipe: str, platforms: list[Optional[str]], variant: Optional[str],
-                  farm: Optional[str], verify: bool = True) -> tuple[list[PlatformBuild], str]:
+def gather_builds(
+    root: Path,
+    recipe: str,
+    platforms: list[Optional[str]],
+    variant: Optional[str],
+    farm: Optional[str],
+    verify: bool = True,
+) -> tuple[list[PlatformBuild], str]:
     """Each platform's build of the recipe, checked (manifest, image, passing verdict) on the engine
     holding it, before the registry is touched; and the recipe's name."""
     builds, name = [], recipe

@@ -44,8 +44,15 @@ from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, parse_json
 from servebuild.registry.deadline import Expired, deadline
 from servebuild.render.settle import SETTLE, START
-from servebuild.registry.client import (DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, RegistryClient,
-                                       RegistryError, RegistryTimeout)
+from servebuild.registry.client import (
+    DOCKER_LIST,
+    DOCKER_MANIFEST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RegistryClient,
+    RegistryError,
+    RegistryTimeout,
+)
 
 PATHS_SHOWN = 20
 DIFF_ID = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
@@ -114,12 +121,14 @@ def _diff_ids(config: dict, what: str) -> list[str]:
     if diff_ids is None:
         return []
     if not isinstance(diff_ids, list):
-        raise RegistryError(f"is a {type(diff_ids).__name__}, not a list of layer digests", file=what,
-                            field="rootfs.diff_ids")
+        raise RegistryError(
+            f"is a {type(diff_ids).__name__}, not a list of layer digests", file=what, field="rootfs.diff_ids"
+        )
     for i, diff_id in enumerate(diff_ids):
         if not isinstance(diff_id, str) or not DIFF_ID.match(diff_id):
-            raise RegistryError(f"{shown(diff_id)} is not a sha256:<64 hex> digest", file=what,
-                                field=f"rootfs.diff_ids[{i}]")
+            raise RegistryError(
+                f"{shown(diff_id)} is not a sha256:<64 hex> digest", file=what, field=f"rootfs.diff_ids[{i}]"
+            )
     return diff_ids
 
 
@@ -141,51 +150,75 @@ def published(client: RegistryClient, repo: str, tag: str, platform: str) -> Pub
         if media in (OCI_INDEX, DOCKER_LIST):
             entries = _json(body, f"{ref} index").get("manifests") or []
             if not isinstance(entries, list):
-                raise RegistryError(f"{ref} index: manifests is a {type(entries).__name__}, not a list", field="registry")
+                raise RegistryError(
+                    f"{ref} index: manifests is a {type(entries).__name__}, not a list", field="registry"
+                )
             entries = [e for e in entries if isinstance(e, dict)]
             digests = [e.get("digest") for e in entries if _platform_of(e) == platform]
             if len(digests) > 1:  # which of them was published is not for this check to guess
-                raise InputError(f"{ref}: its index lists {len(digests)} images for {platform}; an index names one "
-                                 f"image per platform", field="--platform")
+                raise InputError(
+                    f"{ref}: its index lists {len(digests)} images for {platform}; an index names one "
+                    f"image per platform",
+                    field="--platform",
+                )
             if not digests:
                 listed = sorted({_platform_of(e) for e in entries})
-                raise InputError(f"{ref} holds no {platform} image (it lists {', '.join(listed) or 'none'})",
-                                 field="--platform")
+                raise InputError(
+                    f"{ref} holds no {platform} image (it lists {', '.join(listed) or 'none'})", field="--platform"
+                )
             if not isinstance(digests[0], str) or not DIFF_ID.match(digests[0]):
-                raise RegistryError(f"{ref} index: its {platform} entry names {shown(digests[0])}, not a sha256 digest",
-                                    field="registry")
+                raise RegistryError(
+                    f"{ref} index: its {platform} entry names {shown(digests[0])}, not a sha256 digest",
+                    field="registry",
+                )
             found = client.get_manifest(repo, digests[0])
             if found is None:
-                raise RegistryError(f"{ref}: the index names {digests[0]}, which the registry does not have",
-                                    field="registry")
+                raise RegistryError(
+                    f"{ref}: the index names {digests[0]}, which the registry does not have", field="registry"
+                )
             body, digest, media = found
         if media not in (OCI_MANIFEST, DOCKER_MANIFEST):
             raise RegistryError(f"{ref} {platform}: {digest} is a {media}, not an image manifest", field="registry")
         image = _json(body, f"{ref} {platform} manifest")
-        if not isinstance(image.get("config"), dict) or not isinstance(image.get("layers") or [], list) \
-                or not all(isinstance(d, dict) for d in image.get("layers") or []):
-            raise RegistryError(f"{ref} {platform} manifest: its config is not a descriptor or its layers not a list "
-                                f"of descriptors", field="registry")
+        if (
+            not isinstance(image.get("config"), dict)
+            or not isinstance(image.get("layers") or [], list)
+            or not all(isinstance(d, dict) for d in image.get("layers") or [])
+        ):
+            raise RegistryError(
+                f"{ref} {platform} manifest: its config is not a descriptor or its layers not a list of descriptors",
+                field="registry",
+            )
         config_digest = str(image["config"].get("digest", ""))
         config = _json(client.get_blob(repo, config_digest), f"{ref} {platform} image config")
     layers = list(image.get("layers") or [])
     out = Published(ref, platform, digest, config_digest, config, layers)
     if f"{config.get('os')}/{config.get('architecture')}" != platform or out.label("platform") != platform:
-        raise InputError(f"{ref}: its {platform} image is labelled {out.label('platform') or 'no platform'} "
-                         f"({config.get('os')}/{config.get('architecture')})", field="--platform")
+        raise InputError(
+            f"{ref}: its {platform} image is labelled {out.label('platform') or 'no platform'} "
+            f"({config.get('os')}/{config.get('architecture')})",
+            field="--platform",
+        )
     if not out.label("recipe"):
-        raise InputError(f"{ref} {platform}: the image has no {LABEL_PREFIX}.recipe label; it was not built by "
-                         f"servebuild", field="--check")
+        raise InputError(
+            f"{ref} {platform}: the image has no {LABEL_PREFIX}.recipe label; it was not built by servebuild",
+            field="--check",
+        )
     for key in ("recipe", "variant"):  # they choose what is built: names as --recipe takes them, never a path
         value = out.label(key)
         if value and not NAME.match(value):
             named = "a recipe of this checkout" if key == "recipe" else "a variant of the labelled recipe"
-            raise InputError(f"{ref} {platform}: its {LABEL_PREFIX}.{key} label {shown(value)} is not a {key} name "
-                             f"(lowercase letters, digits, '-': {named}, never a file)", field="--check")
+            raise InputError(
+                f"{ref} {platform}: its {LABEL_PREFIX}.{key} label {shown(value)} is not a {key} name "
+                f"(lowercase letters, digits, '-': {named}, never a file)",
+                field="--check",
+            )
     out.diff_ids = _diff_ids(config, f"{ref} {platform} image config")
     if len(out.diff_ids) != len(layers):
-        raise RegistryError(f"{ref} {platform}: the manifest names {len(layers)} layers, the config "
-                            f"{len(out.diff_ids)}", field="registry")
+        raise RegistryError(
+            f"{ref} {platform}: the manifest names {len(layers)} layers, the config {len(out.diff_ids)}",
+            field="registry",
+        )
     return out
 
 
@@ -207,13 +240,20 @@ def registry_layers(client: RegistryClient, repo: str, image: Published, work: P
                     raise
                 problem = exc.problem
         blobs += blob.stat().st_size  # the bytes served (they hashed to the digest), not the descriptor's claim
-        content = _uncompressed(blob, tar, inflated_limit(blobs) - inflated,
-                                f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')})")
+        content = _uncompressed(
+            blob,
+            tar,
+            inflated_limit(blobs) - inflated,
+            f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')})",
+        )
         inflated += tar.stat().st_size
         if not problem and content != diff_ids[i]:  # the registry's image disagrees with itself: no build
-            raise IntegrityError(f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')}) hashes to its "
-                                 f"digest but uncompresses to {content or 'no readable gzip or tar layer'}; the "
-                                 f"config's diff_id is {diff_ids[i]}", field="registry")
+            raise IntegrityError(
+                f"{image.ref} {image.platform}: layer {i} ({desc.get('digest')}) hashes to its "
+                f"digest but uncompresses to {content or 'no readable gzip or tar layer'}; the "
+                f"config's diff_id is {diff_ids[i]}",
+                field="registry",
+            )
         blob.unlink()
         out.append((tar, problem))
     return out
@@ -232,14 +272,17 @@ def _uncompressed(blob: Path, tar: Path, limit: int, what: str) -> str:
     with blob.open("rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
     try:
-        with (gzip.open(blob, "rb") if gzipped else blob.open("rb")) as src, tar.open("wb") as dst:
+        with gzip.open(blob, "rb") if gzipped else blob.open("rb") as src, tar.open("wb") as dst:
             for chunk in iter(lambda: src.read(min(READ, limit + 1 - size)), b""):
                 size += len(chunk)
                 if size > limit:
-                    raise IntegrityError(f"{what} inflates past {limit} bytes (its blob is {blob.stat().st_size}; "
-                                         f"an image's layers may inflate {limits.LAYER_INFLATE_RATIO} times their "
-                                         f"blobs together, at least {limits.LAYER_INFLATE_FLOOR >> 20} MiB): not "
-                                         f"unpacked further", field="registry")
+                    raise IntegrityError(
+                        f"{what} inflates past {limit} bytes (its blob is {blob.stat().st_size}; "
+                        f"an image's layers may inflate {limits.LAYER_INFLATE_RATIO} times their "
+                        f"blobs together, at least {limits.LAYER_INFLATE_FLOOR >> 20} MiB): not "
+                        f"unpacked further",
+                        field="registry",
+                    )
                 digest.update(chunk)
                 dst.write(chunk)
     except (OSError, EOFError, zlib.error):
@@ -252,16 +295,23 @@ def rebuild_plan(root: Path, image: Published, ca_bundle: Optional[Path], echo: 
     made before any layer is read, so a label naming what this checkout cannot build (no such recipe or
     variant, a platform it lacks, an unpinned entry) costs no download."""
     recipe, variant = image.label("recipe"), image.label("variant") or None
-    options = BuildOptions(platform=image.platform, variant=variant, no_cache=True, ca_bundle=ca_bundle,
-                           tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}"
-                               f"{arch_of(image.platform)}",
-                           build_root=root / "build" / "rebuild", echo=echo)
+    options = BuildOptions(
+        platform=image.platform,
+        variant=variant,
+        no_cache=True,
+        ca_bundle=ca_bundle,
+        tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}{arch_of(image.platform)}",
+        build_root=root / "build" / "rebuild",
+        echo=echo,
+    )
     try:
         return make_plan(root, recipe, options)
     except ServebuildError as exc:
         named = f"{LABEL_PREFIX}.recipe {recipe}" + (f", {LABEL_PREFIX}.variant {variant}" if variant else "")
-        raise type(exc)(f"{image.ref} {image.platform}: its labels ({named}) name what this checkout cannot "
-                        f"build: {exc}", field="--check") from None
+        raise type(exc)(
+            f"{image.ref} {image.platform}: its labels ({named}) name what this checkout cannot build: {exc}",
+            field="--check",
+        ) from None
 
 
 def rebuild(plan: BuildPlan, image: Published, docker: DockerClient) -> tuple[str, dict]:
@@ -278,12 +328,22 @@ def registry_reads(registry: str, ref: str, seconds: float):
         with deadline(seconds, f"the registry reads of rebuild --check {ref} (SERVEBUILD_REBUILD_DEADLINE)"):
             yield
     except Expired as exc:  # between two requests (inflating a layer): no client call caught it
-        raise RegistryTimeout(f"{registry}: {exc.what} did not finish within {exc.seconds:g} s",
-                              field="registry") from None
+        raise RegistryTimeout(
+            f"{registry}: {exc.what} did not finish within {exc.seconds:g} s", field="registry"
+        ) from None
 
 
-def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str, docker: DockerClient,
-          ca_bundle: Optional[Path] = None, echo: bool = True, total_s: Optional[float] = None) -> Report:
+def check(
+    root: Path,
+    client: RegistryClient,
+    repo: str,
+    tag: str,
+    platform: str,
+    docker: DockerClient,
+    ca_bundle: Optional[Path] = None,
+    echo: bool = True,
+    total_s: Optional[float] = None,
+) -> Report:
     total_s = total_s or limits.seconds_from_env("SERVEBUILD_REBUILD_DEADLINE", limits.REBUILD_REGISTRY_S)
     with tempfile.TemporaryDirectory(prefix="servebuild-rebuild-") as tmp:
         work = Path(tmp)
@@ -306,23 +366,42 @@ def check(root: Path, client: RegistryClient, repo: str, tag: str, platform: str
             report.difference += paths_differing(theirs[i][0] if i < len(theirs) else None, ours_tar)
             return report
         if rebuilt_id != image.config_digest:
-            report.difference.append("every layer is the same; the config differs: "
-                                     + ", ".join(config_differences(image.config, config)))
+            report.difference.append(
+                "every layer is the same; the config differs: " + ", ".join(config_differences(image.config, config))
+            )
     return report
 
 
-def check_committed(root: Path, recipe: str, platform: str, variant: Optional[str], docker: DockerClient,
-                    ca_bundle: Optional[Path] = None, echo: bool = True) -> tuple[bool, str, str]:
+def check_committed(
+    root: Path,
+    recipe: str,
+    platform: str,
+    variant: Optional[str],
+    docker: DockerClient,
+    ca_bundle: Optional[Path] = None,
+    echo: bool = True,
+) -> tuple[bool, str, str]:
     """Rebuild the recipe (and variant) --no-cache and compare it with its committed id, no registry:
     (identical, the rebuilt id, the verdict line naming the first differing layer)."""
-    plan = make_plan(root, recipe, BuildOptions(
-        platform=platform, variant=variant, no_cache=True, ca_bundle=ca_bundle, echo=echo,
-        tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}{arch_of(platform)}",
-        build_root=root / "build" / "rebuild"))
+    plan = make_plan(
+        root,
+        recipe,
+        BuildOptions(
+            platform=platform,
+            variant=variant,
+            no_cache=True,
+            ca_bundle=ca_bundle,
+            echo=echo,
+            tag=f"servebuild-rebuild/{recipe}:{variant + '-' if variant else ''}{arch_of(platform)}",
+            build_root=root / "build" / "rebuild",
+        ),
+    )
     if committed.key(platform, variant) not in committed.load_committed(plan.loaded):
-        raise InputError(f"{committed.display(plan.loaded)} has no committed id for "
-                         f"{committed.key(platform, variant)}", hint="build it with --record-id first",
-                         field="--committed")
+        raise InputError(
+            f"{committed.display(plan.loaded)} has no committed id for {committed.key(platform, variant)}",
+            hint="build it with --record-id first",
+            field="--committed",
+        )
     result = run.build(plan, docker)
     layers, steps = committed.layers_of(docker, result.image_id, platform)
     same, line = committed.verdict(plan.loaded, platform, result.image_id, layers, steps, variant)
@@ -360,8 +439,16 @@ def entries(path: Optional[Path]) -> Optional[dict[str, tuple]]:
                     for chunk in iter(lambda: src.read(READ), b""):
                         h.update(chunk)
                     digest = h.hexdigest()[:16]
-                out[m.name.rstrip("/")] = (m.type, oct(m.mode & 0o7777), m.uid, m.gid, m.size, int(m.mtime), m.linkname,
-                                           digest)  # the mode's file-type bits (Go's tar writes them) say what type says
+                out[m.name.rstrip("/")] = (
+                    m.type,
+                    oct(m.mode & 0o7777),
+                    m.uid,
+                    m.gid,
+                    m.size,
+                    int(m.mtime),
+                    m.linkname,
+                    digest,
+                )  # the mode's file-type bits (Go's tar writes them) say what type says
     except (tarfile.TarError, OSError):
         return None
     return out

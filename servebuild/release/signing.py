@@ -47,6 +47,7 @@ class PublicKey:
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
+
         try:
             if isinstance(self.key, ec.EllipticCurvePublicKey):
                 self.key.verify(sig, data, ec.ECDSA(hashes.SHA256()))
@@ -70,6 +71,7 @@ class PrivateKey:
     def sign(self, data: bytes) -> bytes:
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
+
         if isinstance(self.key, ec.EllipticCurvePrivateKey):
             return self.key.sign(data, ec.ECDSA(hashes.SHA256()))
         return self.key.sign(data)
@@ -88,8 +90,10 @@ class Envelope:
 
 # -- keys ----------------------------------------------------------------------------------------------
 
+
 def keyid_of(public_key) -> str:
     from cryptography.hazmat.primitives import serialization
+
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return "sha256:" + sha256_bytes(der)
 
@@ -97,6 +101,7 @@ def keyid_of(public_key) -> str:
 def _kind(key) -> str:
     """A key's type in words, without any of its bytes."""
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
         return f"an ECDSA {key.curve.name} key"
     if isinstance(key, (rsa.RSAPrivateKey, rsa.RSAPublicKey)):
@@ -106,10 +111,12 @@ def _kind(key) -> str:
 
 def _supported(key) -> bool:
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
     if isinstance(key, (ed25519.Ed25519PrivateKey, ed25519.Ed25519PublicKey)):
         return True
-    return isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) \
-        and isinstance(key.curve, ec.SECP256R1)
+    return isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)) and isinstance(
+        key.curve, ec.SECP256R1
+    )
 
 
 def _read_pem(path: Path, field: str, what: str) -> tuple[bytes, int]:
@@ -127,6 +134,7 @@ def load_private_key(path: Path, field: str = "--sign-key") -> PrivateKey:
     """An unencrypted PEM private key (PKCS#8, or SEC1 for ECDSA), Ed25519 or ECDSA P-256."""
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
+
     what = "a PEM private key"
     data, mode = _read_pem(path, field, what)
     place = {"file": str(path), "field": field}
@@ -136,8 +144,9 @@ def load_private_key(path: Path, field: str = "--sign-key") -> PrivateKey:
     if mode & 0o077:
         raise SigningError(f"is readable by others (mode {mode & 0o777:o}); chmod 600 it", **place)
     if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in data or b"Proc-Type: 4,ENCRYPTED" in data:
-        raise SigningError("is an encrypted private key; servebuild reads unencrypted keys only (keep the file "
-                           "mode 600)", **place)
+        raise SigningError(
+            "is an encrypted private key; servebuild reads unencrypted keys only (keep the file mode 600)", **place
+        )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):  # their text is ours to replace: it never holds the key
@@ -153,6 +162,7 @@ def load_private_key(path: Path, field: str = "--sign-key") -> PrivateKey:
 def public_key_from_pem(data: bytes, where: str = "public key", field: str = "--public-key") -> PublicKey:
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
+
     what = "a PEM public key"
     place = {"file": where, "field": field}
     if PRIVATE_MARKER in data:
@@ -174,6 +184,7 @@ def load_public_key(path: Path, field: str = "--public-key") -> PublicKey:
 
 # -- envelopes -----------------------------------------------------------------------------------------
 
+
 def pae(payload_type: str, body: bytes) -> bytes:
     """DSSE pre-authentication encoding: "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body."""
     kind = payload_type.encode("utf-8")
@@ -183,8 +194,11 @@ def pae(payload_type: str, body: bytes) -> bytes:
 def sign(payload: bytes, key: PrivateKey, payload_type: str = PAYLOAD_TYPE) -> bytes:
     """The DSSE envelope (JSON bytes) of `payload`, exactly as given, signed by `key`."""
     sig = key.sign(pae(payload_type, payload))
-    envelope = {"payloadType": payload_type, "payload": base64.b64encode(payload).decode(),
-                "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(sig).decode()}]}
+    envelope = {
+        "payloadType": payload_type,
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(sig).decode()}],
+    }
     return json.dumps(envelope, indent=2, sort_keys=True).encode() + b"\n"
 
 

@@ -48,15 +48,21 @@ def _json(data: bytes, what: str) -> dict:
     return doc
 
 
-def verify(client: RegistryClient, repo: str, tag: str, root: Optional[Path] = None,
-           public_key: Optional[signing.PublicKey] = None) -> dict:
+def verify(
+    client: RegistryClient,
+    repo: str,
+    tag: str,
+    root: Optional[Path] = None,
+    public_key: Optional[signing.PublicKey] = None,
+) -> dict:
     ref = f"{client.registry}/{repo}:{tag}"
     with client.operation(f"verify of {ref}"):
         return _verify(client, repo, tag, ref, root, public_key)
 
 
-def _verify(client: RegistryClient, repo: str, tag: str, ref: str, root: Optional[Path],
-            public_key: Optional[signing.PublicKey]) -> dict:
+def _verify(
+    client: RegistryClient, repo: str, tag: str, ref: str, root: Optional[Path], public_key: Optional[signing.PublicKey]
+) -> dict:
     found = client.get_manifest(repo, tag)
     if found is None:
         raise VerifyError(f"{ref}: no such tag")
@@ -75,13 +81,21 @@ def _verify(client: RegistryClient, repo: str, tag: str, ref: str, root: Optiona
         if platform in seen:
             raise VerifyError(f"{ref}: {platform} appears twice in the index")
         seen.add(platform)
-        report["platforms"][platform] = _verify_platform(client, repo, ref, platform, entry.get("digest", ""), root,
-                                                         public_key)
+        report["platforms"][platform] = _verify_platform(
+            client, repo, ref, platform, entry.get("digest", ""), root, public_key
+        )
     return report
 
 
-def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str, digest: str,
-                     root: Optional[Path], public_key: Optional[signing.PublicKey]) -> dict:
+def _verify_platform(
+    client: RegistryClient,
+    repo: str,
+    ref: str,
+    platform: str,
+    digest: str,
+    root: Optional[Path],
+    public_key: Optional[signing.PublicKey],
+) -> dict:
     where = f"{ref} {platform}"
     config_digest, labels = _image_labels(client, repo, where, platform, digest)
     referrers, _ = client.referrers(repo, digest)
@@ -91,9 +105,15 @@ def _verify_platform(client: RegistryClient, repo: str, ref: str, platform: str,
     installed = _check_sbom(artifacts, where, digest, manifest)
     lock = _check_provenance(artifacts, where, digest, labels)
     lock_state = _check_lock(where, lock, root, labels[f"{LABEL_PREFIX}.recipe"])
-    return {"digest": digest, "image_id": config_digest, "recipe": labels[f"{LABEL_PREFIX}.recipe"],
-            "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"], "packages": len(installed),
-            "lock": lock_state, "signature": signature}
+    return {
+        "digest": digest,
+        "image_id": config_digest,
+        "recipe": labels[f"{LABEL_PREFIX}.recipe"],
+        "manifest_sha256": labels[f"{LABEL_PREFIX}.manifest.sha256"],
+        "packages": len(installed),
+        "lock": lock_state,
+        "signature": signature,
+    }
 
 
 def _image_labels(client: RegistryClient, repo: str, where: str, platform: str, digest: str) -> tuple[str, dict]:
@@ -122,11 +142,15 @@ def _check_build_manifest(artifacts: dict, where: str, labels: dict, config_dige
     manifest = _json(artifacts["manifest"], f"{where} attached build manifest")
     inputs = {k: v for k, v in manifest.items() if k != "outputs"}
     if manifest_sha256(inputs) != labels[f"{LABEL_PREFIX}.manifest.sha256"]:
-        raise VerifyError(f"{where}: the attached build manifest hashes to {manifest_sha256(inputs)}, the image's "
-                          f"label {LABEL_PREFIX}.manifest.sha256 says {labels[f'{LABEL_PREFIX}.manifest.sha256']}")
+        raise VerifyError(
+            f"{where}: the attached build manifest hashes to {manifest_sha256(inputs)}, the image's "
+            f"label {LABEL_PREFIX}.manifest.sha256 says {labels[f'{LABEL_PREFIX}.manifest.sha256']}"
+        )
     if (manifest.get("outputs") or {}).get("image_id") != config_digest:
-        raise VerifyError(f"{where}: the attached build manifest is for image "
-                          f"{(manifest.get('outputs') or {}).get('image_id')}, the index names {config_digest}")
+        raise VerifyError(
+            f"{where}: the attached build manifest is for image "
+            f"{(manifest.get('outputs') or {}).get('image_id')}, the index names {config_digest}"
+        )
     return manifest
 
 
@@ -152,14 +176,20 @@ def _check_provenance(artifacts: dict, where: str, digest: str, labels: dict):
     predicate = statement.get("predicate") or {}
     params = (predicate.get("buildDefinition") or {}).get("externalParameters") or {}
     if (params.get("recipe") or {}).get("sha256") != labels[f"{LABEL_PREFIX}.recipe.sha256"]:
-        raise VerifyError(f"{where}: the provenance names recipe sha256 {(params.get('recipe') or {}).get('sha256')}, "
-                          f"the image label says {labels[f'{LABEL_PREFIX}.recipe.sha256']}")
-    byproducts = {b.get("name"): b.get("digest", {}).get("sha256")
-                  for b in (predicate.get("runDetails") or {}).get("byproducts") or []}
+        raise VerifyError(
+            f"{where}: the provenance names recipe sha256 {(params.get('recipe') or {}).get('sha256')}, "
+            f"the image label says {labels[f'{LABEL_PREFIX}.recipe.sha256']}"
+        )
+    byproducts = {
+        b.get("name"): b.get("digest", {}).get("sha256")
+        for b in (predicate.get("runDetails") or {}).get("byproducts") or []
+    }
     for kind in ("sbom", "manifest"):
         if byproducts.get(kind) != sha256_bytes(artifacts[kind]):
-            raise VerifyError(f"{where}: the provenance names {kind} sha256:{byproducts.get(kind)}, the attached "
-                              f"{kind} is sha256:{sha256_bytes(artifacts[kind])}")
+            raise VerifyError(
+                f"{where}: the provenance names {kind} sha256:{byproducts.get(kind)}, the attached "
+                f"{kind} is sha256:{sha256_bytes(artifacts[kind])}"
+            )
     return params.get("lock")
 
 
@@ -181,8 +211,15 @@ def _artifact_blob(client: RegistryClient, repo: str, where: str, digest: str, k
         raise VerifyError(f"{where}: {exc.problem}") from None
 
 
-def _signature(client: RegistryClient, repo: str, where: str, digest: str, referrers: list[dict], statement: bytes,
-               public_key: Optional[signing.PublicKey]) -> str:
+def _signature(
+    client: RegistryClient,
+    repo: str,
+    where: str,
+    digest: str,
+    referrers: list[dict],
+    statement: bytes,
+    public_key: Optional[signing.PublicKey],
+) -> str:
     signed = [d for d in referrers if d.get("artifactType") == SIGNATURE_TYPE]
     if public_key is None:
         return _signature_note(client, repo, where, digest, signed)
@@ -204,13 +241,15 @@ def _signature_note(client: RegistryClient, repo: str, where: str, digest: str, 
     return f"signature by {', '.join(shown)} attached, not checked (give --public-key)"
 
 
-def _check_signature(envelopes: list[bytes], where: str, digest: str, statement: bytes,
-                     public_key: signing.PublicKey) -> str:
+def _check_signature(
+    envelopes: list[bytes], where: str, digest: str, statement: bytes, public_key: signing.PublicKey
+) -> str:
     """One attached envelope must verify under the key and sign exactly the attached statement (other
     envelopes, e.g. by other keys, may sit beside it); else the most telling problem, one line."""
     if not envelopes:
-        raise VerifyError(f"{where}: no signed provenance attached to {digest} (want a DSSE envelope signed by "
-                          f"{public_key.keyid})")
+        raise VerifyError(
+            f"{where}: no signed provenance attached to {digest} (want a DSSE envelope signed by {public_key.keyid})"
+        )
     problems = []
     for data in envelopes:
         try:
@@ -222,10 +261,17 @@ def _check_signature(envelopes: list[bytes], where: str, digest: str, statement:
             problems.append((3, f"the signature artifact {exc.problem}"))
             continue
         if envelope.payload_type != signing.PAYLOAD_TYPE:
-            problems.append((0, f"the signed payload type is {envelope.payload_type[:80]!r}, not {signing.PAYLOAD_TYPE}"))
+            problems.append(
+                (0, f"the signed payload type is {envelope.payload_type[:80]!r}, not {signing.PAYLOAD_TYPE}")
+            )
         elif envelope.payload != statement:
-            problems.append((1, f"the signed payload is not the attached statement (signed sha256:"
-                                f"{sha256_bytes(envelope.payload)}, attached sha256:{sha256_bytes(statement)})"))
+            problems.append(
+                (
+                    1,
+                    f"the signed payload is not the attached statement (signed sha256:"
+                    f"{sha256_bytes(envelope.payload)}, attached sha256:{sha256_bytes(statement)})",
+                )
+            )
         else:
             return f"signed by {public_key.keyid}, verified"
     raise VerifyError(f"{where}: {min(problems)[1]}")
@@ -241,6 +287,8 @@ def _check_lock(where: str, lock: Optional[dict], root: Optional[Path], recipe: 
         return f"{lock.get('path')} sha256:{lock.get('sha256')} (no project lock to compare)"
     actual = sha256_file(project_lock)
     if actual != lock.get("sha256"):
-        raise VerifyError(f"{where}: the provenance names lock {lock.get('path')} sha256:{lock.get('sha256')}, "
-                          f"the project's {project_lock} is sha256:{actual}")
+        raise VerifyError(
+            f"{where}: the provenance names lock {lock.get('path')} sha256:{lock.get('sha256')}, "
+            f"the project's {project_lock} is sha256:{actual}"
+        )
     return f"{lock.get('path')} sha256:{actual} (matches the project's)"

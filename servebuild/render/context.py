@@ -39,30 +39,44 @@ INIT = "/usr/bin/tini"
 def _environment() -> jinja2.Environment:
     """Values are validated before they get here (the first wall); the templates still quote
     what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(TEMPLATES), str(PACKAGE_DIR)]),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(TEMPLATES), str(PACKAGE_DIR)]),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
     env.filters["sh"] = lambda value: shlex.quote(str(value))
     env.policies["json.dumps_kwargs"] = {"sort_keys": True}
     return env
 
 
-def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool = False,
-                  release: bool = False) -> str:
+def mode_fragment(engine, platform: str, env: jinja2.Environment, runtime: bool = False, release: bool = False) -> str:
     """The engine's install mode's fragment for the engine stage (or, `runtime`, the runtime stage;
     `release`, the release engine's stage)."""
     mode = engine.mode
-    frag = (mode.release_fragment(engine, platform) if release else
-            mode.runtime_fragment(engine, platform) if runtime else mode.fragment(engine, platform))
+    frag = (
+        mode.release_fragment(engine, platform)
+        if release
+        else mode.runtime_fragment(engine, platform)
+        if runtime
+        else mode.fragment(engine, platform)
+    )
     if frag is None:
         return ""
     template = env.from_string(frag.template) if "\n" in frag.template else env.get_template(frag.template)
     return template.render(engine=engine, platform=platform, **frag.data).strip("\n")
 
 
-def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, str],
-                    pinned_apt: Optional[dict[str, list[str]]] = None,
-                    overlay_files: Optional[Sequence[str]] = None) -> dict:
+def dockerfile_data(
+    recipe: Recipe,
+    root: Path,
+    platform: str,
+    bases: dict[str, str],
+    pinned_apt: Optional[dict[str, list[str]]] = None,
+    overlay_files: Optional[Sequence[str]] = None,
+) -> dict:
     """Every value the templates print. `pinned_apt`: stage -> the lock's `name:arch=version` of each
     package its apt step installs (the step then installs those .debs from the context, debs/STAGE/).
     `overlay_files`: the files the patch stack changes (render/reuse.py; None: not known)."""
@@ -76,15 +90,21 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     default = recipe.launch.default_profile()
     shared = [d for d in cache_dirs if d == CACHE_ROOT or d.startswith(CACHE_ROOT + "/")]
     return {
-        "recipe": recipe, "platform": platform, "arch": arch_of(platform), "bases": bases, "engine": engine,
+        "recipe": recipe,
+        "platform": platform,
+        "arch": arch_of(platform),
+        "bases": bases,
+        "engine": engine,
         "build_apt": apt_steps(recipe)["build"],
         "runtime_apt": apt_steps(recipe)["runtime"],
         "pinned_apt": pinned_apt or {},
         "cuda_links": cuda_links(cuda_home(recipe, root, platform)),
         "jit_cuda_home": env.get("CUDA_HOME"),  # set only for kinds that compile while serving
-        "python_check": (f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
-                         f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
-                         f"{recipe.python}')\""),
+        "python_check": (
+            f"python3 -c \"import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == "
+            f"'{recipe.python}' else 'base image has Python ' + v + ', the recipe wants "
+            f"{recipe.python}')\""
+        ),
         "engine_fragment": mode_fragment(engine, platform, _environment()) if engine else "",
         "runtime_fragment": mode_fragment(engine, platform, _environment(), runtime=True) if engine else "",
         "release_fragment": mode_fragment(engine, platform, _environment(), release=True) if engine else "",
@@ -93,13 +113,17 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": carries["profiles"],
         # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
-        "shared_dirs": " ".join(shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else [])
-                                + shared),
-        "profile_check": (argcheck_argv(recipe, payload.ARGCHECK, payload.BIN,
-                                        f"{payload.SERVEBUILD}/profiles-checked.json")
-                          if carries["argcheck"] else []),
+        "shared_dirs": " ".join(
+            shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else []) + shared
+        ),
+        "profile_check": (
+            argcheck_argv(recipe, payload.ARGCHECK, payload.BIN, f"{payload.SERVEBUILD}/profiles-checked.json")
+            if carries["argcheck"]
+            else []
+        ),
         "aot": aot_argv() if carries["aot"] else [],
-        "aot_reuse": aot_reuse_argv, "release_aot": RELEASE_AOT,
+        "aot_reuse": aot_reuse_argv,
+        "release_aot": RELEASE_AOT,
         "runtime_tools": site_packages(recipe) if carries["serve-time-jit"] else None,  # where the recorder's .pth goes
         "bench_dir": payload.BENCH_DIR if carries["bench"] else None,  # servebuild-bench and its prompts
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
@@ -109,24 +133,42 @@ def dockerfile_data(recipe: Recipe, root: Path, platform: str, bases: dict[str, 
     }
 
 
-def render_dockerfile(recipe: Recipe, recipe_sha256: str, platform: str, bases: dict[str, str],
-                      root: Path, pinned_apt: Optional[dict[str, list[str]]] = None,
-                      overlay_files: Optional[Sequence[str]] = None) -> str:
+def render_dockerfile(
+    recipe: Recipe,
+    recipe_sha256: str,
+    platform: str,
+    bases: dict[str, str],
+    root: Path,
+    pinned_apt: Optional[dict[str, list[str]]] = None,
+    overlay_files: Optional[Sequence[str]] = None,
+) -> str:
     """Pure function of its inputs: the same recipe, platform, bases, pins and patched files give the same bytes."""
-    text = _environment().get_template("Dockerfile.j2").render(
-        recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt, overlay_files))
+    text = (
+        _environment()
+        .get_template("Dockerfile.j2")
+        .render(
+            recipe_sha256=recipe_sha256, **dockerfile_data(recipe, root, platform, bases, pinned_apt, overlay_files)
+        )
+    )
     try:
         return settle("\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n")
     except SettleError as exc:  # a mode's fragment (modes are code: a plugin's, or a test's) that cannot be settled
         mode = recipe.engine.install if recipe.engine else None
-        raise InputError(f"the rendered Dockerfile cannot be settled: {exc}",
-                         field=f"engine.install ({mode})" if mode else None) from None
+        raise InputError(
+            f"the rendered Dockerfile cannot be settled: {exc}", field=f"engine.install ({mode})" if mode else None
+        ) from None
 
 
-def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], context: Path,
-                  manifest_inputs: dict, source_tarball: Optional[Path],
-                  debs: Optional[dict[str, list[tuple[str, Path]]]] = None,
-                  overlay_files: Optional[Sequence[str]] = None) -> Path:
+def write_context(
+    loaded: LoadedRecipe,
+    platform: str,
+    bases: dict[str, str],
+    context: Path,
+    manifest_inputs: dict,
+    source_tarball: Optional[Path],
+    debs: Optional[dict[str, list[tuple[str, Path]]]] = None,
+    overlay_files: Optional[Sequence[str]] = None,
+) -> Path:
     """Write a fresh build context directory and return it.
 
     BuildKit skips files whose size and mtime did not change when it transfers a context, so a
@@ -138,13 +180,15 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
         shutil.rmtree(context)
     context.mkdir(parents=True)
     pinned = {stage: [spec for spec, _ in files] for stage, files in (debs or {}).items()}
-    (context / "Dockerfile").write_text(render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root,
-                                                          pinned, overlay_files))
+    (context / "Dockerfile").write_text(
+        render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root, pinned, overlay_files)
+    )
     files = {"requirements.txt": loaded.root / recipe.constraints[platform]}
     files.update({f"wheels/{Path(rel).name}": loaded.root / rel for rel in recipe.wheels})
     if recipe.engine:
-        files.update({name: loaded.root / rel
-                      for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()})
+        files.update(
+            {name: loaded.root / rel for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()}
+        )
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         files["source.tar"] = source_tarball
     kernels = aot_kernels(recipe, loaded.root)
@@ -161,8 +205,10 @@ def write_context(loaded: LoadedRecipe, platform: str, bases: dict[str, str], co
     bench_command = payload.row(f"launchers/{payload.BENCH_COMMAND}")
     if bench_command.context in has:
         bench = context / bench_command.context
-        bench.write_text(f"#!/bin/sh\n# the seed's benchmarks: servebuild-bench --help\n"
-                         f"exec {VENV}/bin/python {payload.row('launchers/.bench/servebuild_bench.py').image} \"$@\"\n")
+        bench.write_text(
+            f"#!/bin/sh\n# the seed's benchmarks: servebuild-bench --help\n"
+            f'exec {VENV}/bin/python {payload.row("launchers/.bench/servebuild_bench.py").image} "$@"\n'
+        )
         bench.chmod(0o755)
     pth = f"launchers/.tools/{payload.RECORD_PTH_NAME}"
     if pth in has:

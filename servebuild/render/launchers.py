@@ -15,31 +15,54 @@ from servebuild.render.toolchain import VENV
 
 
 # the HEALTHCHECK's probe: the image's own Python, no curl needed; $SERVEBUILD_HEALTH_URL moves it
-HEALTH_PROBE = ("import os, sys, urllib.request; "
-                "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)")
+HEALTH_PROBE = (
+    "import os, sys, urllib.request; "
+    "sys.exit(0 if urllib.request.urlopen(os.environ['SERVEBUILD_HEALTH_URL'], timeout=8).status == 200 else 1)"
+)
 
 
 def healthcheck(kind, profile) -> Optional[dict]:
     if kind is None or kind.health_path is None or profile is None:
         return None
     port = kind.profile_port(profile)
-    return {"url": f"http://127.0.0.1:{port}{kind.health_path}", "start_period": kind.health_start_period,
-            "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE])}
+    return {
+        "url": f"http://127.0.0.1:{port}{kind.health_path}",
+        "start_period": kind.health_start_period,
+        "cmd": json.dumps([f"{VENV}/bin/python", "-c", HEALTH_PROBE]),
+    }
 
 
 def argcheck_argv(recipe: Recipe, root: str, launchers: str, out: str) -> list[str]:
     """The profile check's command (tools/profile_check.py, its files under `root` in the image)."""
     name = recipe.engine.name
-    return ["/opt/venv/bin/python", f"{root}/profile_check.py", "--recipe", recipe.name, "--engine", name,
-            "--dist", name, "--site", f"{root}/site", "--hook", f"{root}/hook.py", "--launchers", launchers,
-            "--out", out, *sorted(recipe.launch.profiles)]
+    return [
+        "/opt/venv/bin/python",
+        f"{root}/profile_check.py",
+        "--recipe",
+        recipe.name,
+        "--engine",
+        name,
+        "--dist",
+        name,
+        "--site",
+        f"{root}/site",
+        "--hook",
+        f"{root}/hook.py",
+        "--launchers",
+        launchers,
+        "--out",
+        out,
+        *sorted(recipe.launch.profiles),
+    ]
 
 
 # a kind that compiles while serving: copy the image's compiled kernels into /cache where it lacks them
 # (a mounted volume included) before the server starts; SERVEBUILD_NO_SEED=1 skips it
-SEED_STEP = (f'if [ -z "${{SERVEBUILD_NO_SEED:-}}" ] && [ -d {SEED}/cache ]; then '
-             f'{VENV}/bin/python {CACHE_TOOL} seed '
-             '|| echo "servebuild: /cache not seeded; the server compiles what it lacks" >&2; fi')
+SEED_STEP = (
+    f'if [ -z "${{SERVEBUILD_NO_SEED:-}}" ] && [ -d {SEED}/cache ]; then '
+    f"{VENV}/bin/python {CACHE_TOOL} seed "
+    '|| echo "servebuild: /cache not seeded; the server compiles what it lacks" >&2; fi'
+)
 
 
 def write_launchers(recipe: Recipe, directory: Path) -> None:

@@ -37,8 +37,10 @@ BENCH_COMMAND = "servebuild-bench"  # /usr/local/bin/servebuild-bench
 BENCH_DIR = "/usr/local/share/servebuild-bench"
 # in the venv's site-packages: the JIT recorder, in every process, only when SERVEBUILD_JIT_RECORD is set
 RECORD_PTH_NAME = "servebuild-jit-record.pth"
-RECORD_PTH = ('import os, sys; os.environ.get("SERVEBUILD_JIT_RECORD") and '
-              '(sys.path.append("/opt/servebuild/tools") or __import__("jit_record").install())\n')
+RECORD_PTH = (
+    'import os, sys; os.environ.get("SERVEBUILD_JIT_RECORD") and '
+    '(sys.path.append("/opt/servebuild/tools") or __import__("jit_record").install())\n'
+)
 SITE_PACKAGES = "$SITE"  # in `image`: the venv's site-packages (render/aot.site_packages)
 KIND_HOOK = Path("<the engine kind's argcheck hook>")  # in `source`: EngineKind.argcheck
 WRITTEN = None  # in `source`: the renderer writes it
@@ -72,31 +74,97 @@ PAYLOAD: tuple[Row, ...] = (
     Row("the build manifest", WRITTEN, "manifest.json", f"{SERVEBUILD}/manifest.json", "runtime", "always"),
     Row("a launcher per launch profile", WRITTEN, "launchers/PROFILE", f"{BIN}/PROFILE", "runtime", "profiles"),
     # the profile check: the engine's own parser reads every launcher's argv (only its record reaches the image)
-    Row("the profile check", TOOLS / "profile_check.py", "argcheck/profile_check.py",
-        f"{ARGCHECK}/profile_check.py", "profile-check", "argcheck"),
-    Row("its import hook", TOOLS / "argcheck_site.py", "argcheck/site/sitecustomize.py",
-        f"{ARGCHECK}/site/sitecustomize.py", "profile-check", "argcheck"),
-    Row("the engine kind's parser hook", KIND_HOOK, "argcheck/hook.py", f"{ARGCHECK}/hook.py", "profile-check",
-        "argcheck"),
+    Row(
+        "the profile check",
+        TOOLS / "profile_check.py",
+        "argcheck/profile_check.py",
+        f"{ARGCHECK}/profile_check.py",
+        "profile-check",
+        "argcheck",
+    ),
+    Row(
+        "its import hook",
+        TOOLS / "argcheck_site.py",
+        "argcheck/site/sitecustomize.py",
+        f"{ARGCHECK}/site/sitecustomize.py",
+        "profile-check",
+        "argcheck",
+    ),
+    Row(
+        "the engine kind's parser hook",
+        KIND_HOOK,
+        "argcheck/hook.py",
+        f"{ARGCHECK}/hook.py",
+        "profile-check",
+        "argcheck",
+    ),
     # the bench
-    Row("the bench", TOOLS / "servebuild_bench.py", "launchers/.bench/servebuild_bench.py",
-        f"{BENCH_DIR}/servebuild_bench.py", "runtime", "bench"),
-    Row("the bench's client", TOOLS / "bench_client.py", "launchers/.bench/bench_client.py",
-        f"{BENCH_DIR}/bench_client.py", "runtime", "bench"),
-    Row("the bench's suites", TOOLS / "bench_suites.py", "launchers/.bench/bench_suites.py",
-        f"{BENCH_DIR}/bench_suites.py", "runtime", "bench"),
-    Row("the bench's prompts", TOOLS / "bench_prompts", "launchers/.bench/bench_prompts/",
-        f"{BENCH_DIR}/bench_prompts/", "runtime", "bench"),
+    Row(
+        "the bench",
+        TOOLS / "servebuild_bench.py",
+        "launchers/.bench/servebuild_bench.py",
+        f"{BENCH_DIR}/servebuild_bench.py",
+        "runtime",
+        "bench",
+    ),
+    Row(
+        "the bench's client",
+        TOOLS / "bench_client.py",
+        "launchers/.bench/bench_client.py",
+        f"{BENCH_DIR}/bench_client.py",
+        "runtime",
+        "bench",
+    ),
+    Row(
+        "the bench's suites",
+        TOOLS / "bench_suites.py",
+        "launchers/.bench/bench_suites.py",
+        f"{BENCH_DIR}/bench_suites.py",
+        "runtime",
+        "bench",
+    ),
+    Row(
+        "the bench's prompts",
+        TOOLS / "bench_prompts",
+        "launchers/.bench/bench_prompts/",
+        f"{BENCH_DIR}/bench_prompts/",
+        "runtime",
+        "bench",
+    ),
     Row("the bench command", WRITTEN, f"launchers/{BENCH_COMMAND}", f"{BIN}/{BENCH_COMMAND}", "runtime", "bench"),
     # the cache root's tools, in every image of a kind that compiles while serving
-    Row("the cache tool (seed, census, pack)", TOOLS / "servebuild_cache.py", "launchers/.tools/servebuild_cache.py",
-        CACHE_TOOL, "runtime", "serve-time-jit"),
-    Row("the JIT recorder", TOOLS / "jit_record.py", "launchers/.tools/jit_record.py", f"{IMAGE_TOOLS}/jit_record.py",
-        "runtime", "serve-time-jit"),
-    Row("the tools' file helpers", TOOLS / "servebuild_files.py", "launchers/.tools/servebuild_files.py",
-        f"{IMAGE_TOOLS}/servebuild_files.py", "runtime", "serve-time-jit"),
-    Row("the recorder's .pth", WRITTEN, f"launchers/.tools/{RECORD_PTH_NAME}", f"{SITE_PACKAGES}/{RECORD_PTH_NAME}",
-        "runtime", "serve-time-jit"),
+    Row(
+        "the cache tool (seed, census, pack)",
+        TOOLS / "servebuild_cache.py",
+        "launchers/.tools/servebuild_cache.py",
+        CACHE_TOOL,
+        "runtime",
+        "serve-time-jit",
+    ),
+    Row(
+        "the JIT recorder",
+        TOOLS / "jit_record.py",
+        "launchers/.tools/jit_record.py",
+        f"{IMAGE_TOOLS}/jit_record.py",
+        "runtime",
+        "serve-time-jit",
+    ),
+    Row(
+        "the tools' file helpers",
+        TOOLS / "servebuild_files.py",
+        "launchers/.tools/servebuild_files.py",
+        f"{IMAGE_TOOLS}/servebuild_files.py",
+        "runtime",
+        "serve-time-jit",
+    ),
+    Row(
+        "the recorder's .pth",
+        WRITTEN,
+        f"launchers/.tools/{RECORD_PTH_NAME}",
+        f"{SITE_PACKAGES}/{RECORD_PTH_NAME}",
+        "runtime",
+        "serve-time-jit",
+    ),
     # the aot stage
     Row("the aot builder", TOOLS / "aot_build.py", "aot/aot_build.py", f"{AOT}/aot_build.py", "aot", "aot"),
     Row("the aot spec", WRITTEN, "aot/spec.json", f"{AOT}/spec.json", "aot", "aot"),
@@ -129,8 +197,11 @@ def copied(recipe: Recipe, has_aot: bool) -> dict[str, Path]:
 
 def argcheck_files(kind: EngineKind) -> dict[str, Path]:
     """The profile check's files by their place under its folder (what check/engine_parser.py mounts)."""
-    return {r.context.removeprefix("argcheck/"): kind.argcheck if r.source == KIND_HOOK else r.source
-            for r in PAYLOAD if r.when == "argcheck"}
+    return {
+        r.context.removeprefix("argcheck/"): kind.argcheck if r.source == KIND_HOOK else r.source
+        for r in PAYLOAD
+        if r.when == "argcheck"
+    }
 
 
 def in_image_sources(kinds) -> set[Path]:

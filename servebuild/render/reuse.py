@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 from servebuild.patchfiles import is_native
 
-RELEASE = "engine-release"   # the release engine, runnable (images/stages/runtime.j2)
-VARIANT = "runtime-base"     # the variant's own engine
+RELEASE = "engine-release"  # the release engine, runnable (images/stages/runtime.j2)
+VARIANT = "runtime-base"  # the variant's own engine
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,10 @@ class StageBase:
         if self.shared:
             return f"{stage}: shared with the release engine (no patch touches what it reads)"
         if self.changed:
-            return (f"{stage}: built on this variant's engine ({self.because}); only the kernels that read "
-                    f"{', '.join(self.changed)} are compiled, the rest copied from the release's")
+            return (
+                f"{stage}: built on this variant's engine ({self.because}); only the kernels that read "
+                f"{', '.join(self.changed)} are compiled, the rest copied from the release's"
+            )
         return f"{stage}: built on this variant's engine ({self.because})"
 
 
@@ -75,10 +77,10 @@ def stage_bases(engine, overlay_files: Optional[Sequence[str]], platform: str) -
         why = f"{touched[0]} is a kernel input of {kind.name}"
         # a kernel source (not Python, under the kind's kernel inputs): each kernel's own build record
         # says whether it read it; Python may change any builder, flag or source list: every kernel again
-        sources = all(_covered(installed[f], kind.kernel_inputs) and not installed[f].endswith(".py")
-                      for f in touched)
+        sources = all(_covered(installed[f], kind.kernel_inputs) and not installed[f].endswith(".py") for f in touched)
         out["aot"] = StageBase(VARIANT, why, tuple(installed[f] for f in touched) if sources else ())
     parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))
-    out["profile-check"] = (StageBase(VARIANT, f"{parser} is read by {kind.name}'s argument parser") if parser
-                            else StageBase(RELEASE))
+    out["profile-check"] = (
+        StageBase(VARIANT, f"{parser} is read by {kind.name}'s argument parser") if parser else StageBase(RELEASE)
+    )
     return out

@@ -38,12 +38,16 @@ ENV = f"SOURCE_DATE_EPOCH={TAR_MTIME} PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1
 # time is a function of the earlier layers (no mount point BuildKit makes lies under /usr or /opt).
 STEP_TIME = "SERVEBUILD_SETTLED"  # exported: a tool that records times (aot_build's ninja state) writes this one
 TIMES = "/tmp/.servebuild-layer-times"
-START = (f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
-         f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && rm {TIMES} "
-         f"&& export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))")
-SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
-          f"&& find / -xdev -newer {MARK} -exec touch -h -d \"@${STEP_TIME}\" {{}} + "
-          f"&& rm {MARK}")
+START = (
+    f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
+    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && rm {TIMES} "
+    f"&& export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))"
+)
+SETTLE = (
+    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
+    f'&& find / -xdev -newer {MARK} -exec touch -h -d "@${STEP_TIME}" {{}} + '
+    f"&& rm {MARK}"
+)
 INDENT = " \\\n    "
 # /tmp of the step is a tmpfs: the marker, pip's and nvcc's scratch never touch the image's /tmp. A directory
 # a step writes into and leaves as it was but for its mtime (/tmp after pip, the marker and the times file)
@@ -68,10 +72,12 @@ def settle(dockerfile: str) -> str:
         elif keyword == "COPY":
             out.append(_copy(instruction))
         elif keyword == "ADD" and _dest(instruction).startswith("/tmp"):
-            raise SettleError(f"{instruction.split(chr(10))[0][:80]!r} writes into /tmp, which every step mounts as a "
-                              f"tmpfs (the next RUN sees nothing of it): bind-mount the file in the RUN that "
-                              f"uses it, e.g. RUN --mount=type=bind,source=source.tar,target=/mnt/source.tar "
-                              f"tar -xf /mnt/source.tar -C /tmp && ...")
+            raise SettleError(
+                f"{instruction.split(chr(10))[0][:80]!r} writes into /tmp, which every step mounts as a "
+                f"tmpfs (the next RUN sees nothing of it): bind-mount the file in the RUN that "
+                f"uses it, e.g. RUN --mount=type=bind,source=source.tar,target=/mnt/source.tar "
+                f"tar -xf /mnt/source.tar -C /tmp && ..."
+            )
         else:
             out.append(instruction)
     return "\n".join(out) + "\n"
@@ -99,7 +105,7 @@ def _split_flags(body: str) -> tuple[list[str], str]:
         if flag is None:
             return flags, rest
         flags.append(flag.group())
-        rest = rest[flag.end():]
+        rest = rest[flag.end() :]
 
 
 def _dest(instruction: str) -> str:
@@ -114,10 +120,14 @@ def _run(instruction: str) -> str:
         raise SettleError(f"an exec-form RUN cannot be settled: {instruction[:80]!r}")
     binds = [f for f in flags if f.startswith("--mount=type=bind")]
     for flag in binds:
-        target = dict(kv.split("=", 1) for kv in flag.removeprefix("--mount=").split(",") if "=" in kv).get("target", "")
+        target = dict(kv.split("=", 1) for kv in flag.removeprefix("--mount=").split(",") if "=" in kv).get(
+            "target", ""
+        )
         if not target.startswith(MOUNT_ROOT + "/"):
-            raise SettleError(f"a bind mount must target {MOUNT_ROOT}/NAME (its mount point then lives in a "
-                              f"tmpfs, not in the layer): {flag!r}")
+            raise SettleError(
+                f"a bind mount must target {MOUNT_ROOT}/NAME (its mount point then lives in a "
+                f"tmpfs, not in the layer): {flag!r}"
+            )
     if binds:
         flags = [f"--mount=type=tmpfs,target={MOUNT_ROOT}", *flags]
     return _compose(flags, command)
@@ -141,9 +151,11 @@ def _copy(instruction: str) -> str:
         raise SettleError(f"a settled COPY takes one source and one destination: {instruction[:80]!r}")
     source, dest = words
     if dest.startswith("/tmp"):
-        raise SettleError(f"{instruction[:80]!r} writes into /tmp, which every step mounts as a tmpfs (the next RUN "
-                          f"sees nothing of it): bind-mount the file in the RUN that uses it "
-                          f"(RUN --mount=type=bind,source=FILE,target=/mnt/FILE ...)")
+        raise SettleError(
+            f"{instruction[:80]!r} writes into /tmp, which every step mounts as a tmpfs (the next RUN "
+            f"sees nothing of it): bind-mount the file in the RUN that uses it "
+            f"(RUN --mount=type=bind,source=FILE,target=/mnt/FILE ...)"
+        )
     bind = f"--mount=type=bind,{f'from={stage},' if stage else ''}source={source},target={SOURCE}"
     into = dest.rstrip("/") or "/"
     target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest
@@ -152,8 +164,14 @@ def _copy(instruction: str) -> str:
     # from the build context, a directory's mtime is not the one written there: BuildKit's context
     # transfer stamped nested directories (launchers/.tools) with the time it received them, so each
     # directory copied from the context gets the step's settled time (files keep theirs)
-    dirs = ("" if stage else f" && find {SOURCE} -type d -exec sh -c "
-            f"'for d; do touch -h -d \"@${STEP_TIME}\" \"$0${{d#{SOURCE}}}\"; done' {q(into)} {{}} +")
-    command = (f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}{dirs}; "
-               f"else mkdir -p {q(parent)} && cp -a --no-preserve=ownership {SOURCE} {q(target)}; fi")
+    dirs = (
+        ""
+        if stage
+        else f" && find {SOURCE} -type d -exec sh -c "
+        f'\'for d; do touch -h -d "@${STEP_TIME}" "$0${{d#{SOURCE}}}"; done\' {q(into)} {{}} +'
+    )
+    command = (
+        f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}{dirs}; "
+        f"else mkdir -p {q(parent)} && cp -a --no-preserve=ownership {SOURCE} {q(target)}; fi"
+    )
     return _compose([f"--mount=type=tmpfs,target={MOUNT_ROOT}", bind], command)

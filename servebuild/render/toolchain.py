@@ -28,8 +28,11 @@ def cuda_home(recipe: Recipe, root: Path, platform: str) -> Optional[str]:
         return None
     major = re.match(r"\d+", nvcc)
     if major is None:
-        raise RecipeError(f"nvidia-cuda-nvcc=={nvcc} has no numeric major version",
-                          file=recipe.constraints[platform], field="nvidia-cuda-nvcc")
+        raise RecipeError(
+            f"nvidia-cuda-nvcc=={nvcc} has no numeric major version",
+            file=recipe.constraints[platform],
+            field="nvidia-cuda-nvcc",
+        )
     return f"{VENV}/lib/python{recipe.python}/site-packages/nvidia/cu{major.group(0)}"
 
 
@@ -41,8 +44,12 @@ def cuda_links(home: Optional[str]) -> Optional[str]:
 
 
 def runtime_env(recipe: Recipe, root: Path, platform: str) -> dict[str, str]:
-    env = {"VIRTUAL_ENV": VENV, "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
-           "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list, **NVIDIA_ENV}
+    env = {
+        "VIRTUAL_ENV": VENV,
+        "SERVEBUILD_MANIFEST": "/opt/servebuild/manifest.json",
+        "TORCH_CUDA_ARCH_LIST": recipe.cuda_arch_list,
+        **NVIDIA_ENV,
+    }
     path = f"/opt/engine/site/bin:{VENV}/bin"
     if recipe.engine:
         kind = recipe.engine.kind

@@ -38,9 +38,13 @@ def _context(ca: Optional[Path], display: str) -> Optional[ssl.SSLContext]:
         context = ssl.create_default_context()
         context.load_verify_locations(cafile=str(ca))
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise InputError(f"cannot use {ca} as a CA bundle for the release download: "
-                          f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc} "
-                          f"(a PEM file of certificates)", file=display, field="--ca-bundle") from None
+        raise InputError(
+            f"cannot use {ca} as a CA bundle for the release download: "
+            f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or exc} "
+            f"(a PEM file of certificates)",
+            file=display,
+            field="--ca-bundle",
+        ) from None
     return context
 
 
@@ -50,26 +54,45 @@ def _norm(text: str) -> str:
 
 def _plain_filename(filename, name: str) -> bool:
     """A file of the requested project and nothing else: one path component, no '..', `NAME-VERSION...`."""
-    return (isinstance(filename, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}", filename) is not None
-            and ".." not in filename and re.match(re.escape(_norm(name)) + r"_[0-9]", _norm(filename)) is not None)
+    return (
+        isinstance(filename, str)
+        and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}", filename) is not None
+        and ".." not in filename
+        and re.match(re.escape(_norm(name)) + r"_[0-9]", _norm(filename)) is not None
+    )
 
 
-def _pick(files: list, hashes: set[str], artifact: str, platform: str, python: str,
-          name: str = "") -> Optional[dict]:
-    fits = [f for f in files if isinstance(f, dict) and isinstance(f.get("hashes"), dict)
-            and f["hashes"].get("sha256") in hashes and isinstance(f.get("url"), str)
-            and _plain_filename(f.get("filename"), name) and _fits(f["filename"], artifact, platform, python)]
+def _pick(files: list, hashes: set[str], artifact: str, platform: str, python: str, name: str = "") -> Optional[dict]:
+    fits = [
+        f
+        for f in files
+        if isinstance(f, dict)
+        and isinstance(f.get("hashes"), dict)
+        and f["hashes"].get("sha256") in hashes
+        and isinstance(f.get("url"), str)
+        and _plain_filename(f.get("filename"), name)
+        and _fits(f["filename"], artifact, platform, python)
+    ]
     return sorted(fits, key=lambda f: f["filename"])[0] if fits else None
 
 
-def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str, python: str,
-                   cache_root: Path, offline: bool = False, ca_bundle: Optional[Path] = None) -> tuple[Path, str]:
+def fetch_artifact(
+    requirement: Path,
+    display: str,
+    artifact: str,
+    platform: str,
+    python: str,
+    cache_root: Path,
+    offline: bool = False,
+    ca_bundle: Optional[Path] = None,
+) -> tuple[Path, str]:
     """(path, sha256) of the release file the requirement pins, for this platform and Python."""
     pins = parse_hashes(requirement)
     if len(pins) != 1:
-        raise InputError(f"a release requirement pins exactly one distribution, {display} pins {len(pins)}",
-                          file=display)
-    (name, (version, hashes)), = pins.items()
+        raise InputError(
+            f"a release requirement pins exactly one distribution, {display} pins {len(pins)}", file=display
+        )
+    ((name, (version, hashes)),) = pins.items()
     cache = cache_root / "artifacts"
     for digest in sorted(hashes):
         hit = next((cache / digest).glob("*"), None) if (cache / digest).is_dir() else None
@@ -77,38 +100,44 @@ def fetch_artifact(requirement: Path, display: str, artifact: str, platform: str
             check_input(hit, "artifact", str(hit), error=HostError)  # a FIFO or a huge file in the cache is not it
             return hit, digest
     if offline:
-        raise Refused(f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given",
-                          file=display)
+        raise Refused(
+            f"{name}=={version} ({artifact}) is not in the artifact cache and --offline was given", file=display
+        )
     context = _context(ca_bundle, display)
     page = f"{INDEX}/simple/{name}/"
     try:  # the simple API as JSON (PEP 691) names every file with its sha256
-        meta = parse_json(index.get(page, accept="application/vnd.pypi.simple.v1+json", context=context),
-                          page, JSON_DEPTH)
+        meta = parse_json(
+            index.get(page, accept="application/vnd.pypi.simple.v1+json", context=context), page, JSON_DEPTH
+        )
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
         raise HostError(f"cannot read {name}=={version} from {INDEX} ({exc})", file=display) from None
     files = meta.get("files") if isinstance(meta, dict) else None
     chosen = _pick(files if isinstance(files, list) else [], set(hashes), artifact, platform, python, name)
     if chosen is None:
-        raise InputError(f"no {artifact} of {name}=={version} for {platform}/cp{python} among the hashes "
-                          f"in {display}", file=display)
+        raise InputError(
+            f"no {artifact} of {name}=={version} for {platform}/cp{python} among the hashes in {display}", file=display
+        )
     digest = chosen["hashes"]["sha256"]
     target = cache / digest / chosen["filename"]
     target.parent.mkdir(parents=True, exist_ok=True)
     url = urllib.parse.urljoin(page, chosen["url"])  # PEP 691 allows URLs relative to the page
     if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
-        raise IntegrityError(f"{INDEX} gives {url!r} for {chosen['filename']}; only http(s) URLs are fetched",
-                          file=display)
+        raise IntegrityError(
+            f"{INDEX} gives {url!r} for {chosen['filename']}; only http(s) URLs are fetched", file=display
+        )
     tmp = target.with_name(f".{target.name}.part{os.getpid()}")
     try:
         with tmp.open("wb") as sink:  # streamed to disk, never whole in memory; bounded in size and time
-            index.get(url, context=context, limit=LIMITS["artifact"].max_bytes, seconds=limits.RELEASE_FILE_S,
-                      sink=sink)
+            index.get(
+                url, context=context, limit=LIMITS["artifact"].max_bytes, seconds=limits.RELEASE_FILE_S, sink=sink
+            )
         if sha256_file(tmp) != digest:
             raise IntegrityError(f"{chosen['filename']} does not hash to {digest}", file=display)
         tmp.replace(target)
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
-        raise HostError(f"cannot download {chosen['filename']} of {name}=={version} from {url} ({exc})",
-                          file=display) from None
+        raise HostError(
+            f"cannot download {chosen['filename']} of {name}=={version} from {url} ({exc})", file=display
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
     return target, digest
@@ -118,5 +147,8 @@ def _fits(filename: str, artifact: str, platform: str, python: str) -> bool:
     if artifact == "sdist":
         return filename.endswith((".tar.gz", ".zip"))
     tag = f"cp{python.replace('.', '')}"
-    return filename.endswith(".whl") and machine_of(platform) in filename and (
-        f"-{tag}-" in filename or "abi3" in filename)
+    return (
+        filename.endswith(".whl")
+        and machine_of(platform) in filename
+        and (f"-{tag}-" in filename or "abi3" in filename)
+    )

@@ -26,9 +26,12 @@ DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 
 NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{0,99}")
 VERSION = re.compile(r"[0-9A-Za-z.+~:-]{1,100}")
 POOL_PATH = re.compile(r"pool/[A-Za-z0-9+._~/-]{1,400}\.deb")
-GRAMMAR = {"name": (NAME, "a Debian package name"), "version": (VERSION, "a Debian version"),
-           "sha256": (re.compile(r"[0-9a-f]{64}"), "a sha256 (64 lowercase hex digits)"),
-           "filename": (POOL_PATH, "a pool path of a .deb")}
+GRAMMAR = {
+    "name": (NAME, "a Debian package name"),
+    "version": (VERSION, "a Debian version"),
+    "sha256": (re.compile(r"[0-9a-f]{64}"), "a sha256 (64 lowercase hex digits)"),
+    "filename": (POOL_PATH, "a pool path of a .deb"),
+}
 
 
 class DebPackage(BaseModel):
@@ -60,8 +63,9 @@ def cached_deb(cache_dir: Path, pkg: DebPackage) -> Path:
     return cache_dir / "debs" / pkg.sha256 / Path(pkg.filename).name
 
 
-def fetch_debs(pins: list[DebPackage], mirror: str, cache_dir: Path, recipe: str, lock_file: str,
-               offline: bool = False) -> list[Path]:
+def fetch_debs(
+    pins: list[DebPackage], mirror: str, cache_dir: Path, recipe: str, lock_file: str, offline: bool = False
+) -> list[Path]:
     """The cached `.deb` of each pin, downloading what the cache lacks; every file checked against its sha256."""
     out = []
     for pkg in pins:
@@ -70,8 +74,10 @@ def fetch_debs(pins: list[DebPackage], mirror: str, cache_dir: Path, recipe: str
             out.append(path)
             continue
         if offline:
-            raise Refused(f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
-                          file=lock_file)
+            raise Refused(
+                f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
+                file=lock_file,
+            )
         out.append(_download(pkg, mirror, path, recipe, lock_file))
     return out
 
@@ -85,15 +91,21 @@ def _download(pkg: DebPackage, mirror: str, path: Path, recipe: str, lock_file: 
             index.get(url, limit=DEB_LIMIT, seconds=limits.RELEASE_FILE_S, sink=sink)
         got = sha256_file(tmp)
         if got != pkg.sha256:
-            raise IntegrityError(f"{pkg.spec} from {url} hashes to {got}, the lock pins {pkg.sha256}",
-                                 hint="the mirror serves other bytes under that name; do not build from it",
-                                 file=lock_file, field=f"debian.{pkg.name}")
+            raise IntegrityError(
+                f"{pkg.spec} from {url} hashes to {got}, the lock pins {pkg.sha256}",
+                hint="the mirror serves other bytes under that name; do not build from it",
+                file=lock_file,
+                field=f"debian.{pkg.name}",
+            )
         tmp.replace(path)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise Refused(f"the mirror no longer serves {pkg.spec} ({url}: 404; replaced at a point release?)",
-                          hint=f"run `invoke lock --recipe {recipe}` to pin what it serves now",
-                          file=lock_file, field=f"debian.{pkg.name}") from None
+            raise Refused(
+                f"the mirror no longer serves {pkg.spec} ({url}: 404; replaced at a point release?)",
+                hint=f"run `invoke lock --recipe {recipe}` to pin what it serves now",
+                file=lock_file,
+                field=f"debian.{pkg.name}",
+            ) from None
         raise HostError(f"cannot download {pkg.spec} from {url} (HTTP {exc.code})", file=lock_file) from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise HostError(f"cannot download {pkg.spec} from {url} ({exc})", file=lock_file) from None
@@ -122,10 +134,15 @@ def flat_repo(pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, 
         except OSError:
             target.write_bytes(deb.read_bytes())
         fields = control(deb)
-        if (fields.get("Package"), fields.get("Version"), fields.get("Architecture")) != (pkg.name, pkg.version,
-                                                                                         pkg.arch):
-            raise IntegrityError(f"{deb.name} says it is {fields.get('Package')} {fields.get('Version')} "
-                                 f"{fields.get('Architecture')}, the lock pins {pkg.spec}")
+        if (fields.get("Package"), fields.get("Version"), fields.get("Architecture")) != (
+            pkg.name,
+            pkg.version,
+            pkg.arch,
+        ):
+            raise IntegrityError(
+                f"{deb.name} says it is {fields.get('Package')} {fields.get('Version')} "
+                f"{fields.get('Architecture')}, the lock pins {pkg.spec}"
+            )
         fields["Filename"] = f"./{deb.name}"
         fields["Size"] = str(pkg.size)
         fields["SHA256"] = pkg.sha256
@@ -133,7 +150,10 @@ def flat_repo(pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, 
     index_text = "\n".join(s.rstrip("\n") + "\n" for s in stanzas).encode()
     atomic_write(repo / "Packages", index_text)
     arches = " ".join(sorted({p.arch for p in pins}))
-    atomic_write(repo / "Release", f"Origin: servebuild\nSuite: {suite}\nCodename: {suite}\nDate: {date}\n"
-                                   f"Architectures: {arches}\nSHA256:\n {sha256_bytes(index_text)} "
-                                   f"{len(index_text)} Packages\n")
+    atomic_write(
+        repo / "Release",
+        f"Origin: servebuild\nSuite: {suite}\nCodename: {suite}\nDate: {date}\n"
+        f"Architectures: {arches}\nSHA256:\n {sha256_bytes(index_text)} "
+        f"{len(index_text)} Packages\n",
+    )
     return repo

@@ -20,13 +20,17 @@ from servebuild.errors import HostError, InputError, IntegrityError, Refused, To
 from servebuild.fsutil import sha256_bytes
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
-UNREACHABLE = re.compile(r"(Could not resolve host|unable to access|Connection refused|"
-                         r"Could not read from remote|does not appear to be a git repository|"
-                         r"unable to connect|Network is unreachable|timed out)", re.I)
+UNREACHABLE = re.compile(
+    r"(Could not resolve host|unable to access|Connection refused|"
+    r"Could not read from remote|does not appear to be a git repository|"
+    r"unable to connect|Network is unreachable|timed out)",
+    re.I,
+)
 
 
-def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
-        check: bool = True) -> subprocess.CompletedProcess:
+def git(
+    *args: str, cwd: Optional[Path] = None, env: Optional[dict] = None, check: bool = True
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **GIT_ENV, **(env or {})}
     proc = procs.run(["git", *args], "git", cwd=cwd, env=full_env, capture_output=True)
     if check and proc.returncode != 0:  # one line that names the git command, not a CalledProcessError
@@ -37,8 +41,9 @@ def git(*args: str, cwd: Optional[Path] = None, env: Optional[dict] = None,
 class GitMirrors:
     """Bare mirrors under ROOT/git, one per upstream URL (a config may map a URL to a mirror)."""
 
-    def __init__(self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False,
-                 recipe: str = "recipe"):
+    def __init__(
+        self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False, recipe: str = "recipe"
+    ):
         self.root = root
         self.mirrors = mirrors or {}
         self.offline = offline
@@ -53,19 +58,35 @@ class GitMirrors:
         remote = self.mirrors.get(url, url)
         pull = [f"+refs/pull/{n}/head:refs/pull/{n}/head" for n in sorted(set(prs))]
         if pull:  # a PR ref the upstream lacks must not fail the whole fetch
-            listed = git("ls-remote", "--", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))],
-                         cwd=repo, check=False).stdout.decode()
+            listed = git(
+                "ls-remote", "--", remote, *[f"refs/pull/{n}/head" for n in sorted(set(prs))], cwd=repo, check=False
+            ).stdout.decode()
             pull = [r for r in pull if r.split(":")[0][1:] in listed]
-        proc = git("fetch", "--quiet", "--prune", "--no-tags", "--", remote,
-                   "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *pull, cwd=repo, check=False)
+        proc = git(
+            "fetch",
+            "--quiet",
+            "--prune",
+            "--no-tags",
+            "--",
+            remote,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/tags/*:refs/tags/*",
+            *pull,
+            cwd=repo,
+            check=False,
+        )
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             detail = err[-1] if err else f"git exit {proc.returncode}"
             host = urlparse(remote).hostname or remote
             if UNREACHABLE.search(proc.stderr.decode(errors="replace")):
-                raise HostError(f"upstream {host} is unreachable ({detail})",
-                                hint=f"build with --offline from a filled cache, or map {url} to a mirror in the "
-                                     f"servebuild config (git_mirrors)", file=self.recipe, field="engine.source.url")
+                raise HostError(
+                    f"upstream {host} is unreachable ({detail})",
+                    hint=f"build with --offline from a filled cache, or map {url} to a mirror in the "
+                    f"servebuild config (git_mirrors)",
+                    file=self.recipe,
+                    field="engine.source.url",
+                )
             raise HostError(f"fetching {remote} failed: {detail}", file=self.recipe, field="engine.source.url")
 
     def _set_head(self, repo: Path, url: str) -> None:
@@ -81,14 +102,21 @@ class GitMirrors:
         repo = self.repo_dir(url)
         if repo.exists() and not self._healthy(repo):
             if self.offline:
-                raise IntegrityError(f"source cache entry {repo} for {url} is corrupted",
-                                     hint="run fetch without --offline to refetch it", file=self.recipe,
-                                     field="engine.source.url")
+                raise IntegrityError(
+                    f"source cache entry {repo} for {url} is corrupted",
+                    hint="run fetch without --offline to refetch it",
+                    file=self.recipe,
+                    field="engine.source.url",
+                )
             shutil.rmtree(repo)
         if not repo.exists():
             if self.offline:
-                raise Refused(f"{url} is not in the source cache and --offline was given",
-                              hint="run `invoke fetch` first", file=self.recipe, field="engine.source.url")
+                raise Refused(
+                    f"{url} is not in the source cache and --offline was given",
+                    hint="run `invoke fetch` first",
+                    file=self.recipe,
+                    field="engine.source.url",
+                )
             tmp = Path(tempfile.mkdtemp(prefix=repo.name + ".", dir=repo.parent))
             try:
                 git("init", "--quiet", "--bare", str(tmp))
@@ -109,8 +137,7 @@ class GitMirrors:
 
     @staticmethod
     def _healthy(repo: Path) -> bool:
-        return git("rev-parse", "--git-dir", cwd=repo, check=False).returncode == 0 and \
-            (repo / "objects").is_dir()
+        return git("rev-parse", "--git-dir", cwd=repo, check=False).returncode == 0 and (repo / "objects").is_dir()
 
     @staticmethod
     def has_commit(repo: Path, commit: str) -> bool:

@@ -27,10 +27,19 @@ from servebuild.errors import ToolError
 # what no base layer carries: logs with content, caches rebuilt on demand, downloads and indexes
 DROPPED_PREFIXES = ("var/cache/apt/archives/", "var/lib/apt/lists/", "debootstrap/")
 LOGS = "var/log/"  # its directories and empty files stay (programs expect them); a file with content goes
-DROPPED_FILES = ("var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin", "var/cache/ldconfig/aux-cache",
-                 "etc/machine-id", "var/lib/dbus/machine-id")
-KEPT_UNDER_DROPPED = ("var/cache/apt/archives/partial/", "var/lib/apt/lists/partial/",
-                      "var/cache/apt/archives/lock", "var/lib/apt/lists/lock")
+DROPPED_FILES = (
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/srcpkgcache.bin",
+    "var/cache/ldconfig/aux-cache",
+    "etc/machine-id",
+    "var/lib/dbus/machine-id",
+)
+KEPT_UNDER_DROPPED = (
+    "var/cache/apt/archives/partial/",
+    "var/lib/apt/lists/partial/",
+    "var/cache/apt/archives/lock",
+    "var/lib/apt/lists/lock",
+)
 # files a container engine bind-mounts over at run time: empty in the base (BuildKit then needs no stubs,
 # whose deletion would move /etc's mtime in every layer; and the host's own never reach the layer)
 MOUNT_TARGETS = ("etc/hostname", "etc/hosts", "etc/resolv.conf")
@@ -38,11 +47,25 @@ SHADOW_FILES = ("etc/shadow", "etc/shadow-")
 NORMALISE_VERSION = 1  # part of every rootfs cache key: a change of rules is a new rootfs
 
 
-def mmdebstrap(suite: str, arch: str, out: Path, sources: list[str], epoch: int, log, include: list[str] = (),
-               variant: str = "minbase") -> None:
+def mmdebstrap(
+    suite: str,
+    arch: str,
+    out: Path,
+    sources: list[str],
+    epoch: int,
+    log,
+    include: list[str] = (),
+    variant: str = "minbase",
+) -> None:
     """Run mmdebstrap into the tarball `out` (root mode; arm64 on x86_64 through QEMU binfmt)."""
-    cmd = ["mmdebstrap", f"--variant={variant}", "--mode=root", f"--architectures={arch}", "--format=tar",
-           "--aptopt=Acquire::Languages \"none\";"]
+    cmd = [
+        "mmdebstrap",
+        f"--variant={variant}",
+        "--mode=root",
+        f"--architectures={arch}",
+        "--format=tar",
+        '--aptopt=Acquire::Languages "none";',
+    ]
     if include:
         cmd.append("--include=" + ",".join(include))
     cmd += [suite, str(out), *sources]
@@ -51,8 +74,9 @@ def mmdebstrap(suite: str, arch: str, out: Path, sources: list[str], epoch: int,
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch), LC_ALL="C.UTF-8", TZ="UTC")
     proc = procs.run(cmd, "bootstrap-base", stdout=log, stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
-        raise ToolError(f"mmdebstrap {suite} {arch} failed (exit {proc.returncode}); see {log.name}",
-                        field="bootstrap-base")
+        raise ToolError(
+            f"mmdebstrap {suite} {arch} failed (exit {proc.returncode}); see {log.name}", field="bootstrap-base"
+        )
 
 
 def _dropped(key: str, member: tarfile.TarInfo) -> bool:

@@ -37,9 +37,17 @@ class AppliedPatch:
     dropped: list[str] = field(default_factory=list)  # test/doc files absent from a release tree
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "pr": self.pr, "commit": self.commit,
-                "file": self.file, "sha256": self.sha256, "files": self.files,
-                "python_only": self.python_only, "dropped": self.dropped}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "pr": self.pr,
+            "commit": self.commit,
+            "file": self.file,
+            "sha256": self.sha256,
+            "files": self.files,
+            "python_only": self.python_only,
+            "dropped": self.dropped,
+        }
 
 
 @dataclass
@@ -52,8 +60,13 @@ class PreparedSource:
     tree: dict = field(default_factory=lambda: {"from": "git"})  # where the unpatched tree came from
 
     def as_dict(self) -> dict:
-        return {"url": self.url, "commit": self.commit, "tarball_sha256": self.tarball_sha256,
-                "tree": self.tree, "patches": [p.as_dict() for p in self.patches]}
+        return {
+            "url": self.url,
+            "commit": self.commit,
+            "tarball_sha256": self.tarball_sha256,
+            "tree": self.tree,
+            "patches": [p.as_dict() for p in self.patches],
+        }
 
     def changed_files(self) -> list[str]:
         """Every file of the tree the stack changes (applied, not dropped), sorted."""
@@ -82,7 +95,7 @@ def numstat_paths(out: bytes) -> list[str]:
             paths.append(parts[2].decode("utf-8", "surrogateescape"))
             i += 1
         else:  # rename/copy: the two names follow as fields of their own
-            paths += [f.decode("utf-8", "surrogateescape") for f in fields[i + 1:i + 3] if f]
+            paths += [f.decode("utf-8", "surrogateescape") for f in fields[i + 1 : i + 3] if f]
             i += 3
     return paths
 
@@ -103,8 +116,9 @@ class SourceCache(GitMirrors):
     """The prepared engine sources: a tree (pinned commit or release artifact) with the patch stack
     applied, as a tarball keyed by its sha256; mirroring is GitMirrors'."""
 
-    def __init__(self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False,
-                 recipe: str = "recipe"):
+    def __init__(
+        self, root: Path, mirrors: Optional[dict[str, str]] = None, offline: bool = False, recipe: str = "recipe"
+    ):
         super().__init__(root, mirrors, offline, recipe)
         (root / "tarballs").mkdir(parents=True, exist_ok=True)
 
@@ -118,12 +132,28 @@ class SourceCache(GitMirrors):
             return read_input(root / entry.file, "patch", entry.file)
         assert entry.commit is not None
         base = entry.base or f"{entry.commit}^1"
-        return git(*DIFF_OPTS, "diff", "--binary", "--full-index", "--no-renames", "--no-color",
-                   "--no-ext-diff", base, entry.commit, cwd=repo).stdout
+        return git(
+            *DIFF_OPTS,
+            "diff",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            base,
+            entry.commit,
+            cwd=repo,
+        ).stdout
 
-    def prepare(self, source: EngineSource, project_root: Path, work: Path,
-                release: Optional[tuple[Path, str, str, str]] = None,
-                rule: Optional[PatchRule] = None, rule_key: str = "") -> PreparedSource:
+    def prepare(
+        self,
+        source: EngineSource,
+        project_root: Path,
+        work: Path,
+        release: Optional[tuple[Path, str, str, str]] = None,
+        rule: Optional[PatchRule] = None,
+        rule_key: str = "",
+    ) -> PreparedSource:
         """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
         (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball.
 
@@ -134,28 +164,54 @@ class SourceCache(GitMirrors):
         if unresolved:
             e = unresolved[0]
             pinned = f"only the short commit_hint {e.commit_hint}" if e.commit_hint else "no pinned commit"
-            raise Refused(f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
-                              f"where the upstream is reachable",
-                              file=self.recipe, field=f"engine.source.patches.{e.id}.commit")
+            raise Refused(
+                f"patch entry {e.id} (PR #{e.pr}) has {pinned}; run `invoke lock --recipe NAME` "
+                f"where the upstream is reachable",
+                file=self.recipe,
+                field=f"engine.source.patches.{e.id}.commit",
+            )
         commits = [e.commit for e in source.patches if e.commit] + [e.base for e in source.patches if e.base]
         needs_git = release is None or bool(commits)
         prs = tuple(e.pr for e in source.patches if e.pr is not None)  # a PR head may live only under refs/pull
-        repo = (self.mirror(source.url, ([source.commit] if release is None else []) + commits, prs=prs)
-                if needs_git else None)
+        repo = (
+            self.mirror(source.url, ([source.commit] if release is None else []) + commits, prs=prs)
+            if needs_git
+            else None
+        )
 
         diffs = {entry.id: self._checked_diff(repo, entry, project_root) for entry in source.patches}
-        memo = self.root / "prepared" / (sha256_bytes(canonical_json({
-            "v": 1, "url": source.url, "commit": source.commit, "subdir": source.subdir,
-            "release": list(release[1:]) if release else None, "rule": rule_key,
-            "patches": [[e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
-                        for e in source.patches]}).encode()) + ".json")
+        memo = (
+            self.root
+            / "prepared"
+            / (
+                sha256_bytes(
+                    canonical_json(
+                        {
+                            "v": 1,
+                            "url": source.url,
+                            "commit": source.commit,
+                            "subdir": source.subdir,
+                            "release": list(release[1:]) if release else None,
+                            "rule": rule_key,
+                            "patches": [
+                                [e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
+                                for e in source.patches
+                            ],
+                        }
+                    ).encode()
+                )
+                + ".json"
+            )
+        )
         remembered = self._remembered(memo)
         if remembered is not None:
             return remembered
         tree = work / "tree"
         env, origin, release_files = self._lay_out(source, tree, repo, release)
-        applied = [self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
-                   for entry in source.patches]
+        applied = [
+            self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
+            for entry in source.patches
+        ]
         tar_path, tar_sha = self.write_tarball(tree, env)
         prepared = PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
         memo.parent.mkdir(parents=True, exist_ok=True)
@@ -170,8 +226,7 @@ class SourceCache(GitMirrors):
             if sha256_file(tarball) != data["tarball_sha256"]:
                 return None
             patches = [AppliedPatch(**p) for p in data["patches"]]
-            return PreparedSource(data["url"], data["commit"], tarball, data["tarball_sha256"], patches,
-                                  data["tree"])
+            return PreparedSource(data["url"], data["commit"], tarball, data["tarball_sha256"], patches, data["tree"])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # absent, partial or from another version: prepare afresh
 
@@ -180,14 +235,17 @@ class SourceCache(GitMirrors):
         digest = sha256_bytes(diff)
         if entry.sha256 is not None and digest != entry.sha256:
             what = entry.file or f"PR #{entry.pr} at {entry.commit}"
-            raise IntegrityError(f"patch sha256 mismatch for {entry.id} ({what}): recorded "
-                              f"{entry.sha256}, got {digest}", file=self.recipe,
-                              field=f"engine.source.patches.{entry.id}.sha256")
+            raise IntegrityError(
+                f"patch sha256 mismatch for {entry.id} ({what}): recorded {entry.sha256}, got {digest}",
+                file=self.recipe,
+                field=f"engine.source.patches.{entry.id}.sha256",
+            )
         return diff
 
     @staticmethod
-    def _lay_out(source: EngineSource, tree: Path, repo: Optional[Path],
-                 release: Optional[tuple[Path, str, str, str]]) -> tuple[dict, dict, Optional[set]]:
+    def _lay_out(
+        source: EngineSource, tree: Path, repo: Optional[Path], release: Optional[tuple[Path, str, str, str]]
+    ) -> tuple[dict, dict, Optional[set]]:
         """A fresh git work tree of the unpatched source: (git env, origin record, release files)."""
         if tree.exists():
             shutil.rmtree(tree)
@@ -200,26 +258,57 @@ class SourceCache(GitMirrors):
         path, digest, kind, prefix = release
         release_files = unpack_release(path, kind, prefix, tree)
         git("add", "-A", ".", cwd=tree, env=env)
-        return env, {"from": f"pypi-{kind}", "file": path.name, "sha256": digest, "prefix": prefix,
-                     "tag_commit": source.commit}, release_files
+        return (
+            env,
+            {
+                "from": f"pypi-{kind}",
+                "file": path.name,
+                "sha256": digest,
+                "prefix": prefix,
+                "tag_commit": source.commit,
+            },
+            release_files,
+        )
 
-    def _apply_entry(self, tree: Path, project_root: Path, entry: PatchEntry, diff: bytes, env: dict,
-                     release_files: Optional[set], rule: Optional[PatchRule]) -> AppliedPatch:
+    def _apply_entry(
+        self,
+        tree: Path,
+        project_root: Path,
+        entry: PatchEntry,
+        diff: bytes,
+        env: dict,
+        release_files: Optional[set],
+        rule: Optional[PatchRule],
+    ) -> AppliedPatch:
         """Check every path of the entry's (hash-checked) diff against the mode's rule, then apply it."""
         digest = sha256_bytes(diff)
         files = self.diff_files(entry, diff)
         # test/doc files a release artifact does not ship are dropped (and recorded), not applied
-        dropped = [f for f in files if release_files is not None and f not in release_files
-                   and is_test_or_doc(f) and not (tree / f).exists()]
+        dropped = [
+            f
+            for f in files
+            if release_files is not None and f not in release_files and is_test_or_doc(f) and not (tree / f).exists()
+        ]
         for f in files:
             problem = rule(f, release_files) if rule else None
             if problem and f not in dropped:
-                raise InputError(f"patch {entry.id}: {f} {problem}; the install mode cannot carry it "
-                                  f"(use install: pip-source)", file=self.recipe, field="engine.install")
+                raise InputError(
+                    f"patch {entry.id}: {f} {problem}; the install mode cannot carry it (use install: pip-source)",
+                    file=self.recipe,
+                    field="engine.install",
+                )
         self._apply(tree, entry, diff, env, exclude=dropped)
-        return AppliedPatch(id=entry.id, kind=entry.kind, pr=entry.pr, commit=entry.commit, file=entry.file,
-                            sha256=digest, files=files, python_only=not any(is_native(f) for f in files),
-                            dropped=dropped)
+        return AppliedPatch(
+            id=entry.id,
+            kind=entry.kind,
+            pr=entry.pr,
+            commit=entry.commit,
+            file=entry.file,
+            sha256=digest,
+            files=files,
+            python_only=not any(is_native(f) for f in files),
+            dropped=dropped,
+        )
 
     def diff_files(self, entry: PatchEntry, diff: bytes) -> list[str]:
         """The files a diff touches (git apply --numstat reads the diff and applies nothing). Run
@@ -228,26 +317,50 @@ class SourceCache(GitMirrors):
             patch = Path(tmp) / "change.diff"
             patch.write_bytes(diff)
             # -z: names exactly as they are (no C-style quoting of non-ASCII, tabs or quotes)
-            numstat = git("apply", "--numstat", "-z", str(patch), cwd=Path(tmp), check=False,
-                          env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
+            numstat = git(
+                "apply",
+                "--numstat",
+                "-z",
+                str(patch),
+                cwd=Path(tmp),
+                check=False,
+                env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)},
+            )
         if numstat.returncode != 0:
-            raise InputError(f"patch {entry.id} is not a valid diff: "
-                              f"{numstat.stderr.decode(errors='replace').strip()}",
-                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+            raise InputError(
+                f"patch {entry.id} is not a valid diff: {numstat.stderr.decode(errors='replace').strip()}",
+                file=self.recipe,
+                field=f"engine.source.patches.{entry.id}",
+            )
         files = sorted(numstat_paths(numstat.stdout))
         if not files and diff.strip():
-            raise InputError(f"patch {entry.id} touches no file that git can read", file=self.recipe,
-                              field=f"engine.source.patches.{entry.id}")
+            raise InputError(
+                f"patch {entry.id} touches no file that git can read",
+                file=self.recipe,
+                field=f"engine.source.patches.{entry.id}",
+            )
         return files
 
     def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict, exclude: list[str] = ()) -> None:
         patch = tree.parent / f"{entry.id}.patch"
         patch.write_bytes(diff)
-        proc = git("apply", "--3way", "--index", "--whitespace=nowarn", *[f"--exclude={_literal(f)}" for f in exclude],
-                   str(patch), cwd=tree, env=env, check=False)
+        proc = git(
+            "apply",
+            "--3way",
+            "--index",
+            "--whitespace=nowarn",
+            *[f"--exclude={_literal(f)}" for f in exclude],
+            str(patch),
+            cwd=tree,
+            env=env,
+            check=False,
+        )
         if proc.returncode != 0:
-            raise InputError(self._conflict(entry, proc.stderr.decode(errors="replace")),
-                              file=self.recipe, field=f"engine.source.patches.{entry.id}")
+            raise InputError(
+                self._conflict(entry, proc.stderr.decode(errors="replace")),
+                file=self.recipe,
+                field=f"engine.source.patches.{entry.id}",
+            )
 
     @staticmethod
     def _conflict(entry: PatchEntry, stderr: str) -> str:
@@ -256,13 +369,17 @@ class SourceCache(GitMirrors):
         if m:
             file, hunk = m.group(1), f"at line {m.group(2)}"
         else:
-            m = re.search(r"(?:error: )?(\S+): (does not exist in index|does not match index|No such file|patch does not apply)",
-                          stderr)
+            m = re.search(
+                r"(?:error: )?(\S+): (does not exist in index|does not match index|No such file|patch does not apply)",
+                stderr,
+            )
             if m:
                 file, hunk = m.group(1), m.group(2)
         conflict = re.search(r"Applied patch to '(.+)' with conflicts", stderr)
         if conflict:
             file, hunk = conflict.group(1), "3-way merge left conflicts"
         hint = f" (it requires {', '.join(entry.requires)})" if entry.requires else ""
-        return (f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
-                f"stack may be missing{hint}")
+        return (
+            f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
+            f"stack may be missing{hint}"
+        )

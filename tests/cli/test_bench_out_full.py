@@ -24,9 +24,11 @@ INVOKE = Path(sys.executable).parent / "invoke"
 def small_files(limit: int):
     """preexec: every file the command (and its children) writes is at most `limit` bytes, as on a file
     system that fills up; past it write() fails (EFBIG; SIGXFSZ ignored, so nothing is killed)."""
+
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -36,9 +38,12 @@ def mpl_config(tmp_path):
     folder = tmp_path / "mpl"
     folder.mkdir()
     env = {**os.environ, "MPLCONFIGDIR": str(folder)}
-    subprocess.run([sys.executable, "-c",
-                    "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"], env=env, check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"],
+        env=env,
+        check=True,
+        timeout=120,
+    )
     return folder
 
 
@@ -48,10 +53,32 @@ def test_bench_into_a_full_out_is_one_line(tmp_path, mpl_config, limit):
     out = tmp_path / "out"
     env = {**os.environ, "MPLCONFIGDIR": str(mpl_config), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        proc = subprocess.run([str(INVOKE), "bench", "--suite", "decode", "--url", server.url, "--out", str(out),
-                               "--runs", "3", "--warmup", "0", "--calibrate", "off", "--max-tokens", "4"],
-                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env,
-                              preexec_fn=small_files(limit))
+        proc = subprocess.run(
+            [
+                str(INVOKE),
+                "bench",
+                "--suite",
+                "decode",
+                "--url",
+                server.url,
+                "--out",
+                str(out),
+                "--runs",
+                "3",
+                "--warmup",
+                "0",
+                "--calibrate",
+                "off",
+                "--max-tokens",
+                "4",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            preexec_fn=small_files(limit),
+        )
     finally:
         server.close()
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -70,10 +97,32 @@ def test_a_bench_json_that_cannot_be_written_is_not_called_partial_results(tmp_p
     out = tmp_path / "out"
     env = {**os.environ, "MPLCONFIGDIR": str(mpl_config), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        proc = subprocess.run([str(INVOKE), "bench", "--suite", "decode", "--url", server.url, "--out", str(out),
-                               "--runs", "1", "--warmup", "0", "--calibrate", "off", "--max-tokens", "2"],
-                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env,
-                              preexec_fn=small_files(100))
+        proc = subprocess.run(
+            [
+                str(INVOKE),
+                "bench",
+                "--suite",
+                "decode",
+                "--url",
+                server.url,
+                "--out",
+                str(out),
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "--calibrate",
+                "off",
+                "--max-tokens",
+                "2",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            preexec_fn=small_files(100),
+        )
     finally:
         server.close()
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -33,22 +33,26 @@ def recipes(tmp_path):
 
 # ------------------------------------------------------------------ item 4: explicit empty values
 
-@pytest.mark.parametrize("args,option", [
-    (["build", "--tag", ""], "--tag"),
-    (["build", "--tag="], "--tag"),
-    (["build", "--mirror-map", ""], "--mirror-map"),
-    (["build", "--ca-bundle", ""], "--ca-bundle"),
-    (["build", "--netrc", ""], "--netrc"),
-    (["build", "--platform", ""], "--platform"),
-    (["build", "--variant", ""], "--variant"),
-    (["build", "--cache-from", ""], "--cache-from"),
-    (["publish", "--registry", "localhost:5000", "--tag", ""], "--tag"),
-    (["publish", "--registry", "localhost:5000", "--repository", ""], "--repository"),
-    (["bootstrap-base", "--tag", ""], "--tag"),
-    (["render", "--recipe", ""], "--recipe"),
-    (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", ""], "--run"),
-    (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", "  "], "--run"),
-])
+
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["build", "--tag", ""], "--tag"),
+        (["build", "--tag="], "--tag"),
+        (["build", "--mirror-map", ""], "--mirror-map"),
+        (["build", "--ca-bundle", ""], "--ca-bundle"),
+        (["build", "--netrc", ""], "--netrc"),
+        (["build", "--platform", ""], "--platform"),
+        (["build", "--variant", ""], "--variant"),
+        (["build", "--cache-from", ""], "--cache-from"),
+        (["publish", "--registry", "localhost:5000", "--tag", ""], "--tag"),
+        (["publish", "--registry", "localhost:5000", "--repository", ""], "--repository"),
+        (["bootstrap-base", "--tag", ""], "--tag"),
+        (["render", "--recipe", ""], "--recipe"),
+        (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", ""], "--run"),
+        (["bisect", "--recipe", "sglang-native-fp8-bookworm", "--run", "  "], "--run"),
+    ],
+)
 def test_an_explicit_empty_value_is_refused(args, option):
     assert_one_line(cli(*args), f"{option}: empty value")
 
@@ -60,10 +64,14 @@ def test_invoke_parse_errors_exit_2():
 
 # ------------------------------------------------------------------ item 3: launch --port
 
+
 @pytest.mark.parametrize("port", ["\u00b2", "99999", "0", "-1", "８０"])
 def test_a_launch_port_outside_1_65535_is_refused(recipes, port):
-    child = {"name": "child", "extends": "sglang-native-fp8",
-             "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port", port]}}}}
+    child = {
+        "name": "child",
+        "extends": "sglang-native-fp8",
+        "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port", port]}}},
+    }
     (recipes / "child.yaml").write_text(yaml.safe_dump(child, allow_unicode=True))
     proc = cli("render", "--recipe", str(recipes / "child.yaml"))
     assert_one_line(proc, "launch", "--port", "1..65535")
@@ -71,8 +79,11 @@ def test_a_launch_port_outside_1_65535_is_refused(recipes, port):
 
 
 def test_a_launch_port_in_range_is_exposed(recipes):
-    child = {"name": "child", "extends": "sglang-native-fp8",
-             "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port=65535"]}}}}
+    child = {
+        "name": "child",
+        "extends": "sglang-native-fp8",
+        "launch": {"profiles": {"p": {"module": "sglang.launch_server", "args": ["--port=65535"]}}},
+    }
     (recipes / "child.yaml").write_text(yaml.safe_dump(child))
     proc = cli("render", "--recipe", str(recipes / "child.yaml"))
     assert proc.returncode == 0 and "65535" in proc.stdout, proc.stderr
@@ -83,21 +94,25 @@ def test_a_launch_port_in_range_is_exposed(recipes):
 B = ["bisect", "--recipe", "sglang-native-fp8-bookworm"]
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
-    (["--run", "true", "--volume", "/no/such/dir:/x"], ["--volume", "does not exist"]),
-    (["--run", "true", "--volume", "/tmp:x"], ["--volume", "DST must be an absolute path"]),
-    (["--run", "true", "--volume", "/tmp:/x:bogus"], ["--volume", "unknown volume option"]),
-    (["--run", "true", "--volume", "a:b:c:d"], ["--volume", "SRC:DST"]),
-    (["--run", "true", "--timeout", "abc"], ["--timeout", "whole number of seconds"]),
-    (["--run", "true", "--timeout", "1e3"], ["--timeout", "whole number of seconds"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
+        (["--run", "true", "--volume", "/no/such/dir:/x"], ["--volume", "does not exist"]),
+        (["--run", "true", "--volume", "/tmp:x"], ["--volume", "DST must be an absolute path"]),
+        (["--run", "true", "--volume", "/tmp:/x:bogus"], ["--volume", "unknown volume option"]),
+        (["--run", "true", "--volume", "a:b:c:d"], ["--volume", "SRC:DST"]),
+        (["--run", "true", "--timeout", "abc"], ["--timeout", "whole number of seconds"]),
+        (["--run", "true", "--timeout", "1e3"], ["--timeout", "whole number of seconds"]),
+    ],
+)
 def test_bad_bisect_input_fails_before_anything_builds(args, words):
     assert_one_line(cli(*B, *args), *words)
 
 
 def test_good_volumes_pass_the_check():
     from servebuild.check.container import check_volume
+
     for spec in ("/tmp:/data", "/tmp:/data:ro", "hf-cache:/cache", "hf-cache:/cache:ro,z"):
         check_volume(spec)
 
@@ -105,9 +120,12 @@ def test_good_volumes_pass_the_check():
 def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
     from servebuild.check.bisect import Probe, run_in_image
     from servebuild.errors import DockerError
+
     fake = tmp_path / "docker"
-    fake.write_text("#!/bin/sh\n[ \"$1\" = rm ] && exit 0\n"
-                    "echo 'docker: Error response from daemon: invalid mount config.' >&2\nexit 125\n")
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = rm ] && exit 0\n'
+        "echo 'docker: Error response from daemon: invalid mount config.' >&2\nexit 125\n"
+    )
     fake.chmod(0o755)
 
     class Client:  # the engine client's two calls run_in_image makes: the CLI (the run) and the cleanup
@@ -115,6 +133,7 @@ def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
 
         def remove_container(self, name):
             pass
+
     with pytest.raises(DockerError, match="docker run of img failed: docker: Error response"):
         run_in_image(Client(), "img", Probe("true"), None, "none", tmp_path / "run.log")
     assert "invalid mount config" in (tmp_path / "run.log").read_text()  # the log keeps what docker said
@@ -122,11 +141,15 @@ def test_docker_run_failing_itself_is_an_error_not_a_measurement(tmp_path):
 
 # ------------------------------------------------------------------ item 7: tracebacks
 
-@pytest.mark.parametrize("text", ["git_mirrors: {1: /srv/x}\n", "git_mirrors: {null: /srv/x}\n",
-                                  "image_mirrors: {1: busybox}\n"])
+
+@pytest.mark.parametrize(
+    "text", ["git_mirrors: {1: /srv/x}\n", "git_mirrors: {null: /srv/x}\n", "image_mirrors: {1: busybox}\n"]
+)
 def test_config_keys_must_be_strings(tmp_path, text):
     (tmp_path / "config.yaml").write_text(text)
-    proc = cli("build", "--recipe", "torch-cu130", "--dry-run", env={"SERVEBUILD_CONFIG": str(tmp_path / "config.yaml")})
+    proc = cli(
+        "build", "--recipe", "torch-cu130", "--dry-run", env={"SERVEBUILD_CONFIG": str(tmp_path / "config.yaml")}
+    )
     assert_one_line(proc, "config.yaml", "mirrors", "must map strings to strings")
 
 
@@ -137,12 +160,15 @@ def _edit_lock(recipes, name, edit):
     path.write_text(yaml.safe_dump(lock))
 
 
-@pytest.mark.parametrize("edit,words", [
-    (lambda lock: lock.update(unresolved=None), None),
-    (lambda lock: lock["patches"][0].pop("base"), ["base", "must be given"]),
-    (lambda lock: lock["patches"][0].update(commit=["x"]), ["commit", "string or null"]),
-    (lambda lock: lock["bases"]["build"].update(digest=["x"]), ["bases", "string or null"]),
-])
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (lambda lock: lock.update(unresolved=None), None),
+        (lambda lock: lock["patches"][0].pop("base"), ["base", "must be given"]),
+        (lambda lock: lock["patches"][0].update(commit=["x"]), ["commit", "string or null"]),
+        (lambda lock: lock["bases"]["build"].update(digest=["x"]), ["bases", "string or null"]),
+    ],
+)
 @pytest.mark.parametrize("command", [["render"], ["build", "--dry-run"], ["build", "--dry-run", "--locked"]])
 def test_malformed_lock_entries_are_one_line(recipes, edit, words, command):
     _edit_lock(recipes, "sglang-native-fp8", edit)
@@ -171,6 +197,7 @@ def test_locked_refuses_a_lock_that_omits_a_named_file(recipes):
 def test_the_real_locks_record_every_named_file():
     from servebuild.recipe.load import load_recipe
     from servebuild.lock.lockfile import file_names, load_lock_file
+
     for path in sorted((REPO_ROOT / "recipes").glob("*.lock.yaml")):
         loaded = load_recipe(path.name.removesuffix(".lock.yaml"), REPO_ROOT)
         assert sorted(load_lock_file(loaded).files) == file_names(loaded), path
@@ -191,9 +218,14 @@ def test_source_date_epoch_is_checked_before_anything_is_written(value):
     assert_one_line(proc, "$SOURCE_DATE_EPOCH", repr(value))
 
 
-@pytest.mark.parametrize("command", [["fetch", "--recipe", "torch-cu130"],
-                                     ["build", "--recipe", "torch-cu130", "--dry-run"],
-                                     ["lock", "--recipe", "torch-cu130", "--offline"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fetch", "--recipe", "torch-cu130"],
+        ["build", "--recipe", "torch-cu130", "--dry-run"],
+        ["lock", "--recipe", "torch-cu130", "--offline"],
+    ],
+)
 def test_a_source_cache_that_is_a_file_is_one_line(command):
     assert_one_line(cli(*command, env={"SERVEBUILD_CACHE": "/etc/passwd"}), "$SERVEBUILD_CACHE", "not a directory")
 
@@ -211,16 +243,20 @@ def test_test_image_refuses_what_is_not_an_image_reference(image):
 
 
 def test_publish_platform_naming_nothing_is_one_line():
-    assert_one_line(cli("publish", "--registry", "localhost:5000", "--platform", ","), "--platform", "has an empty entry")
+    assert_one_line(
+        cli("publish", "--registry", "localhost:5000", "--platform", ","), "--platform", "has an empty entry"
+    )
 
 
 def test_validate_into_a_closed_pipe_is_quiet():
-    proc = subprocess.run(f"'{INVOKE}' validate | head -c 10", shell=True, cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        f"'{INVOKE}' validate | head -c 10", shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.stdout and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
 # ------------------------------------------------------------------ item 14: smoke-expect --output
+
 
 def test_smoke_expect_never_replaces_what_is_not_a_regular_file(tmp_path):
     target = tmp_path / "target"
@@ -236,6 +272,7 @@ def test_smoke_expect_never_replaces_what_is_not_a_regular_file(tmp_path):
 
 def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
     from servebuild.fsutil import atomic_write
+
     (tmp_path / "dir").mkdir()
     with pytest.raises(OSError):
         atomic_write(tmp_path / "dir", "x")
@@ -243,6 +280,7 @@ def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
 
 
 # ------------------------------------------------------------------ items 7, 15: release downloads
+
 
 @pytest.fixture
 def index(tmp_path, monkeypatch):
@@ -252,6 +290,7 @@ def index(tmp_path, monkeypatch):
     import json
     import threading
     from servebuild.sources import artifacts
+
     payload = b"not really a tarball"
     digest = hashlib.sha256(payload).hexdigest()
     pages: dict = {"/files/demo-1.0.tar.gz": payload}
@@ -268,6 +307,7 @@ def index(tmp_path, monkeypatch):
 
         def log_message(self, *args):
             pass
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     monkeypatch.setattr(artifacts, "INDEX", f"http://127.0.0.1:{server.server_port}")
@@ -278,6 +318,7 @@ def index(tmp_path, monkeypatch):
     def fetch(files, **kw):
         pages["/simple/demo/"] = {"files": files}
         return artifacts.fetch_artifact(req, "req.txt", "sdist", "linux/amd64", "3.12", tmp_path / "cache", **kw)
+
     fetch.digest = digest
     fetch.tmp = tmp_path
     yield fetch
@@ -286,6 +327,7 @@ def index(tmp_path, monkeypatch):
 
 def test_a_release_file_that_is_404_is_one_line(index):
     from servebuild.errors import HostError
+
     files = [{"filename": "demo-1.0.tar.gz", "url": "/files/missing.tar.gz", "hashes": {"sha256": index.digest}}]
     with pytest.raises(HostError, match="cannot download demo-1.0.tar.gz of demo==1.0.*404") as info:
         index(files)
@@ -296,10 +338,20 @@ def test_a_release_file_that_is_404_is_one_line(index):
     assert digest == index.digest and path.parent.parent == index.tmp / "cache" / "artifacts"
 
 
-@pytest.mark.parametrize("filename", ["../../../demo-1.0.tar.gz", "/tmp/demo-1.0.tar.gz", "sub/demo-1.0.tar.gz",
-                                      "other-1.0.tar.gz", "demo-extra-1.0.tar.gz", "..demo-1.0.tar.gz"])
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "../../../demo-1.0.tar.gz",
+        "/tmp/demo-1.0.tar.gz",
+        "sub/demo-1.0.tar.gz",
+        "other-1.0.tar.gz",
+        "demo-extra-1.0.tar.gz",
+        "..demo-1.0.tar.gz",
+    ],
+)
 def test_a_release_filename_must_be_a_plain_name_of_the_project(index, filename):
     from servebuild.errors import InputError
+
     files = [{"filename": filename, "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
     with pytest.raises(InputError, match="no sdist of demo==1.0"):
         index(files)
@@ -308,6 +360,7 @@ def test_a_release_filename_must_be_a_plain_name_of_the_project(index, filename)
 
 def test_a_ca_bundle_that_is_not_pem_is_one_line(index, monkeypatch):
     from servebuild.errors import InputError
+
     bad = index.tmp / "ca.pem"
     bad.write_text("not a certificate\n")
     files = [{"filename": "demo-1.0.tar.gz", "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": index.digest}}]
@@ -330,34 +383,53 @@ def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
 
 # ------------------------------------------------------------------ warm: every option before the engine
 
-@pytest.mark.parametrize("args,words", [
-    ([], ["--run", "give the command to run"]),
-    (["--run", "  "], ["--run", "empty value"]),
-    (["--run", "true", "--gpus", "0;1"], ["--gpus", "is not all, none or a GPU list"]),
-    (["--run", "true", "--gpus", "all,0"], ["--gpus", "is not all, none or a GPU list"]),
-    (["--run", "true", "--network", "host;rm"], ["--network", "is not a docker network name"]),
-    (["--run", "true", "--volume", "/tmp:/x\n"], ["--volume", "line break"]),
-    (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
-    (["--run", "true", "--max-bytes", "16T"], ["--max-bytes", "is not a size in bytes"]),
-    (["--run", "true", "--timeout", "soon"], ["--timeout", "whole number of seconds"]),
-    (["--run", "true", "--timeout", "0"], ["--timeout", "whole number of seconds above 0"]),
-    (["--run", "true", "--timeout=-5"], ["--timeout", "whole number of seconds"]),
-    (["--run", "true", "--tag", "Bad Tag"], ["--tag", "is not an image reference"]),
-    (["--run", "true", "--profile", "nope"], ["--profile", "has no launch profile 'nope' (it has: sglang-native-fp8, sglang-native-fp8-fixed-prefill)"]),
-    (["--run", "true", "--variant", "nope"], ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"]),
-])
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ([], ["--run", "give the command to run"]),
+        (["--run", "  "], ["--run", "empty value"]),
+        (["--run", "true", "--gpus", "0;1"], ["--gpus", "is not all, none or a GPU list"]),
+        (["--run", "true", "--gpus", "all,0"], ["--gpus", "is not all, none or a GPU list"]),
+        (["--run", "true", "--network", "host;rm"], ["--network", "is not a docker network name"]),
+        (["--run", "true", "--volume", "/tmp:/x\n"], ["--volume", "line break"]),
+        (["--run", "true", "--volume", "rel/dir:/x"], ["--volume", "absolute path or a volume name"]),
+        (["--run", "true", "--max-bytes", "16T"], ["--max-bytes", "is not a size in bytes"]),
+        (["--run", "true", "--timeout", "soon"], ["--timeout", "whole number of seconds"]),
+        (["--run", "true", "--timeout", "0"], ["--timeout", "whole number of seconds above 0"]),
+        (["--run", "true", "--timeout=-5"], ["--timeout", "whole number of seconds"]),
+        (["--run", "true", "--tag", "Bad Tag"], ["--tag", "is not an image reference"]),
+        (
+            ["--run", "true", "--profile", "nope"],
+            ["--profile", "has no launch profile 'nope' (it has: sglang-native-fp8, sglang-native-fp8-fixed-prefill)"],
+        ),
+        (
+            ["--run", "true", "--variant", "nope"],
+            ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"],
+        ),
+    ],
+)
 def test_bad_warm_input_is_one_line_before_the_engine(args, words):
     """DOCKER_HOST points nowhere: a message that needed the engine would name it instead."""
     proc = cli("warm", "--recipe", "sglang-native-fp8-bookworm", *args, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_one_line(proc, *words)
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--image", "sha256:" + "a" * 64], ["--tag", "is an image id: there is no tag to add -warm to; give --tag"]),
-    (["--image", "servebuild/x:" + "t" * 125], ["--tag", "is not a tag docker takes"]),
-    (["--image", "servebuild/x:amd64", "--tag", "servebuild/x@sha256:" + "b" * 64], ["--tag", "is not a tag docker takes"]),
-    (["--image", "servebuild/x:amd64", "--profile", "p\nSERVEBUILD_X=1"], ["--profile", "is not a launch profile name"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--image", "sha256:" + "a" * 64], ["--tag", "is an image id: there is no tag to add -warm to; give --tag"]),
+        (["--image", "servebuild/x:" + "t" * 125], ["--tag", "is not a tag docker takes"]),
+        (
+            ["--image", "servebuild/x:amd64", "--tag", "servebuild/x@sha256:" + "b" * 64],
+            ["--tag", "is not a tag docker takes"],
+        ),
+        (
+            ["--image", "servebuild/x:amd64", "--profile", "p\nSERVEBUILD_X=1"],
+            ["--profile", "is not a launch profile name"],
+        ),
+    ],
+)
 def test_warm_image_tag_and_profile_are_checked_before_the_engine(args, words):
     """Point 8 of issue 31: the warm image's tag failed at `docker tag` after an hour's run and build,
     and --profile with --image was not checked. DOCKER_HOST points nowhere: an engine message would show."""
@@ -367,8 +439,15 @@ def test_warm_image_tag_and_profile_are_checked_before_the_engine(args, words):
 
 def test_warm_check_of_an_image_given_by_id_asks_no_tag():
     """--check tags nothing: an image id without --tag goes on to the engine (here: none)."""
-    proc = cli("warm", "--image", "sha256:" + "a" * 64, "--check", "--run", "true",
-               env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = cli(
+        "warm",
+        "--image",
+        "sha256:" + "a" * 64,
+        "--check",
+        "--run",
+        "true",
+        env={"DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
     assert_one_line(proc, "engine", "not reachable")
 
 
@@ -376,19 +455,26 @@ def test_warm_needs_a_recipe_or_an_image():
     assert_one_line(cli("warm", "--run", "true"), "--recipe", "give --recipe NAME (its built image) or --image REF")
 
 
-@pytest.mark.parametrize("args, words", [
-    ((), ["--check", "give the published tag"]),
-    (("--check", "not a ref"), ["REF", "not a registry reference"]),
-    (("--check", "127.0.0.1:1/r/x:v1", "--platform", "linux/s390x"), ["--platform", "unknown platform"]),
-    (("--check", "127.0.0.1:1/r/x:v1"), ["127.0.0.1:1"]),  # nothing listens there: one line, no build
-    (("--committed", "torch-cu130-bookworm", "--check", "127.0.0.1:1/r/x:v1"), ["--committed", "not both"]),
-    (("--committed", "torch-cu130-bookworm", "--platform", "linux/arm64", "--variant", "nope"),
-     ["variants: unknown variant 'nope'"]),
-    (("--committed", "torch-cu130", "--platform", "linux/amd64"), ["--committed", "torch-cu130.ids.yaml has no "
-                                                                   "committed id for linux/amd64"]),
-    (("--committed", "no-such-recipe"), ["no-such-recipe"]),
-    (("--variant", "release", "--check", "127.0.0.1:1/r/x:v1"), ["--variant", "goes with --committed"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ((), ["--check", "give the published tag"]),
+        (("--check", "not a ref"), ["REF", "not a registry reference"]),
+        (("--check", "127.0.0.1:1/r/x:v1", "--platform", "linux/s390x"), ["--platform", "unknown platform"]),
+        (("--check", "127.0.0.1:1/r/x:v1"), ["127.0.0.1:1"]),  # nothing listens there: one line, no build
+        (("--committed", "torch-cu130-bookworm", "--check", "127.0.0.1:1/r/x:v1"), ["--committed", "not both"]),
+        (
+            ("--committed", "torch-cu130-bookworm", "--platform", "linux/arm64", "--variant", "nope"),
+            ["variants: unknown variant 'nope'"],
+        ),
+        (
+            ("--committed", "torch-cu130", "--platform", "linux/amd64"),
+            ["--committed", "torch-cu130.ids.yaml has no committed id for linux/amd64"],
+        ),
+        (("--committed", "no-such-recipe"), ["no-such-recipe"]),
+        (("--variant", "release", "--check", "127.0.0.1:1/r/x:v1"), ["--variant", "goes with --committed"]),
+    ],
+)
 def test_rebuild_check_bad_input_is_one_line(args, words):
     proc = cli("rebuild", *args, env={"SERVEBUILD_REGISTRY_TIMEOUT": "5"})
     assert_one_line(proc, *words)

@@ -37,8 +37,12 @@ def test_the_pinned_package_is_fetched_checked_and_reused_offline(tmp_path):
 
 
 def test_a_package_the_mirror_does_not_serve_names_it_and_the_lock_command(tmp_path):
-    pin = small_pin().model_copy(update={"name": "servebuild-no-such-package",
-                                         "filename": "pool/main/s/servebuild-no-such-package/x_1.0_amd64.deb"})
+    pin = small_pin().model_copy(
+        update={
+            "name": "servebuild-no-such-package",
+            "filename": "pool/main/s/servebuild-no-such-package/x_1.0_amd64.deb",
+        }
+    )
     with pytest.raises(Refused) as info:
         fetch_debs([pin], MIRROR, tmp_path, "torch-cu130-bookworm", "recipes/torch-cu130-bookworm.lock.yaml")
     text = one_line(info)
@@ -67,16 +71,24 @@ def test_a_cached_deb_that_was_altered_is_not_used_offline(tmp_path):
 
 def test_bootstrap_base_offline_without_pins_for_the_suite_is_one_line():
     from tests.cli.test_cli_bad_input import assert_one_line, cli
-    proc = cli("bootstrap-base", "--arch", "amd64", "--suite", "trixie", "--offline", "--tag", "servebuild-test/never:1")
-    assert_one_line(proc, "--offline", "pins no Debian trixie packages for linux/amd64",
-                    "invoke lock --recipe torch-cu130-bookworm")
+
+    proc = cli(
+        "bootstrap-base", "--arch", "amd64", "--suite", "trixie", "--offline", "--tag", "servebuild-test/never:1"
+    )
+    assert_one_line(
+        proc, "--offline", "pins no Debian trixie packages for linux/amd64", "invoke lock --recipe torch-cu130-bookworm"
+    )
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--arch", "s390x"), ["--arch", "unknown arch 's390x'"]),
-    (("--suite", "../../x"), ["--suite", "is not a Debian suite name"]),
-    (("--recipe", "no-such-recipe"), ["no-such-recipe"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--arch", "s390x"), ["--arch", "unknown arch 's390x'"]),
+        (("--suite", "../../x"), ["--suite", "is not a Debian suite name"]),
+        (("--recipe", "no-such-recipe"), ["no-such-recipe"]),
+    ],
+)
 def test_bootstrap_base_bad_input_is_one_line(args, words):
     from tests.cli.test_cli_bad_input import assert_one_line, cli
+
     assert_one_line(cli("bootstrap-base", *args, "--tag", "servebuild-test/never:1"), *words)

@@ -15,15 +15,42 @@ from support import REPO_ROOT
 
 @pytest.mark.parametrize("recipe", ["sglang-native-fp8", "vllm-dspark", "sglang-native-fp8-bookworm"])
 def test_dry_run_of_an_engine_recipe_needs_no_network(recipe):
-    probe = subprocess.run(["unshare", "-n", sys.executable, "-c",
-                            "import socket; socket.create_connection(('pypi.org', 443), timeout=5)"],
-                           capture_output=True, text=True)
-    assert probe.returncode != 0 and "unshare" not in probe.stderr.split(":")[0], \
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-n",
+            sys.executable,
+            "-c",
+            "import socket; socket.create_connection(('pypi.org', 443), timeout=5)",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode != 0 and "unshare" not in probe.stderr.split(":")[0], (
         f"cannot make a network namespace without network here: {probe.stderr[-300:]}"
-    proc = subprocess.run(["unshare", "-n", sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), "build",
-                           "--recipe", recipe, "--platform", "linux/arm64", "--dry-run"],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-                          env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"})
+    )
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-n",
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(REPO_ROOT),
+            "build",
+            "--recipe",
+            recipe,
+            "--platform",
+            "linux/arm64",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
     # the committed locks leave a PR of each default stack unresolved (GitHub is unreachable where
     # they were made): the dry run says so and exits 2, and the context is still rendered offline
     assert proc.returncode == 2 and "  would stop: " in proc.stdout, proc.stderr[-2000:]

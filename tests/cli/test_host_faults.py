@@ -36,8 +36,14 @@ def project(tmp_path, upstream):
 
 def run_cli(project: Path, *args, cwd=None, **env):
     full = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(project.parent / "cache"), **env}
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), *args], cwd=cwd or project,
-                          env=full, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(project), *args],
+        cwd=cwd or project,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -84,7 +90,9 @@ def test_a_build_dir_that_is_a_file_is_assert_one_line(project, blocker):
 
 def test_a_full_build_dir_is_one_line_and_leaves_no_half_context(project, mount):
     build = mount(project / "build", full=True)
-    assert_one_line(run_cli(project, *DRY_RUN), "build/toy", "cannot write the build context", "No space left on device")
+    assert_one_line(
+        run_cli(project, *DRY_RUN), "build/toy", "cannot write the build context", "No space left on device"
+    )
     assert not (build / "toy" / "linux-amd64" / "dry-run" / "context").exists()
     assert leftovers(build) == []
 
@@ -96,14 +104,19 @@ def test_a_read_only_build_dir_is_assert_one_line(project, mount):
 
 def test_a_read_only_cache_is_assert_one_line(project, mount):
     cache = mount(project.parent / "ro-cache", read_only=True)
-    assert_one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
-             str(cache), "source cache", "Read-only file system")
+    assert_one_line(
+        run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
+        str(cache),
+        "source cache",
+        "Read-only file system",
+    )
 
 
 def test_a_full_cache_is_assert_one_line(project, mount):
     cache = mount(project.parent / "full-cache", full=True)
-    assert_one_line(run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)),
-             str(cache), "No space left on device")
+    assert_one_line(
+        run_cli(project, "fetch", "--recipe", "toy", SERVEBUILD_CACHE=str(cache)), str(cache), "No space left on device"
+    )
     assert leftovers(cache) == []
 
 
@@ -118,14 +131,18 @@ def test_a_relative_cache_is_taken_from_the_working_directory(project, tmp_path)
 
 def test_a_read_only_bench_output_is_assert_one_line(project, mount):
     out = mount(project.parent / "bench-out", read_only=True)
-    assert_one_line(run_cli(project, "bench", "--suite", "decode", "--url", "http://127.0.0.1:9", "--out", str(out / "x")),
-             str(out / "x"), "Read-only file system")
+    assert_one_line(
+        run_cli(project, "bench", "--suite", "decode", "--url", "http://127.0.0.1:9", "--out", str(out / "x")),
+        str(out / "x"),
+        "Read-only file system",
+    )
 
 
 def test_a_full_bisect_report_dir_is_assert_one_line(mount, tmp_path):
     """bisect's report writer (the last thing a bisect run writes), called directly: a real full tmpfs."""
     from servebuild.check.bisect import Row, write_report
     from servebuild.errors import HostError
+
     out = mount(tmp_path / "bisect", full=True)
     rows = [Row(variant="a", patches=[], tag="t", image_id="sha256:" + "0" * 64, build_s=1.0)]
     with pytest.raises(HostError) as caught:
@@ -138,6 +155,7 @@ def test_a_full_manifest_dir_is_assert_one_line(mount, tmp_path):
     """The build manifest's writer (fsutil.writing around write_json, as run.build calls it): a real full tmpfs."""
     from servebuild.errors import HostError
     from servebuild.fsutil import write_json, writing
+
     out = mount(tmp_path / "b", full=True)
     with pytest.raises(HostError) as caught:
         with writing(out / "manifest.json", "the build manifest"):
@@ -151,6 +169,7 @@ def test_the_front_door_turns_any_unnamed_host_fault_into_assert_one_line(mount,
     an OSError that is no host fault (a bug) is not hidden."""
     from invoke import Exit
     from servebuild.cli.front import one_line_errors
+
     out = mount(tmp_path / "ro", read_only=True)
 
     @one_line_errors
@@ -174,14 +193,31 @@ def test_a_bench_output_that_fills_up_is_one_line(project, mount):
     bench said its line, then `invoke bench` drew ttft.png into the full directory and printed a second
     one; now the bench's is the one line, and no empty bench.json is left (written whole or not at all)."""
     from unit.test_bench_wire import StandIn, sse
+
     out = mount(project.parent / "bench-full", full=True)
     filler = out / "filler"
     os.truncate(filler, max(0, filler.stat().st_size - 8192))
     server = StandIn(sse(["a", "b", "c", "d"], "\n", usage=4))
     try:
-        proc = run_cli(project, "bench", "--suite", "decode", "--url", server.url, "--out", str(out / "x"),
-                       "--runs", "3", "--warmup", "0", "--calibrate", "off", "--max-tokens", "4",
-                       MPLCONFIGDIR=str(project.parent / "mpl"))
+        proc = run_cli(
+            project,
+            "bench",
+            "--suite",
+            "decode",
+            "--url",
+            server.url,
+            "--out",
+            str(out / "x"),
+            "--runs",
+            "3",
+            "--warmup",
+            "0",
+            "--calibrate",
+            "off",
+            "--max-tokens",
+            "4",
+            MPLCONFIGDIR=str(project.parent / "mpl"),
+        )
     finally:
         server.close()
     assert_one_line(proc, str(out / "x"), "No space left on device")

@@ -45,8 +45,13 @@ CASES = {
 def verify(registry: HostileRegistry, tmp_path, extra_env=None):
     creds = write_creds(tmp_path / "creds.json")
     (tmp_path / "home").mkdir()
-    env = {"PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path / "home"), "SERVEBUILD_REGISTRY_TIMEOUT": str(REQUEST_S),
-           "SERVEBUILD_REGISTRY_DEADLINE": str(OPERATION_S), **(extra_env or {})}
+    env = {
+        "PYTHONPATH": str(REPO_ROOT),
+        "HOME": str(tmp_path / "home"),
+        "SERVEBUILD_REGISTRY_TIMEOUT": str(REQUEST_S),
+        "SERVEBUILD_REGISTRY_DEADLINE": str(OPERATION_S),
+        **(extra_env or {}),
+    }
     return run_cli(REPO_ROOT, ["verify", "--ref", registry.ref, "--credentials", str(creds)], tmp_path, env)
 
 

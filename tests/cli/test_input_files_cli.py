@@ -24,9 +24,18 @@ def project(tmp_path):
     """tasks.py and the torch-cu130 and sglang-native-fp8 recipes with what they name, in tmp_path
     (ROOT is the folder of tasks.py, so every file named is this project's)."""
     root = tmp_path / "project"
-    copy_real(root, "tasks.py", "recipes/torch-cu130.yaml", "recipes/torch-cu130.lock.yaml",
-              "recipes/sglang-native-fp8.yaml", "recipes/sglang-native-fp8.lock.yaml", "constraints/torch-cu130",
-              "constraints/sglang", "patches", "recordings")
+    copy_real(
+        root,
+        "tasks.py",
+        "recipes/torch-cu130.yaml",
+        "recipes/torch-cu130.lock.yaml",
+        "recipes/sglang-native-fp8.yaml",
+        "recipes/sglang-native-fp8.lock.yaml",
+        "constraints/torch-cu130",
+        "constraints/sglang",
+        "patches",
+        "recordings",
+    )
     return root
 
 
@@ -46,7 +55,8 @@ def test_a_patch_over_its_limit_is_one_line_and_leaves_no_build_context(project)
     path = project / "recipes" / "sglang-native-fp8.yaml"
     recipe = yaml.safe_load(path.read_text())
     recipe["engine"]["source"]["patches"].append(
-        {"id": "big", "file": "patches/big.patch", "sha256": hashlib.sha256(data).hexdigest()})
+        {"id": "big", "file": "patches/big.patch", "sha256": hashlib.sha256(data).hexdigest()}
+    )
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     proc = cli(project, "build", "--dry-run", "--recipe", "sglang-native-fp8", "--platform", "linux/amd64")
     assert_one_line(proc, "patches/big.patch", str(len(data)), str(8 << 20))
@@ -77,5 +87,6 @@ def test_a_recipe_linked_out_of_the_project_is_one_line(project, tmp_path):
     outside.mkdir()
     shutil.move(project / "recipes" / "torch-cu130.yaml", outside / "torch-cu130.yaml")
     (project / "recipes" / "torch-cu130.yaml").symlink_to(outside / "torch-cu130.yaml")
-    assert_one_line(cli(project, "validate", "--recipe", "torch-cu130"), "recipes/torch-cu130.yaml",
-                    "outside the project")
+    assert_one_line(
+        cli(project, "validate", "--recipe", "torch-cu130"), "recipes/torch-cu130.yaml", "outside the project"
+    )

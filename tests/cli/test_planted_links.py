@@ -46,8 +46,14 @@ def dry_run_dir(project: Path) -> Path:
 
 def run_cli(project: Path, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(project.parent / "cache")}
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), *args], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(project), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_dry_run_does_not_write_its_lock_through_a_planted_link(project, victim):

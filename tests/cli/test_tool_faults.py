@@ -34,8 +34,9 @@ def tool(directory: Path, name: str, text: str, mode: int = 0o755) -> Path:
 
 def path_without(*names: str, extra: Path | None = None) -> str:
     """PATH with the directories holding `names` dropped (the interpreter's own directory kept)."""
-    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and not any((Path(d) / n).exists() for n in names)]
+    keep = [
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not any((Path(d) / n).exists() for n in names)
+    ]
     return os.pathsep.join(([str(extra)] if extra else []) + keep + [str(Path(sys.executable).parent)])
 
 
@@ -47,7 +48,9 @@ def cache(tmp_path):
 def test_a_failing_git_is_one_line(tmp_path, cache):
     fake = tmp_path / "bin"
     tool(fake, "git", "#!/bin/sh\necho 'fatal: simulated fault: No space left on device' >&2\nexit 128\n")
-    proc = cli("lock", "--recipe", "sglang-native-fp8", env={**cache, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"})
+    proc = cli(
+        "lock", "--recipe", "sglang-native-fp8", env={**cache, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    )
     line = assert_one_line(proc, "git", "simulated fault")
     assert "CalledProcessError" not in line
 
@@ -60,7 +63,9 @@ def test_a_missing_git_is_one_line(tmp_path, cache):
 
 
 def test_a_failing_engine_client_is_one_line(tmp_path, cache):
-    docker = tool(tmp_path / "bin", "docker", FAKE_DOCKER.replace('  "version --format") echo "20.10.24"; exit 0 ;;\n', ""))
+    docker = tool(
+        tmp_path / "bin", "docker", FAKE_DOCKER.replace('  "version --format") echo "20.10.24"; exit 0 ;;\n', "")
+    )
     proc = cli("build", "--recipe", "torch-cu130-bookworm", env={**cache, "SERVEBUILD_DOCKER": str(docker)})
     assert_one_line(proc, "engine", "not reachable", "simulated engine fault")
 
@@ -77,9 +82,18 @@ def test_a_failing_mmdebstrap_is_one_line(tmp_path, cache):
     fake = tmp_path / "bin"
     docker = tool(fake, "docker", FAKE_DOCKER)
     tool(fake, "mmdebstrap", "#!/bin/sh\necho 'E: simulated fault: Failed getting release file' >&2\nexit 1\n")
-    proc = cli("bootstrap-base", "--arch", "amd64", "--suite", "trixie", "--tag", "servebuild-test/never:1",
-               env={**cache, "SERVEBUILD_DOCKER": str(docker), "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"})
+    proc = cli(
+        "bootstrap-base",
+        "--arch",
+        "amd64",
+        "--suite",
+        "trixie",
+        "--tag",
+        "servebuild-test/never:1",
+        env={**cache, "SERVEBUILD_DOCKER": str(docker), "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.splitlines()[-1].startswith("error: bootstrap-base: mmdebstrap trixie amd64 failed (exit 1)"), \
+    assert proc.stderr.splitlines()[-1].startswith("error: bootstrap-base: mmdebstrap trixie amd64 failed (exit 1)"), (
         proc.stderr
+    )
     assert not list((tmp_path / "cache" / "rootfs").glob("*.tar")), "a failed mmdebstrap left a rootfs"

@@ -39,7 +39,8 @@ def args_of(values):
     for v in values:
         if isinstance(v, str) and v.startswith("torch."):
             import torch
-            v = getattr(torch, v[len("torch."):])
+
+            v = getattr(torch, v[len("torch.") :])
         out.append(v)
     return out
 
@@ -49,6 +50,7 @@ def load(kernel: dict, arch: str) -> None:
     func = getattr(importlib.import_module(module_name), func_name)
     if kernel["jit"] == "tvm-ffi":
         from sglang.jit_kernel.utils.arch import override_jit_cuda_arch
+
         major, minor, suffix = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch).groups()
         with override_jit_cuda_arch(int(major), int(minor), suffix):
             inspect.unwrap(func)(*args_of(kernel["args"]))
@@ -79,8 +81,19 @@ def main() -> int:
         new = sum(census("--since", LISTING)["changed"].values())
         ok = error is None and new == 0
         failed += not ok
-        print(json.dumps({"kernel": kernel["builder"], "args": kernel["args"], "ok": ok, "new_files": new,
-                          "seconds": round(seconds, 3), "error": error}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "kernel": kernel["builder"],
+                    "args": kernel["args"],
+                    "ok": ok,
+                    "new_files": new,
+                    "seconds": round(seconds, 3),
+                    "error": error,
+                }
+            ),
+            flush=True,
+        )
     return 1 if failed else 0
 
 

@@ -25,6 +25,7 @@ def _triton(package):
     def resolve():
         mod = importlib.import_module(package)
         return {f"{package}.knobs.cache.dir": mod.knobs.cache.dir}
+
     return resolve
 
 
@@ -32,44 +33,61 @@ def _tvm_ffi():
     # tvm-ffi reads TVM_FFI_CACHE_DIR at each load_inline/load call (tvm_ffi/cpp/extension.py) and SGLang's
     # load_jit at each build (jit_kernel/utils/compile.py): read it after both are imported
     import tvm_ffi.cpp  # noqa: F401
+
     try:
         import sglang.jit_kernel.utils  # noqa: F401
     except ImportError:
         pass
-    return {"TVM_FFI_CACHE_DIR at load_inline": os.path.expanduser(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"))}
+    return {
+        "TVM_FFI_CACHE_DIR at load_inline": os.path.expanduser(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"))
+    }
 
 
 def _tilelang():
     import tilelang.env as env
-    return {"tilelang.env.TILELANG_CACHE_DIR": str(env.TILELANG_CACHE_DIR),
-            "tilelang.env.TILELANG_TMP_DIR": str(env.TILELANG_TMP_DIR)}
+
+    return {
+        "tilelang.env.TILELANG_CACHE_DIR": str(env.TILELANG_CACHE_DIR),
+        "tilelang.env.TILELANG_TMP_DIR": str(env.TILELANG_TMP_DIR),
+    }
 
 
 def _flashinfer():
     from flashinfer.jit import env
-    return {"flashinfer.jit.env.FLASHINFER_CACHE_DIR": str(env.FLASHINFER_CACHE_DIR),
-            "flashinfer.jit.env.FLASHINFER_JIT_DIR": str(env.FLASHINFER_JIT_DIR)}
+
+    return {
+        "flashinfer.jit.env.FLASHINFER_CACHE_DIR": str(env.FLASHINFER_CACHE_DIR),
+        "flashinfer.jit.env.FLASHINFER_JIT_DIR": str(env.FLASHINFER_JIT_DIR),
+    }
 
 
 def _inductor():
     from torch._inductor.runtime.cache_dir_utils import cache_dir
+
     return {"torch._inductor cache_dir()": cache_dir()}
 
 
 def _humming():
     from humming.utils import jit
-    return {"humming get_humming_cache_dir()": jit.get_humming_cache_dir(),
-            "humming get_humming_tmp_dir()": jit.get_humming_tmp_dir()}
+
+    return {
+        "humming get_humming_cache_dir()": jit.get_humming_cache_dir(),
+        "humming get_humming_tmp_dir()": jit.get_humming_tmp_dir(),
+    }
 
 
 def _huggingface():
     from huggingface_hub import constants
-    return {"huggingface_hub.constants.HF_HOME": constants.HF_HOME,
-            "huggingface_hub.constants.HF_HUB_CACHE": constants.HF_HUB_CACHE}
+
+    return {
+        "huggingface_hub.constants.HF_HOME": constants.HF_HOME,
+        "huggingface_hub.constants.HF_HUB_CACHE": constants.HF_HUB_CACHE,
+    }
 
 
 def _sglang():
     from sglang.srt.environ import envs
+
     return {"sglang envs.SGLANG_CACHE_DIR": os.path.expanduser(envs.SGLANG_CACHE_DIR.get())}
 
 
@@ -82,6 +100,7 @@ def _sglang_deep_gemm():
 
 def _vllm():
     import vllm.envs as envs
+
     return {"vllm.envs.VLLM_CACHE_ROOT": os.path.expanduser(envs.VLLM_CACHE_ROOT)}
 
 

@@ -42,8 +42,10 @@ def python(request, expect) -> str:
 @pytest.fixture(scope="module")
 def py(host, python):
     """Run a Python snippet on the host under test; returns testinfra's CommandResult."""
+
     def run(code: str):
         return host.run(f"{shlex.quote(python)} -c {shlex.quote(code)}")
+
     return run
 
 
@@ -55,17 +57,21 @@ def copy_to_host(host, python):
 
     def copy(source: Path) -> str:
         payload = base64.b64encode(source.read_bytes()).decode()
-        writer = ("import base64, os, tempfile\n"
-                  f"d = tempfile.mkdtemp(prefix='smoke-{source.stem}.', dir='/var/tmp' if os.path.isdir('/var/tmp') else None)\n"
-                  f"p = os.path.join(d, {source.name!r})\n"
-                  f"open(p, 'wb').write(base64.b64decode('{payload}'))\n"
-                  "print(p)")
+        writer = (
+            "import base64, os, tempfile\n"
+            f"d = tempfile.mkdtemp(prefix='smoke-{source.stem}.', dir='/var/tmp' if os.path.isdir('/var/tmp') else None)\n"
+            f"p = os.path.join(d, {source.name!r})\n"
+            f"open(p, 'wb').write(base64.b64decode('{payload}'))\n"
+            "print(p)"
+        )
         result = host.run(f"{shlex.quote(python)} -c {shlex.quote(writer)}")
-        assert result.rc == 0, (f"cannot write {source.name} on the host under test: "
-                                f"{(result.stdout + result.stderr)[-300:]}")
+        assert result.rc == 0, (
+            f"cannot write {source.name} on the host under test: {(result.stdout + result.stderr)[-300:]}"
+        )
         path = result.stdout.strip().splitlines()[-1]
         made.append(path.rsplit("/", 1)[0])
         return path
+
     yield copy
     for d in made:
         host.run(f"rm -rf {shlex.quote(d)}")
@@ -81,14 +87,15 @@ def cuobjdump(request, host):
     """A way to run `cuobjdump --list-elf` on a file of the host under test."""
     remote = host.run("command -v cuobjdump")
     if remote.rc == 0:
+
         def on_host(path: str) -> tuple[int, str]:
             out = host.run(f"cuobjdump --list-elf {shlex.quote(path)}")
             return out.rc, out.stdout + out.stderr
+
         return on_host
     local = request.config.getoption("--cuobjdump") or shutil.which("cuobjdump")
     if not local:
-        pytest.fail("no cuobjdump on the host under test or here: pass --cuobjdump "
-                    "(pip install nvidia-cuda-cuobjdump)")
+        pytest.fail("no cuobjdump on the host under test or here: pass --cuobjdump (pip install nvidia-cuda-cuobjdump)")
     scratch = Path(tempfile.mkdtemp(prefix="smoke-cuobjdump."))
 
     def copied(path: str) -> tuple[int, str]:
@@ -97,6 +104,7 @@ def cuobjdump(request, host):
         proc = subprocess.run([local, "--list-elf", str(target)], capture_output=True, text=True)
         target.unlink(missing_ok=True)
         return proc.returncode, proc.stdout + proc.stderr
+
     return copied
 
 
@@ -124,8 +132,9 @@ def pytest_runtest_logreport(report):
             text = getattr(report, "longreprtext", "") or ""
             errors = [line[2:].strip() for line in text.splitlines() if line.startswith("E ")]
             detail = errors[0] if errors else (text.strip().splitlines() or [""])[-1]
-        check = re.sub(r"-?((docker|local|ssh|paramiko|podman)://[^\]]*|local)(?=\])", "",
-                       report.nodeid.split("::", 1)[-1])
+        check = re.sub(
+            r"-?((docker|local|ssh|paramiko|podman)://[^\]]*|local)(?=\])", "", report.nodeid.split("::", 1)[-1]
+        )
         RESULTS.append((check.replace("[]", ""), report.outcome, detail))
 
 

@@ -50,6 +50,7 @@ EM_CUDA = 190
 
 # ------------------------------------------------------------------ helpers
 
+
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
@@ -97,9 +98,9 @@ def cuda_elf_archs(data: bytes) -> list[str]:
             secs = [struct.unpack_from("<IIQQQQIIQQ", data, base + shoff + i * shentsize) for i in range(shnum)]
             stroff = base + secs[shstrndx][4]
             for sec in secs:
-                name = data[stroff + sec[0]:data.index(b"\0", stroff + sec[0])]
+                name = data[stroff + sec[0] : data.index(b"\0", stroff + sec[0])]
                 if name == b".note.nv.tkinfo":
-                    note = data[base + sec[4]:base + sec[4] + sec[5]]
+                    note = data[base + sec[4] : base + sec[4] + sec[5]]
                     t = re.search(rb"(?:-arch|--gpu-name)[ =]sm_(\d+)([af]?)\b", note)
                     if t and int(t.group(1)) == sm:
                         suffix = t.group(2).decode()
@@ -171,13 +172,17 @@ def link_hint(msg: str, who: str) -> str:
     home = primary_nvcc()[0].rsplit("/bin/", 1)[0]
     hints = []
     if "cannot find -lcudart" in msg:
-        hints.append(f"{who} links with -L{home}/lib64 -lcudart and there is no {home}/lib64/libcudart.so "
-                     f"(the pip cuda-toolkit ships lib/libcudart.so.13 only): give CUDA_HOME a lib64 -> lib link "
-                     f"and lib/libcudart.so -> libcudart.so.13")
+        hints.append(
+            f"{who} links with -L{home}/lib64 -lcudart and there is no {home}/lib64/libcudart.so "
+            f"(the pip cuda-toolkit ships lib/libcudart.so.13 only): give CUDA_HOME a lib64 -> lib link "
+            f"and lib/libcudart.so -> libcudart.so.13"
+        )
     if "cannot find -lcuda:" in msg or "cannot find -lcuda " in msg:
-        hints.append(f"{who} links with -L{home}/lib64/stubs -lcuda and there is no libcuda.so there (the pip "
-                     f"cuda-toolkit has no driver stub; the driver's libcuda.so is only mounted with a GPU): "
-                     f"put the CUDA driver stub libcuda.so (SONAME libcuda.so.1) in {home}/lib64/stubs")
+        hints.append(
+            f"{who} links with -L{home}/lib64/stubs -lcuda and there is no libcuda.so there (the pip "
+            f"cuda-toolkit has no driver stub; the driver's libcuda.so is only mounted with a GPU): "
+            f"put the CUDA driver stub libcuda.so (SONAME libcuda.so.1) in {home}/lib64/stubs"
+        )
     return "HINT: " + "; ".join(hints) + ". " if hints else ""
 
 
@@ -199,6 +204,7 @@ def need_gpu() -> str | None:
 
 def gpu_info() -> dict:
     import torch
+
     return {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0))}
 
 
@@ -239,8 +245,11 @@ def probe_cext(ctx) -> dict:
     include = sysconfig.get_paths(scheme=scheme)["include"]
     out = {"cc": cc, "include": include, "python_h": os.path.isfile(os.path.join(include, "Python.h"))}
     if not cc:
-        return {**out, "ok": False, "detail": "no C compiler (CC, gcc, clang, cc): Triton fails with "
-                                                "'Failed to find C compiler'"}
+        return {
+            **out,
+            "ok": False,
+            "detail": "no C compiler (CC, gcc, clang, cc): Triton fails with 'Failed to find C compiler'",
+        }
     if not out["python_h"]:
         return {**out, "ok": False, "detail": f"no Python.h in {include} (install python3-dev)"}
     ver = _run([cc, "--version"])
@@ -259,8 +268,13 @@ def probe_cext(ctx) -> dict:
     spec.loader.exec_module(mod)
     got = mod.add(40, 2)
     ok = got == 42
-    return {**out, "ok": ok, "compiled": True, "launched": ok,
-            "detail": f"built {os.path.basename(so)} with {os.path.basename(cc)}; add(40, 2) = {got}"}
+    return {
+        **out,
+        "ok": ok,
+        "compiled": True,
+        "launched": ok,
+        "detail": f"built {os.path.basename(so)} with {os.path.basename(cc)}; add(40, 2) = {got}",
+    }
 
 
 def probe_nvcc(ctx) -> dict:
@@ -273,6 +287,7 @@ def probe_nvcc(ctx) -> dict:
     roots = set(sys.path)
     try:
         import site
+
         roots.update(site.getsitepackages())
         roots.add(site.getusersitepackages())
     except Exception:  # noqa: BLE001
@@ -285,20 +300,25 @@ def probe_nvcc(ctx) -> dict:
             found.setdefault(c, nvcc_version(c))
     primary = found.get(path)
     others = {p: v for p, v in found.items() if v != primary}
-    out = {"nvcc": path, "from": source, "version": primary, "found": found,
-           "CUDA_HOME": os.environ.get("CUDA_HOME")}
+    out = {"nvcc": path, "from": source, "version": primary, "found": found, "CUDA_HOME": os.environ.get("CUDA_HOME")}
     if primary is None:
         return {**out, "ok": False, "detail": f"no working nvcc at {path} (from {source})"}
     if not primary.startswith(want + "."):
-        return {**out, "ok": False, "detail": f"{path} is {primary}, want release {want} "
-                                                f"(nvcc 13.1-13.3 miscompile DSV4 top-k on sm_90a)"}
+        return {
+            **out,
+            "ok": False,
+            "detail": f"{path} is {primary}, want release {want} (nvcc 13.1-13.3 miscompile DSV4 top-k on sm_90a)",
+        }
     if others:
-        return {**out, "ok": False, "detail": f"{path} is {primary} but other nvcc differ: "
-                                                + ", ".join(f"{p}={v}" for p, v in others.items())}
+        return {
+            **out,
+            "ok": False,
+            "detail": f"{path} is {primary} but other nvcc differ: " + ", ".join(f"{p}={v}" for p, v in others.items()),
+        }
     return {**out, "ok": True, "detail": f"{path} ({source}) is {primary}; {len(found)} nvcc found, all {primary}"}
 
 
-TRITON_KERNEL = '''
+TRITON_KERNEL = """
 import triton
 import triton.language as tl
 
@@ -308,7 +328,7 @@ def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
-'''
+"""
 
 
 def _import_source(ctx, name: str, source: str):
@@ -342,19 +362,28 @@ def triton_ptxas(arch: str) -> dict:
 
 def probe_triton(ctx) -> dict:
     import triton
+
     want_release = ctx["nvcc_release"]
     ptxas = triton_ptxas(ctx["arch"])
     stray = {n: v for n, v in ptxas.items() if not (v[1] or "").startswith(want_release + ".")}
     if stray:
-        return {"ok": False, "ptxas": ptxas, "detail": "Triton would assemble with " + ", ".join(
-            f"{n}: {p} ({v})" for n, (p, v) in stray.items()) + f"; want release {want_release} "
-            f"(set TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH to the toolkit's ptxas)"}
+        return {
+            "ok": False,
+            "ptxas": ptxas,
+            "detail": "Triton would assemble with "
+            + ", ".join(f"{n}: {p} ({v})" for n, (p, v) in stray.items())
+            + f"; want release {want_release} "
+            f"(set TRITON_PTXAS_PATH and TRITON_PTXAS_BLACKWELL_PATH to the toolkit's ptxas)",
+        }
     from triton.backends.compiler import GPUTarget
+
     major, minor, _ = _arch_parts(ctx["arch"])
     mod = _import_source(ctx, "jit_probe_triton_kernel", TRITON_KERNEL)
-    src = triton.compiler.ASTSource(fn=mod.add_one,
-                                    signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                                    constexprs={"BLOCK": 128})
+    src = triton.compiler.ASTSource(
+        fn=mod.add_one,
+        signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        constexprs={"BLOCK": 128},
+    )
     t0 = time.time()
     kernel = triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32))
     secs = round(time.time() - t0, 1)
@@ -364,17 +393,32 @@ def probe_triton(ctx) -> dict:
         fh.write(kernel.asm["cubin"])
     archs = archs_of_file(cubin)
     want = sm_name(ctx["arch"])
-    out = {"triton": triton.__version__, "ptxas": ptxas, "compile_s": secs,
-           "ptx_target": ptx_target and ptx_target.group(1),
-           "cubin_archs": archs["archs"], "arch_check": archs["how"], "cache_dir": os.environ["TRITON_CACHE_DIR"]}
+    out = {
+        "triton": triton.__version__,
+        "ptxas": ptxas,
+        "compile_s": secs,
+        "ptx_target": ptx_target and ptx_target.group(1),
+        "cubin_archs": archs["archs"],
+        "arch_check": archs["how"],
+        "cache_dir": os.environ["TRITON_CACHE_DIR"],
+    }
     if archs["archs"] != [want] or out["ptx_target"] != want:
-        return {**out, "ok": False, "compiled": True,
-                "detail": f"cubin is {archs['archs']}, PTX .target {out['ptx_target']}; want {want}"}
-    out.update(ok=True, compiled=True, detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s with ptxas "
-               + ", ".join(f"{v} ({n})" for n, (_, v) in ptxas.items()))
+        return {
+            **out,
+            "ok": False,
+            "compiled": True,
+            "detail": f"cubin is {archs['archs']}, PTX .target {out['ptx_target']}; want {want}",
+        }
+    out.update(
+        ok=True,
+        compiled=True,
+        detail=f"compiled add_one for {want} ({arch_note()}) in {secs}s with ptxas "
+        + ", ".join(f"{v} ({n})" for n, (_, v) in ptxas.items()),
+    )
 
     def run():
         import torch
+
         x = torch.arange(1000, device="cuda", dtype=torch.float32)
         y = torch.empty_like(x)
         compiled = mod.add_one[(triton.cdiv(1000, 128),)](x, y, 1000, BLOCK=128)
@@ -383,8 +427,12 @@ def probe_triton(ctx) -> dict:
         target = re.search(r"^\.target\s+(\S+)", compiled.asm["ptx"], re.M)
         target = target and target.group(1)
         stubs = [os.path.basename(p) for p in glob.glob(os.path.join(os.environ["TRITON_CACHE_DIR"], "*", "*.so"))]
-        return (good and bool(stubs), {"launch_ptx_target": target, "launcher_stubs": stubs},
-                f"launched on GPU 0 ({target}), y == x + 1: {good}; C launcher stubs built into the fresh cache: {stubs}")
+        return (
+            good and bool(stubs),
+            {"launch_ptx_target": target, "launcher_stubs": stubs},
+            f"launched on GPU 0 ({target}), y == x + 1: {good}; C launcher stubs built into the fresh cache: {stubs}",
+        )
+
     return launch_on_gpu(ctx, out, run)
 
 
@@ -409,17 +457,25 @@ def probe_tvm_ffi(ctx) -> dict:
     """SGLang 0.5.16's DSV4 kernels: tvm_ffi.cpp.load_inline (nvcc + c++ + ninja)."""
     import importlib.metadata
     import tvm_ffi.cpp
+
     want = sm_name(ctx["arch"])
-    out = {"tvm_ffi": importlib.metadata.version("apache-tvm-ffi"),
-           "TVM_FFI_CUDA_ARCH_LIST": os.environ.get("TVM_FFI_CUDA_ARCH_LIST"),
-           "cache_dir": os.environ["TVM_FFI_CACHE_DIR"], "nvcc": primary_nvcc()[0]}
+    out = {
+        "tvm_ffi": importlib.metadata.version("apache-tvm-ffi"),
+        "TVM_FFI_CUDA_ARCH_LIST": os.environ.get("TVM_FFI_CUDA_ARCH_LIST"),
+        "cache_dir": os.environ["TVM_FFI_CACHE_DIR"],
+        "nvcc": primary_nvcc()[0],
+    }
     t0 = time.time()
     try:
         mod = tvm_ffi.cpp.load_inline("jit_probe_add_one", cuda_sources=TVM_FFI_SRC, functions=["add_one"])
     except Exception as exc:  # noqa: BLE001
         msg = str(exc)
-        return {**out, "ok": False, "compiled": False,
-                "detail": f"{link_hint(msg, 'tvm-ffi')}load_inline failed: {_tail(msg, 2000)}"}
+        return {
+            **out,
+            "ok": False,
+            "compiled": False,
+            "detail": f"{link_hint(msg, 'tvm-ffi')}load_inline failed: {_tail(msg, 2000)}",
+        }
     out["compile_s"] = round(time.time() - t0, 1)
     libs = glob.glob(os.path.join(os.environ["TVM_FFI_CACHE_DIR"], "jit_probe_add_one*", "*.so"))
     if not libs:
@@ -428,20 +484,24 @@ def probe_tvm_ffi(ctx) -> dict:
     out.update(library=libs[0], sass_archs=archs["archs"], arch_check=archs["how"], compiled=True)
     if archs["archs"] != [want]:
         return {**out, "ok": False, "detail": f"{os.path.basename(libs[0])} has SASS {archs['archs']}, want {want}"}
-    out.update(ok=True, detail=f"load_inline built and loaded add_one for {want} ({arch_note()}) in {out['compile_s']}s")
+    out.update(
+        ok=True, detail=f"load_inline built and loaded add_one for {want} ({arch_note()}) in {out['compile_s']}s"
+    )
 
     def run():
         import torch
+
         x = torch.arange(4096, device="cuda", dtype=torch.float32)
         y = torch.zeros_like(x)
         mod.add_one(x, y)
         torch.cuda.synchronize()
         good = bool(torch.equal(y, x + 1))
         return good, {}, f"launched on GPU 0 with torch tensors, y == x + 1: {good}"
+
     return launch_on_gpu(ctx, out, run)
 
 
-TILELANG_KERNEL = '''
+TILELANG_KERNEL = """
 import tilelang
 import tilelang.language as T
 
@@ -453,25 +513,30 @@ def add_one(N, block):
             for i in T.Parallel(block):
                 B[bx * block + i] = A[bx * block + i] + 1.0
     return main
-'''
+"""
 
 
 def probe_tilelang(ctx) -> dict:
     """SGLang's DSV4 mHC prewarm path: a TileLang JIT kernel, lowered and compiled with nvcc."""
     import importlib.metadata
     import tilelang
+
     want = sm_name(ctx["arch"])
     # TileLang reads the arch from the target (contrib/nvcc.get_target_compute_version strips any
     # 'a'/'f' and get_target_arch appends 'a' again for sm_90+), else from GPU 0
     target = {"kind": "cuda", "arch": want}
     try:  # TileLang 0.1.9 (vLLM's set) takes a Target object, 0.1.11 (SGLang's) a dict or a Target
         from tilelang import tvm as tl_tvm
+
         target = tl_tvm.target.Target(target)
     except Exception:  # noqa: BLE001
         pass
     mod = _import_source(ctx, "jit_probe_tilelang_kernel", TILELANG_KERNEL)
-    out = {"tilelang": importlib.metadata.version("tilelang"), "target": target,
-           "cache_dir": os.environ["TILELANG_CACHE_DIR"]}
+    out = {
+        "tilelang": importlib.metadata.version("tilelang"),
+        "target": target,
+        "cache_dir": os.environ["TILELANG_CACHE_DIR"],
+    }
     t0 = time.time()
     try:
         kernel = tilelang.compile(mod.add_one(4096, 128), out_idx=[1], target=target)
@@ -482,8 +547,11 @@ def probe_tilelang(ctx) -> dict:
     # the device code: TileLang keeps the nvcc output (cubin) in the runtime module it built
     cubins = []
     for root in (os.environ["TILELANG_CACHE_DIR"], ctx["tmp"]):
-        cubins += [p for p in glob.glob(os.path.join(root, "**", "*"), recursive=True)
-                   if os.path.isfile(p) and (p.endswith((".cubin", ".so")))]
+        cubins += [
+            p
+            for p in glob.glob(os.path.join(root, "**", "*"), recursive=True)
+            if os.path.isfile(p) and (p.endswith((".cubin", ".so")))
+        ]
     archs = set()
     for p in cubins:
         archs.update(archs_of_file(p)["archs"])
@@ -498,11 +566,13 @@ def probe_tilelang(ctx) -> dict:
 
     def run():
         import torch
+
         a = torch.arange(4096, device="cuda", dtype=torch.float32)
         b = kernel(a)
         torch.cuda.synchronize()
         good = bool(torch.equal(b, a + 1))
         return good, {}, f"launched on GPU 0, B == A + 1: {good}"
+
     return launch_on_gpu(ctx, out, run)
 
 
@@ -526,25 +596,37 @@ def _tilelang_device_blob(kernel) -> bytes | None:
 def probe_flashinfer(ctx) -> dict:
     """FlashInfer JIT (vLLM's sampler, SGLang kernels): the silu_and_mul activation module."""
     import importlib.metadata
+
     want = sm_name(ctx["arch"])
-    out = {"flashinfer": importlib.metadata.version("flashinfer-python"),
-           "FLASHINFER_CUDA_ARCH_LIST": os.environ.get("FLASHINFER_CUDA_ARCH_LIST"),
-           "workspace_base": os.environ["FLASHINFER_WORKSPACE_BASE"]}
+    out = {
+        "flashinfer": importlib.metadata.version("flashinfer-python"),
+        "FLASHINFER_CUDA_ARCH_LIST": os.environ.get("FLASHINFER_CUDA_ARCH_LIST"),
+        "workspace_base": os.environ["FLASHINFER_WORKSPACE_BASE"],
+    }
     from flashinfer.jit import env as jit_env
     from flashinfer.jit.activation import gen_act_and_mul_module
+
     spec = gen_act_and_mul_module("silu")
     out["jit_dir"] = str(jit_env.FLASHINFER_JIT_DIR)
     out["aot_available"] = spec.is_aot  # a prebuilt flashinfer-jit-cache module: we still compile
     if not str(jit_env.FLASHINFER_JIT_DIR).startswith(os.environ["FLASHINFER_WORKSPACE_BASE"]):
-        return {**out, "ok": False, "detail": f"FlashInfer's JIT dir {jit_env.FLASHINFER_JIT_DIR} is not under "
-                                                f"FLASHINFER_WORKSPACE_BASE (imported before the probe set it?)"}
+        return {
+            **out,
+            "ok": False,
+            "detail": f"FlashInfer's JIT dir {jit_env.FLASHINFER_JIT_DIR} is not under "
+            f"FLASHINFER_WORKSPACE_BASE (imported before the probe set it?)",
+        }
     t0 = time.time()
     try:
         spec.build(verbose=False)
     except Exception as exc:  # noqa: BLE001
         msg = str(exc)
-        return {**out, "ok": False, "compiled": False,
-                "detail": f"{link_hint(msg, 'FlashInfer')}JIT build failed: {_tail(msg, 2000)}"}
+        return {
+            **out,
+            "ok": False,
+            "compiled": False,
+            "detail": f"{link_hint(msg, 'FlashInfer')}JIT build failed: {_tail(msg, 2000)}",
+        }
     out["compile_s"] = round(time.time() - t0, 1)
     lib = str(spec.jit_library_path)
     if not os.path.isfile(lib):
@@ -557,6 +639,7 @@ def probe_flashinfer(ctx) -> dict:
 
     def run():
         import torch
+
         module = spec.load(spec.jit_library_path)
         x = torch.randn(64, 2 * 512, device="cuda", dtype=torch.float16)
         y = torch.empty(64, 512, device="cuda", dtype=torch.float16)
@@ -565,14 +648,22 @@ def probe_flashinfer(ctx) -> dict:
         ref = torch.nn.functional.silu(x[:, :512].float()) * x[:, 512:].float()
         err = float((y.float() - ref).abs().max())
         return err < 1e-2, {"max_abs_err": err}, f"launched silu_and_mul on GPU 0, max |err| vs torch = {err:.2e}"
+
     return launch_on_gpu(ctx, out, run)
 
 
-FUNCS = {"cext": probe_cext, "nvcc": probe_nvcc, "triton": probe_triton, "tvm-ffi": probe_tvm_ffi,
-         "tilelang": probe_tilelang, "flashinfer": probe_flashinfer}
+FUNCS = {
+    "cext": probe_cext,
+    "nvcc": probe_nvcc,
+    "triton": probe_triton,
+    "tvm-ffi": probe_tvm_ffi,
+    "tilelang": probe_tilelang,
+    "flashinfer": probe_flashinfer,
+}
 
 
 # ------------------------------------------------------------------ main
+
 
 def setup_env(tmp: str, arch: str, image_caches: bool = False) -> dict:
     """Fresh caches for this run (or the environment's own, `image_caches`), and the arch for the
@@ -580,8 +671,11 @@ def setup_env(tmp: str, arch: str, image_caches: bool = False) -> dict:
     for name in ("TVM_FFI_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST"):
         os.environ.setdefault(name, arch)
     if image_caches:
-        missing = [v for v in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "TILELANG_CACHE_DIR",
-                               "FLASHINFER_WORKSPACE_BASE") if not os.environ.get(v)]
+        missing = [
+            v
+            for v in ("TRITON_CACHE_DIR", "TVM_FFI_CACHE_DIR", "TILELANG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE")
+            if not os.environ.get(v)
+        ]
         if missing:
             raise SystemExit(f"--image-caches: the environment does not set {', '.join(missing)}")
         return {}
@@ -612,19 +706,28 @@ def run_probe(name: str, ctx: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     import argparse
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("probes", nargs="+", choices=PROBES + ("all",))
     p.add_argument("--launch", action="store_true", help="also run each kernel on GPU 0 and check it")
     p.add_argument("--arch", default="9.0a", help="CUDA arch to compile for (default 9.0a)")
     p.add_argument("--nvcc-release", default="13.0", help="required nvcc release (default 13.0)")
     p.add_argument("--keep", action="store_true", help="keep the temporary cache dirs")
-    p.add_argument("--image-caches", action="store_true",
-                   help="compile into the caches the environment names, not fresh temporary ones")
+    p.add_argument(
+        "--image-caches",
+        action="store_true",
+        help="compile into the caches the environment names, not fresh temporary ones",
+    )
     args = p.parse_args(argv)
     names = list(PROBES) if "all" in args.probes else list(dict.fromkeys(args.probes))
     tmp = tempfile.mkdtemp(prefix="jit-probes.")
-    ctx = {"tmp": tmp, "arch": args.arch, "launch": args.launch, "nvcc_release": args.nvcc_release,
-           "env": setup_env(tmp, args.arch, args.image_caches)}
+    ctx = {
+        "tmp": tmp,
+        "arch": args.arch,
+        "launch": args.launch,
+        "nvcc_release": args.nvcc_release,
+        "env": setup_env(tmp, args.arch, args.image_caches),
+    }
     failed = 0
     try:
         for name in names:

@@ -27,8 +27,18 @@ def pytest_generate_tests(metafunc):
     path = metafunc.config.getoption("--expect")
     data = json.loads(Path(path).read_text()) if path else {}
     names = sorted(data.get("cache_paths") or {})
-    metafunc.parametrize("cache_path", names or [pytest.param(None, marks=pytest.mark.skip(
-        reason="the expectations list no cache_paths: no engine that compiles while serving"))])
+    metafunc.parametrize(
+        "cache_path",
+        names
+        or [
+            pytest.param(
+                None,
+                marks=pytest.mark.skip(
+                    reason="the expectations list no cache_paths: no engine that compiles while serving"
+                ),
+            )
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +55,18 @@ def test_cache_path(host, python, expect, resolver_script, cache_path):
     root = expect["cache_paths"][cache_path]
     result = host.run(f"{shlex.quote(python)} {shlex.quote(resolver_script)} {shlex.quote(cache_path)}")
     lines = [line for line in result.stdout.splitlines() if line.startswith('{"name"')]
-    assert lines, f"cache resolver {cache_path} printed nothing (rc {result.rc}): {(result.stdout + result.stderr)[-600:]}"
+    assert lines, (
+        f"cache resolver {cache_path} printed nothing (rc {result.rc}): {(result.stdout + result.stderr)[-600:]}"
+    )
     out = json.loads(lines[-1])
     assert out["ok"], f"cache resolver {cache_path}: {out['detail']}"
     wrong = {what: path for what, path in out["paths"].items() if not under(path, root)}
     settings = ", ".join(f"{k}={v!r}" if v is not None else f"{k} unset" for k, v in out["set"].items())
-    assert not wrong, (f"{cache_path} writes outside {root}: "
-                       + "; ".join(f"{what} is {path}" for what, path in sorted(wrong.items()))
-                       + f" (moved by {', '.join(out['variables'])}; in this image {settings})")
+    assert not wrong, (
+        f"{cache_path} writes outside {root}: "
+        + "; ".join(f"{what} is {path}" for what, path in sorted(wrong.items()))
+        + f" (moved by {', '.join(out['variables'])}; in this image {settings})"
+    )
 
 
 LISTING = r"""
@@ -86,12 +100,19 @@ def test_jit_writes_nothing_outside_the_cache_root(host, python, expect, copy_to
     result = host.run(" ".join(shlex.quote(c) for c in [python, script, *probes, "--image-caches"]))
     after = listing(host, python, scripts_dir)
     cache_after = host.run(f"find {root} -type f | wc -l").stdout.strip()
-    failed = [json.loads(line) for line in result.stdout.splitlines()
-              if line.startswith('{"probe"') and not json.loads(line)["ok"]]
-    assert result.rc == 0 and not failed, f"JIT probes with the image's caches failed: {[f['detail'][:300] for f in failed] or result.stderr[-600:]}"
+    failed = [
+        json.loads(line)
+        for line in result.stdout.splitlines()
+        if line.startswith('{"probe"') and not json.loads(line)["ok"]
+    ]
+    assert result.rc == 0 and not failed, (
+        f"JIT probes with the image's caches failed: {[f['detail'][:300] for f in failed] or result.stderr[-600:]}"
+    )
     new = sorted(after - before)
     assert not new, f"compiling wrote {len(new)} paths outside {root}: {', '.join(new[:12])}"
-    assert int(cache_after) > int(cache_before), f"the probes wrote nothing under {root}: they did not use the image's caches"
+    assert int(cache_after) > int(cache_before), (
+        f"the probes wrote nothing under {root}: they did not use the image's caches"
+    )
 
 
 def test_aot_kernels_load_from_the_seed_with_no_compile(host, python, expect, copy_to_host):
@@ -103,7 +124,10 @@ def test_aot_kernels_load_from_the_seed_with_no_compile(host, python, expect, co
     result = host.run(f"{shlex.quote(python)} {shlex.quote(script)}")
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"kernel"')]
     assert lines, f"aot_check printed nothing (rc {result.rc}): {(result.stdout + result.stderr)[-600:]}"
-    bad = [f"{k['kernel']}{tuple(k['args'])}: {k['error'] or str(k['new_files']) + ' new files (it compiled)'}"
-           for k in lines if not k["ok"]]
+    bad = [
+        f"{k['kernel']}{tuple(k['args'])}: {k['error'] or str(k['new_files']) + ' new files (it compiled)'}"
+        for k in lines
+        if not k["ok"]
+    ]
     assert not bad and result.rc == 0, "; ".join(bad)
     assert len(lines) >= len([k for k in expect["aot"] if k["jit"] != "triton"]), lines

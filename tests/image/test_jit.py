@@ -24,8 +24,17 @@ def pytest_generate_tests(metafunc):
     data = json.loads(Path(path).read_text()) if path else {}
     probes = data.get("jit")
     if not probes:
-        metafunc.parametrize("jit_probe", [pytest.param(None, marks=pytest.mark.skip(
-            reason="the expectations list no JIT probes (`jit`): no engine that compiles while serving"))])
+        metafunc.parametrize(
+            "jit_probe",
+            [
+                pytest.param(
+                    None,
+                    marks=pytest.mark.skip(
+                        reason="the expectations list no JIT probes (`jit`): no engine that compiles while serving"
+                    ),
+                )
+            ],
+        )
     else:
         metafunc.parametrize("jit_probe", list(probes))
 
@@ -52,8 +61,9 @@ def test_jit_probe(host, python, expect, require_gpu, jit_script, jit_probe):
         cmd.append("--launch")
     result = host.run(" ".join(shlex.quote(c) for c in cmd))
     lines = [line for line in result.stdout.splitlines() if line.startswith('{"probe"')]
-    assert lines, (f"jit probe {jit_probe} printed no result (rc {result.rc}): "
-                   f"{(result.stdout + result.stderr).strip()[-600:]}")
+    assert lines, (
+        f"jit probe {jit_probe} printed no result (rc {result.rc}): {(result.stdout + result.stderr).strip()[-600:]}"
+    )
     out = json.loads(lines[-1])
     assert out["ok"], f"jit probe {jit_probe}: {out['detail'][:1500]}"
     # the probe's own verdict is its exit status too (1 if any probe failed): a result line that says

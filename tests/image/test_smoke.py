@@ -13,8 +13,7 @@ import shlex
 import pytest
 
 # torch minor -> the torchvision minor built against it (the pairs PyTorch releases together)
-TORCHVISION_FOR_TORCH = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28",
-                         "2.14": "0.29"}
+TORCHVISION_FOR_TORCH = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28", "2.14": "0.29"}
 BAD_NVCC = re.compile(r"^13\.[123]\b")
 
 
@@ -25,14 +24,22 @@ def lines_of(result) -> str:
 def pytest_generate_tests(metafunc):
     path = metafunc.config.getoption("--expect")
     data = json.loads(open(path).read()) if path else {}
-    for name, key in (("module", "imports"), ("dist", "versions"), ("arch_module", "arch_modules"),
-                      ("profile", "profiles"), ("cache_dir", "cache_dirs"), ("entrypoint", "entrypoints"),
-                      ("cache_var", "cache_env"), ("gpu_module", "gpu_imports")):
+    for name, key in (
+        ("module", "imports"),
+        ("dist", "versions"),
+        ("arch_module", "arch_modules"),
+        ("profile", "profiles"),
+        ("cache_dir", "cache_dirs"),
+        ("entrypoint", "entrypoints"),
+        ("cache_var", "cache_env"),
+        ("gpu_module", "gpu_imports"),
+    ):
         if name in metafunc.fixturenames:
             values = data.get(key) or []
             values = sorted(values) if isinstance(values, dict) else values
-            metafunc.parametrize(name, values or [pytest.param(None, marks=pytest.mark.skip(
-                reason=f"the recipe declares no {key}"))])
+            metafunc.parametrize(
+                name, values or [pytest.param(None, marks=pytest.mark.skip(reason=f"the recipe declares no {key}"))]
+            )
 
 
 # ------------------------------------------------------------------ imports and versions
@@ -65,9 +72,10 @@ def test_version(py, expect, dist):
             ok = got == want or got.startswith(want + ".")
         else:
             ok = got == want or (got.startswith(want + "+") and not got.split("+", 1)[1].startswith("sb"))
-        assert ok, \
-            (f"{dist} reports {result.stdout.strip()}, the manifest says the patched engine is "
-             f"{engine['installed_version']}: the patch stack is not what was installed")
+        assert ok, (
+            f"{dist} reports {result.stdout.strip()}, the manifest says the patched engine is "
+            f"{engine['installed_version']}: the patch stack is not what was installed"
+        )
 
 
 def test_torch_cuda_version(py, expect):
@@ -75,8 +83,9 @@ def test_torch_cuda_version(py, expect):
         pytest.skip("the recipe declares no CUDA version")
     result = py("import torch; print(torch.version.cuda)")
     assert result.rc == 0, f"cannot import torch: {lines_of(result).splitlines()[-1:]}"
-    assert result.stdout.strip() == expect["cuda"], \
+    assert result.stdout.strip() == expect["cuda"], (
         f"torch.version.cuda is {result.stdout.strip()}, the recipe wants {expect['cuda']}"
+    )
 
 
 def test_cuda_toolkit_is_13_0(host, py, expect):
@@ -88,15 +97,18 @@ def test_cuda_toolkit_is_13_0(host, py, expect):
     if nvcc.rc == 0:
         m = re.search(r"release (\d+\.\d+)", nvcc.stdout)
         found["nvcc"] = m.group(1) if m else "?"
-    runtime = py("import importlib.metadata as m\nfor d in ('nvidia-cuda-runtime', 'nvidia-cuda-runtime-cu13', "
-                 "'nvidia-cuda-nvcc'):\n    try: print(d, m.version(d))\n    except Exception: pass")
+    runtime = py(
+        "import importlib.metadata as m\nfor d in ('nvidia-cuda-runtime', 'nvidia-cuda-runtime-cu13', "
+        "'nvidia-cuda-nvcc'):\n    try: print(d, m.version(d))\n    except Exception: pass"
+    )
     for line in runtime.stdout.splitlines():
         name, version = line.split()
         found[name] = version
     assert found, "no CUDA toolkit found (no nvcc, no nvidia-cuda-runtime wheel)"
     for what, version in found.items():
-        assert not BAD_NVCC.match(version), \
+        assert not BAD_NVCC.match(version), (
             f"{what} is {version}: CUDA 13.1-13.3 miscompile DSV4 top-k on sm_90a; use 13.0.x"
+        )
         assert version.startswith(expect["cuda"]), f"{what} is {version}, the recipe wants {expect['cuda']}.x"
 
 
@@ -132,8 +144,11 @@ print(json.dumps(out))
 def abi_fix(torch_version: str) -> str:
     minor = ".".join(torch_version.split("+")[0].split(".")[:2])
     tv = TORCHVISION_FOR_TORCH.get(minor)
-    return (f"install torchvision=={tv}.* built for torch {minor} (uv pip install --no-deps 'torchvision=={tv}.*')"
-            if tv else f"install the torchvision release built for torch {minor}")
+    return (
+        f"install torchvision=={tv}.* built for torch {minor} (uv pip install --no-deps 'torchvision=={tv}.*')"
+        if tv
+        else f"install the torchvision release built for torch {minor}"
+    )
 
 
 def test_torch_torchvision_abi(py, expect):
@@ -145,9 +160,11 @@ def test_torch_torchvision_abi(py, expect):
     torch_v, tv = out["torch"], out["torchvision"]
     if not out.get("registered"):
         detail = out.get("import_error") or out.get("op_error", "")
-        pytest.fail(f"ABI mismatch: torchvision {tv} does not register its operators with torch {torch_v} "
-                    f"(operator torchvision::nms does not exist; {detail.splitlines()[0] if detail else ''}); "
-                    f"fix: {abi_fix(torch_v)}")
+        pytest.fail(
+            f"ABI mismatch: torchvision {tv} does not register its operators with torch {torch_v} "
+            f"(operator torchvision::nms does not exist; {detail.splitlines()[0] if detail else ''}); "
+            f"fix: {abi_fix(torch_v)}"
+        )
     assert out["keep"] == [0, 2], f"torchvision.ops.nms gave {out['keep']} on CPU, expected [0, 2]"
 
 
@@ -190,8 +207,9 @@ def test_cuda_archs(host, python, expect, cuobjdump, arch_module):
         if not set(archs) & set(wanted):
             missing.append(f"{path.rsplit('/', 1)[-1]} has {','.join(archs)}")
     assert seen_any, f"no SASS cubins in {arch_module}'s extension modules ({len(objects)} with fatbins)"
-    assert not missing, (f"{arch_module}: no {' or '.join(wanted)} SASS in: {'; '.join(missing)}; "
-                         f"rebuild with TORCH_CUDA_ARCH_LIST=9.0a")
+    assert not missing, (
+        f"{arch_module}: no {' or '.join(wanted)} SASS in: {'; '.join(missing)}; rebuild with TORCH_CUDA_ARCH_LIST=9.0a"
+    )
 
 
 # ------------------------------------------------------------------ GPU (skipped without one)
@@ -222,16 +240,24 @@ def gpus(py, require_gpu, expect):
 def test_gpu_capability_matches_the_recipe_archs(gpus, expect):
     """Every visible device is of a capability the recipe's SASS archs are for (sm_90a -> (9, 0));
     a recipe that names no archs is for Hopper."""
-    wanted = {(int(m.group(1)), int(m.group(2))) for a in expect.get("archs") or []
-              for m in [re.fullmatch(r"sm_(\d+)(\d)a?", a)] if m} or {(9, 0)}
-    bad = [f"{i}: {name} {tuple(cap)}" for i, (cap, name) in enumerate(zip(gpus["caps"], gpus["names"]))
-           if tuple(cap) not in wanted]
+    wanted = {
+        (int(m.group(1)), int(m.group(2)))
+        for a in expect.get("archs") or []
+        for m in [re.fullmatch(r"sm_(\d+)(\d)a?", a)]
+        if m
+    } or {(9, 0)}
+    bad = [
+        f"{i}: {name} {tuple(cap)}"
+        for i, (cap, name) in enumerate(zip(gpus["caps"], gpus["names"]))
+        if tuple(cap) not in wanted
+    ]
     assert not bad, f"devices that are not of the recipe's archs {sorted(wanted)}: {bad}"
 
 
 def test_gpu_matmul(py, gpus):
-    result = py("import torch\na = torch.ones(256, 256, device='cuda', dtype=torch.bfloat16)\n"
-                "print(float((a @ a)[0, 0]))")
+    result = py(
+        "import torch\na = torch.ones(256, 256, device='cuda', dtype=torch.bfloat16)\nprint(float((a @ a)[0, 0]))"
+    )
     assert result.rc == 0 and result.stdout.strip() == "256.0", f"CUDA matmul failed: {lines_of(result)[-300:]}"
 
 
@@ -244,14 +270,17 @@ def test_gpu_import(py, gpus, gpu_module):
 def test_gpu_torchvision_nms(py, gpus, expect):
     if not expect.get("torchvision_pair"):
         pytest.skip("the recipe does not pair torch with torchvision")
-    result = py("import torch, torchvision\n"
-                "b = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], dtype=torch.float32, device='cuda')\n"
-                "s = torch.tensor([0.9, 0.8, 0.7], device='cuda')\n"
-                "print(torch.ops.torchvision.nms(b, s, 0.5).tolist())")
+    result = py(
+        "import torch, torchvision\n"
+        "b = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], dtype=torch.float32, device='cuda')\n"
+        "s = torch.tensor([0.9, 0.8, 0.7], device='cuda')\n"
+        "print(torch.ops.torchvision.nms(b, s, 0.5).tolist())"
+    )
     assert result.rc == 0 and result.stdout.strip() == "[0, 2]", f"CUDA nms failed: {lines_of(result)[-300:]}"
 
 
 # ------------------------------------------------------------------ manifest and labels
+
 
 @pytest.fixture(scope="module")
 def manifest(host, expect):
@@ -267,11 +296,13 @@ def manifest(host, expect):
 
 def test_manifest_matches_recipe(manifest, expect):
     want = expect["manifest"]
-    assert manifest["recipe"]["name"] == want["recipe"], \
+    assert manifest["recipe"]["name"] == want["recipe"], (
         f"manifest is for recipe {manifest['recipe']['name']}, expected {want['recipe']}"
+    )
     source = (manifest.get("engine") or {}).get("source") or {}
-    assert source.get("commit") == want["source_commit"], \
+    assert source.get("commit") == want["source_commit"], (
         f"manifest source commit {source.get('commit')} != recipe's {want['source_commit']}"
+    )
     got = [p["id"] for p in source.get("patches", [])]
     assert got == want["patches"], f"manifest patch stack {got} != recipe's {want['patches']}"
 
@@ -282,16 +313,20 @@ def test_labels_agree_with_manifest(manifest, expect):
         pytest.skip("labels are only visible to the engine (run through `invoke test-image --image`)")
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     import hashlib
+
     digest = hashlib.sha256(canonical.encode()).hexdigest()
-    assert labels.get("io.servebuild.manifest.sha256") == digest, \
+    assert labels.get("io.servebuild.manifest.sha256") == digest, (
         "the manifest in the image does not match the io.servebuild.manifest.sha256 label: it was changed after build"
+    )
     source = (manifest.get("engine") or {}).get("source") or {}
-    assert labels.get("org.opencontainers.image.revision", "") == (source.get("commit") or ""), \
+    assert labels.get("org.opencontainers.image.revision", "") == (source.get("commit") or ""), (
         "org.opencontainers.image.revision disagrees with the manifest's source commit"
+    )
     assert labels.get("io.servebuild.recipe") == manifest["recipe"]["name"]
 
 
 # ------------------------------------------------------------------ launchers and runtime layout
+
 
 def needs_gpu_for_help(request, expect):
     if expect.get("help_needs_gpu"):
@@ -362,7 +397,9 @@ def test_cache_dir_exists_and_is_writable(host, expect, cache_dir):
         pytest.skip("not an image: cache dirs are the host's business")
     assert host.file(cache_dir).is_directory, f"cache dir {cache_dir} is missing"
     probe = f"{cache_dir}/.smoke-write-test"
-    assert host.run(f"/bin/touch {shlex.quote(probe)} && /bin/rm {shlex.quote(probe)}").rc == 0, f"cache dir {cache_dir} is not writable"
+    assert host.run(f"/bin/touch {shlex.quote(probe)} && /bin/rm {shlex.quote(probe)}").rc == 0, (
+        f"cache dir {cache_dir} is not writable"
+    )
 
 
 def test_cache_dir_is_writable_by_any_user(host, expect, cache_dir):

@@ -30,8 +30,9 @@ def engine() -> DockerClient:
     has no iptables rules of its own)."""
     network = os.environ.get("SERVEBUILD_TEST_BUILD_NETWORK")
     if network:
-        return DockerClient(endpoint=Endpoint(host=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
-                                              network=network))
+        return DockerClient(
+            endpoint=Endpoint(host=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), network=network)
+        )
     return DockerClient()
 
 
@@ -45,8 +46,7 @@ def _base_image(engine, arch: str) -> str:
     tag = bases.default_tag("bookworm", arch)
     loaded, pins = main_pins(arch)
     if engine.image_id(tag) is None or bases.base_key(engine.image_inspect(tag)) != pins.base_key():
-        bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name,
-                             lock_display(loaded))
+        bases.bootstrap_base(engine, pins, arch, tag, default_cache_dir(), loaded.recipe.name, lock_display(loaded))
     return tag
 
 
@@ -73,8 +73,9 @@ def project(tmp_path_factory, upstream) -> Path:
     return make_project(tmp_path_factory.mktemp("fixture"), upstream)
 
 
-def build_fixture(root: Path, engine: DockerClient, platform: str, tag: str, cache_dir: Path,
-                  recipe: str = "toy", **opts):
+def build_fixture(
+    root: Path, engine: DockerClient, platform: str, tag: str, cache_dir: Path, recipe: str = "toy", **opts
+):
     opts.setdefault("ca_bundle", HOST_CA if HOST_CA.exists() else None)
     options = make.BuildOptions(platform=platform, tag=tag, cache_dir=cache_dir, echo=False, **opts)
     plan = make.make_plan(root, recipe, options)
@@ -98,8 +99,7 @@ def fixture_images(engine, base_images, project, tmp_path_factory):
         _, warm = build_fixture(project, engine, platform, tag, cache)
         images[platform] = result
         timings[platform] = (cold, warm)
-    print("\nfixture build times (cold no-cache / warm):",
-          {p: f"{c:.1f}s / {w:.1f}s" for p, (c, w) in timings.items()})
+    print("\nfixture build times (cold no-cache / warm):", {p: f"{c:.1f}s / {w:.1f}s" for p, (c, w) in timings.items()})
     return images
 
 

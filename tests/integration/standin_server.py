@@ -101,10 +101,18 @@ class Handler(BaseHTTPRequestHandler):
             self._event(json.dumps({"choices": [{"index": 0, "text": f" t{i}"}]}))
             time.sleep(0.002)
         else:
-            completion = 10 ** 400 if MODE == "huge-usage" else tokens
-            self._event(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                                    "usage": {"prompt_tokens": len(str(body.get("prompt", ""))) // 4,
-                                              "completion_tokens": completion}}))
+            completion = 10**400 if MODE == "huge-usage" else tokens
+            self._event(
+                json.dumps(
+                    {
+                        "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                        "usage": {
+                            "prompt_tokens": len(str(body.get("prompt", ""))) // 4,
+                            "completion_tokens": completion,
+                        },
+                    }
+                )
+            )
             self._event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 

@@ -22,15 +22,26 @@ CLI_CASES = [c for c in CASES if c[0] in ("unknown-field", "patch-sha256-mismatc
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), *args], capture_output=True,
-                          text=True, cwd=REPO_ROOT, env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def tag_exists(tag: str, env: dict | None = None) -> bool:
     """Whether the engine holds `tag`; an engine that does not answer fails the test (its silence
     must not pass for "no image tagged")."""
-    proc = subprocess.run(["/usr/bin/docker", "image", "inspect", tag], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=60)
+    proc = subprocess.run(
+        ["/usr/bin/docker", "image", "inspect", tag],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
     if proc.returncode == 0:
         return True
     if "no such image" in proc.stderr.lower():
@@ -82,8 +93,9 @@ def test_extends_unknown_recipe(tmp_path):
 
 def test_unknown_recipe_name():
     proc = run_cli("build", "--recipe", "no-such-recipe", "--tag", "servebuild-test/unknown:1")
-    assert_one_line_error(proc, ["recipes", "unknown recipe 'no-such-recipe'", "sglang-native-fp8"],
-                          "servebuild-test/unknown:1")
+    assert_one_line_error(
+        proc, ["recipes", "unknown recipe 'no-such-recipe'", "sglang-native-fp8"], "servebuild-test/unknown:1"
+    )
 
 
 def test_invalid_yaml(tmp_path):
@@ -106,8 +118,15 @@ def test_platform_not_in_recipe():
 
 
 def test_missing_ca_bundle():
-    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--ca-bundle", "/nonexistent/ca.pem",
-                   "--tag", "servebuild-test/ca:1")
+    proc = run_cli(
+        "build",
+        "--recipe",
+        "torch-cu130-bookworm",
+        "--ca-bundle",
+        "/nonexistent/ca.pem",
+        "--tag",
+        "servebuild-test/ca:1",
+    )
     assert_one_line_error(proc, ["--ca-bundle", "/nonexistent/ca.pem"], "servebuild-test/ca:1")
 
 
@@ -118,8 +137,16 @@ def test_bad_tag():
 
 def test_no_engine_running():
     tag = "servebuild-test/no-engine:1"
-    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--tag", tag,
-                   env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    proc = run_cli(
+        "build",
+        "--recipe",
+        "torch-cu130-bookworm",
+        "--platform",
+        "linux/amd64",
+        "--tag",
+        tag,
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
     assert_one_line_error(proc, ["engine", "Docker engine not reachable", "start dockerd"], tag)
 
 
@@ -129,6 +156,14 @@ def test_client_without_buildkit(tmp_path):
     fake.write_text("#!/bin/sh\necho 'Usage: docker build [OPTIONS] PATH'\n")
     fake.chmod(0o755)
     tag = "servebuild-test/no-buildkit:1"
-    proc = run_cli("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--tag", tag,
-                   env={"SERVEBUILD_DOCKER": str(fake)})
+    proc = run_cli(
+        "build",
+        "--recipe",
+        "torch-cu130-bookworm",
+        "--platform",
+        "linux/amd64",
+        "--tag",
+        tag,
+        env={"SERVEBUILD_DOCKER": str(fake)},
+    )
     assert_one_line_error(proc, ["no docker client with BuildKit", str(fake)], tag)

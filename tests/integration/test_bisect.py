@@ -15,28 +15,41 @@ from servebuild.check import bisect
 from servebuild.plan.make import BuildOptions
 from support import fixture_recipe, make_project, make_upstream, own_cache_keys
 
-VARIANTS = {"release": {"patches": []}, "prs": {"patches": ["pr-1", "pr-2"]},
-            "banner-only": {"patches": ["local-version-banner"]}}
+VARIANTS = {
+    "release": {"patches": []},
+    "prs": {"patches": ["pr-1", "pr-2"]},
+    "banner-only": {"patches": ["local-version-banner"]},
+}
 # the toy server's banner says "patched" once the local patch is in; a JSON line carries the metric
-COMMAND = ('out=$(toy-serve --port 5); echo "$out"; '
-           'printf \'{"patched": %s, "hopper": %s}\\n\' "$(echo "$out" | grep -c patched)" '
-           '"$(echo "$out" | grep -c hopper)"')
+COMMAND = (
+    'out=$(toy-serve --port 5); echo "$out"; '
+    'printf \'{"patched": %s, "hopper": %s}\\n\' "$(echo "$out" | grep -c patched)" '
+    '"$(echo "$out" | grep -c hopper)"'
+)
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bisect")
     up = make_upstream(tmp)
-    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
-                                                    **own_cache_keys("debianutils")))
+    root = make_project(
+        tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS, **own_cache_keys("debianutils"))
+    )
     return root, tmp / "cache"
 
 
 def options(cache, name, stack=None):
     tag = f"servebuild-test/toy-bisect:{name}"
     CREATED_TAGS.append(tag)
-    return BuildOptions(platform="linux/amd64", tag=tag, cache_dir=cache, echo=False, variant=name,
-                        stack=stack, ca_bundle=HOST_CA if HOST_CA.exists() else None)
+    return BuildOptions(
+        platform="linux/amd64",
+        tag=tag,
+        cache_dir=cache,
+        echo=False,
+        variant=name,
+        stack=stack,
+        ca_bundle=HOST_CA if HOST_CA.exists() else None,
+    )
 
 
 def every(names, profiles):
@@ -45,16 +58,24 @@ def every(names, profiles):
 
 def test_run_measures_every_variant(engine, base_images, project, tmp_path):
     root, cache = project
-    session = bisect.Session(root, "toy", bisect.Probe(COMMAND, timeout_s=120), every(VARIANTS, [None, "toy-serve"]),
-                         {name: options(cache, name) for name in VARIANTS}, out_dir=tmp_path / "report")
+    session = bisect.Session(
+        root,
+        "toy",
+        bisect.Probe(COMMAND, timeout_s=120),
+        every(VARIANTS, [None, "toy-serve"]),
+        {name: options(cache, name) for name in VARIANTS},
+        out_dir=tmp_path / "report",
+    )
     for name in VARIANTS:
         session.measure(name)
     json_path, md_path, _ = session.report()
     rows = {(r.variant, r.profile): r for r in session.rows}
     assert len(rows) == 6 and all(r.exit == 0 for r in rows.values())
     assert {v: rows[(v, None)].metrics for v in VARIANTS} == {
-        "release": {"patched": 0, "hopper": 0}, "prs": {"patched": 0, "hopper": 1},
-        "banner-only": {"patched": 1, "hopper": 0}}
+        "release": {"patched": 0, "hopper": 0},
+        "prs": {"patched": 0, "hopper": 1},
+        "banner-only": {"patched": 1, "hopper": 0},
+    }
     assert rows[("prs", "toy-serve")].metrics == rows[("prs", None)].metrics
     report = json.loads(json_path.read_text())
     assert len(report["rows"]) == 6 and "| banner-only | - | local-version-banner |" in md_path.read_text()
@@ -71,13 +92,19 @@ def test_search_names_the_first_patch_that_changes_the_metric(engine, base_image
     root, cache = project
     stack = ["pr-1", "pr-2", "local-version-banner"]
     jobs = [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
-    session = bisect.Session(root, "toy", bisect.Probe(COMMAND, timeout_s=120), every(dict(jobs), [None]),
-                         {name: options(cache, name, s) for name, s in jobs})
+    session = bisect.Session(
+        root,
+        "toy",
+        bisect.Probe(COMMAND, timeout_s=120),
+        every(dict(jobs), [None]),
+        {name: options(cache, name, s) for name, s in jobs},
+    )
     found = bisect.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "patched", 1.0))
     assert found == 3
     message = session.culprit(jobs, found)
-    assert message.startswith("first patch that changes the outcome: local-version-banner "
-                              "(patches/toy-version-banner.patch, diff sha256 ")
+    assert message.startswith(
+        "first patch that changes the outcome: local-version-banner (patches/toy-version-banner.patch, diff sha256 "
+    )
     found = bisect.first_change(len(stack), lambda i: session.outcome(jobs[i][0], "hopper", 1.0))
     assert found == 2 and "pr-2" in session.culprit(jobs, found)
     # the full stack first, prefix 0 only when the search ends next to it: prefixes 3, 1, 2, each
@@ -91,12 +118,14 @@ def test_bisection_costs_a_logarithmic_number_of_results():
     def result(i):
         seen.append(i)
         return "pass" if i < 37 else "fail"
+
     assert bisect.first_change(100, result) == 37
     assert len(set(seen)) <= 2 + 7  # ends, then log2(100) probes
 
 
 def test_metric_and_threshold_come_together():
     from servebuild.errors import InputError
+
     with pytest.raises(InputError, match="--metric NAME and --threshold NUMBER together"):
         bisect.parse_threshold("ttft", None)
 
@@ -104,24 +133,30 @@ def test_metric_and_threshold_come_together():
 def step_patch(i: int) -> str:
     """Local patch i of an 8-patch stack: each adds a module; patch 6 also changes the greeting."""
     header = f"servebuild fixture: step {i} of a stack of eight.\n\nWhy: bisection fixture.\n---\n"
-    body = (f"diff --git a/toyserve/step{i}.py b/toyserve/step{i}.py\nnew file mode 100644\n"
-            f"--- /dev/null\n+++ b/toyserve/step{i}.py\n@@ -0,0 +1 @@\n+STEP = {i}\n")
+    body = (
+        f"diff --git a/toyserve/step{i}.py b/toyserve/step{i}.py\nnew file mode 100644\n"
+        f"--- /dev/null\n+++ b/toyserve/step{i}.py\n@@ -0,0 +1 @@\n+STEP = {i}\n"
+    )
     if i == 6:
-        body += ("diff --git a/toyserve/greeting.py b/toyserve/greeting.py\n--- a/toyserve/greeting.py\n"
-                 "+++ b/toyserve/greeting.py\n@@ -1 +1 @@\n-GREETING = \"hello\"\n+GREETING = \"goodbye\"\n")
+        body += (
+            "diff --git a/toyserve/greeting.py b/toyserve/greeting.py\n--- a/toyserve/greeting.py\n"
+            '+++ b/toyserve/greeting.py\n@@ -1 +1 @@\n-GREETING = "hello"\n+GREETING = "goodbye"\n'
+        )
     return header + body
 
 
 @pytest.fixture(scope="module")
 def stack_project(tmp_path_factory):
     import hashlib
+
     tmp = tmp_path_factory.mktemp("bisect8")
     up = make_upstream(tmp)
     recipe = fixture_recipe(up, platforms=["linux/amd64"])
     texts = {i: step_patch(i) for i in range(1, 9)}
     recipe["engine"]["source"]["patches"] = [
-        {"id": f"step-{i}", "file": f"patches/step-{i}.patch",
-         "sha256": hashlib.sha256(texts[i].encode()).hexdigest()} for i in texts]
+        {"id": f"step-{i}", "file": f"patches/step-{i}.patch", "sha256": hashlib.sha256(texts[i].encode()).hexdigest()}
+        for i in texts
+    ]
     recipe["expect"]["versions"].pop("toyserve")
     root = make_project(tmp, up, recipe)
     for i, text in texts.items():
@@ -129,12 +164,33 @@ def stack_project(tmp_path_factory):
     yield root, tmp / "cache"
     # a prefix measured again is rebuilt under its tag: the earlier image is left dangling; remove
     # those of this test only (labelled with its s8- variants)
-    listed = subprocess.run(["/usr/bin/docker", "images", "-q", "--no-trunc", "--filter", "dangling=true",
-                             "--filter", "label=io.servebuild.recipe=toy"], capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        [
+            "/usr/bin/docker",
+            "images",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            "dangling=true",
+            "--filter",
+            "label=io.servebuild.recipe=toy",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     for image in listed.split():
-        variant = subprocess.run(["/usr/bin/docker", "image", "inspect", "--format",
-                                  '{{index .Config.Labels "io.servebuild.variant"}}', image],
-                                 capture_output=True, text=True).stdout.strip()
+        variant = subprocess.run(
+            [
+                "/usr/bin/docker",
+                "image",
+                "inspect",
+                "--format",
+                '{{index .Config.Labels "io.servebuild.variant"}}',
+                image,
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if variant.startswith("s8-"):
             subprocess.run(["/usr/bin/docker", "image", "rm", image], capture_output=True)
 
@@ -154,8 +210,13 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
     assert "exit 0 with prefix-5 -> exit 1 with prefix-6" in line and "4 of 9 prefixes built" in line
 
     # a check no patch changes: "no change", reusing the prefixes already built
-    quiet = bisect.Session(root, "toy", bisect.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120), every(plans, [None]),
-                       {name: plans[name] for name, _ in jobs})
+    quiet = bisect.Session(
+        root,
+        "toy",
+        bisect.Probe("toy-serve --port 5 | grep -q 5", timeout_s=120),
+        every(plans, [None]),
+        {name: plans[name] for name, _ in jobs},
+    )
     assert bisect.first_change(len(stack), lambda i: quiet.outcome(jobs[i][0], None, None)) is None
     assert quiet.culprit(jobs, None).startswith("no patch changes the outcome: prefix-0 and prefix-8 agree")
     assert set(quiet.measured) == {"prefix-8", "prefix-4", "prefix-2", "prefix-1", "prefix-0"}
@@ -166,10 +227,11 @@ def test_search_over_eight_patches_finds_patch_six_in_four_builds(engine, base_i
 # profile it was given, 3,000 lines of output (the log must keep all of them), and two JSONL metric lines
 # (the last one counts)
 REPEAT_COMMAND = (
-    'n=$(cat /counter/n 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /counter/n; '
+    "n=$(cat /counter/n 2>/dev/null || echo 0); n=$((n + 1)); echo $n > /counter/n; "
     'seq 1 3000 | sed "s/^/line /"; echo "end of output"; '
     'printf \'{"order": 0}\\n{"order": %s, "flavour": "%s", "profile_is_%s": 1}\\n\' "$n" "$FLAVOUR" '
-    '"${SERVEBUILD_PROFILE:-none}" > /tmp/m.jsonl')
+    '"${SERVEBUILD_PROFILE:-none}" > /tmp/m.jsonl'
+)
 
 
 def test_repeat_interleaves_rows_and_keeps_every_log(engine, base_images, project, tmp_path):
@@ -178,6 +240,7 @@ def test_repeat_interleaves_rows_and_keeps_every_log(engine, base_images, projec
     and a JSONL metrics file is read as its last object."""
     from servebuild.check.container import RunOptions
     from servebuild.recipe.load import load_recipe
+
     root, cache = project
     counter = tmp_path / "counter"
     counter.mkdir()
@@ -185,11 +248,16 @@ def test_repeat_interleaves_rows_and_keeps_every_log(engine, base_images, projec
     names = bisect.profile_names(load_recipe("toy", root), "toy-serve,release:toy-serve", ["release", "prs"])
     assert names == {"release": ["toy-serve"], "prs": ["toy-serve"]}
     names["prs"] = [None, "toy-serve"]  # two rows for prs: the command alone, and with the profile
-    probe = bisect.Probe(REPEAT_COMMAND, timeout_s=120, metrics_file="/tmp/m.jsonl",
-                     run=RunOptions(gpus="none", env=(("FLAVOUR", "tart"),), volumes=(f"{counter}:/counter",)))
+    probe = bisect.Probe(
+        REPEAT_COMMAND,
+        timeout_s=120,
+        metrics_file="/tmp/m.jsonl",
+        run=RunOptions(gpus="none", env=(("FLAVOUR", "tart"),), volumes=(f"{counter}:/counter",)),
+    )
     out = tmp_path / "bisect"
-    session = bisect.Session(root, "toy", probe, names, {n: options(cache, n) for n in ("release", "prs")},
-                         repeat=3, out_dir=out)
+    session = bisect.Session(
+        root, "toy", probe, names, {n: options(cache, n) for n in ("release", "prs")}, repeat=3, out_dir=out
+    )
     session.measure_all(["release", "prs"])
     json_path, md_path, _ = session.report()
     rows = {r.key: r for r in session.rows}
@@ -216,18 +284,37 @@ def test_gpus_on_an_engine_without_gpus_is_one_line(engine):
     import sys
     from pathlib import Path
     from support import REPO_ROOT
+
     if "nvidia" in (engine.info().get("Runtimes") or {}):
         pytest.skip("this engine has the NVIDIA runtime")  # the refusal is for engines without one
 
     def images() -> set:
-        return set(subprocess.run(["/usr/bin/docker", "images", "-q", "--no-trunc"], capture_output=True,
-                                  text=True).stdout.split())
+        return set(
+            subprocess.run(
+                ["/usr/bin/docker", "images", "-q", "--no-trunc"], capture_output=True, text=True
+            ).stdout.split()
+        )
+
     before = images()
     for gpus in ("all", "0,1"):
-        proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "bisect", "--recipe",
-                               "sglang-native-fp8-bookworm", "--variants", "adaptive-prefill-only", "--run", "true",
-                               "--gpus", gpus],
-                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "invoke"),
+                "bisect",
+                "--recipe",
+                "sglang-native-fp8-bookworm",
+                "--variants",
+                "adaptive-prefill-only",
+                "--run",
+                "true",
+                "--gpus",
+                gpus,
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert f"--gpus {gpus}: the local Docker engine has no NVIDIA runtime" in lines[0], lines[0]

@@ -44,12 +44,34 @@ def test_bisect_builds_on_the_farm_engine(tmp_path):
     real = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else shutil.which("docker")
     docker.write_text(RECORDING_DOCKER.format(record=record, real=real))
     docker.chmod(0o755)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(tmp_path / "cache"),
-           "SERVEBUILD_DOCKER": str(docker)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "SERVEBUILD_CACHE": str(tmp_path / "cache"),
+        "SERVEBUILD_DOCKER": str(docker),
+    }
     env.pop("DOCKER_HOST", None)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), "bisect", "--recipe", "toy",
-                           "--variants", "stackless=", "--farm", str(farm)], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(project),
+            "bisect",
+            "--recipe",
+            "toy",
+            "--variants",
+            "stackless=",
+            "--farm",
+            str(farm),
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "stand-in build ends here" in proc.stderr, proc.stderr[-3000:]
     assert f"[linux/amd64] on unix://{tmp_path}/farm-engine.sock" in proc.stderr, proc.stderr[-3000:]
     assert record.read_text().strip() == f"unix://{tmp_path}/farm-engine.sock"

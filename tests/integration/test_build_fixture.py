@@ -114,8 +114,7 @@ def test_ca_secret_is_in_no_layer_or_history(engine, base_images, project, tmp_p
     bundle = tmp_path / "ca.pem"
     bundle.write_text((HOST_CA.read_text() if HOST_CA.exists() else "") + f"\n# {marker}\n")
     tag = "servebuild-test/toy-secret:amd64"
-    result, _ = build_fixture(project, engine, "linux/amd64", tag, tmp_path / "cache", ca_bundle=bundle,
-                              no_cache=True)
+    result, _ = build_fixture(project, engine, "linux/amd64", tag, tmp_path / "cache", ca_bundle=bundle, no_cache=True)
     # the build did use the secret: pip ran in the step that mounts it
     log = result.log_path.read_text()
     assert "--secret id=ca,src=" in log and "Successfully installed" in log
@@ -138,7 +137,9 @@ def test_ca_secret_is_in_no_layer_or_history(engine, base_images, project, tmp_p
     assert checked > 100  # the layers were really read
     history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", tag)
     assert marker not in history and "ca.pem" not in history
-    assert hashlib.sha256(bundle.read_bytes()).hexdigest() not in json.dumps(json.loads(result.manifest_path.read_text()))
+    assert hashlib.sha256(bundle.read_bytes()).hexdigest() not in json.dumps(
+        json.loads(result.manifest_path.read_text())
+    )
 
 
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
@@ -146,6 +147,7 @@ def test_no_layer_holds_a_directory_only_a_copy_up_put_there(engine, fixture_ima
     """Such a directory (the image's /tmp after a step's scratch, dpkg's journal) is in the layer or not
     depending on how the engine takes the diff: the image would be another on another engine."""
     from servebuild.build.copyups import copy_up_only, image_layers
+
     layers = image_layers(engine, fixture_images[platform].image_id)
     assert len(layers) > 3 and all(layers[1:-1])
     assert copy_up_only(layers) == []

@@ -17,12 +17,14 @@ DOCKER = "/usr/bin/docker"
 
 
 def build(context: Path, tag: str, payload: str) -> str:
-    (context / "Dockerfile").write_text(
-        "FROM servebuild/debian:bookworm-amd64\n"
-        f"RUN echo {payload} > /payload\n")
-    proc = subprocess.run([DOCKER, "build", "-q", "--label", "io.servebuild.recipe=cleanup-test",
-                           "-t", tag, str(context)], capture_output=True, text=True, check=True,
-                          env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"})
+    (context / "Dockerfile").write_text(f"FROM servebuild/debian:bookworm-amd64\nRUN echo {payload} > /payload\n")
+    proc = subprocess.run(
+        [DOCKER, "build", "-q", "--label", "io.servebuild.recipe=cleanup-test", "-t", tag, str(context)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -32,8 +34,10 @@ def exists(image: str) -> bool:
 
 def records_with(word: str) -> set[str]:
     import json
-    out = subprocess.run([DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"],
-                         capture_output=True, text=True).stdout
+
+    out = subprocess.run(
+        [DOCKER, "system", "df", "-v", "--format", "{{json .BuildCache}}"], capture_output=True, text=True
+    ).stdout
     return {r["ID"] for r in json.loads(out or "[]") or [] if word in r["Description"]}
 
 
@@ -62,8 +66,9 @@ def test_cleanup_keeps_what_was_there_before(base_images, tmp_path):
         assert exists(user_old) and exists(user_new), "cleanup removed an image the run did not make"
         assert exists(user_during), "cleanup removed a dangling image a concurrent build of the user's made"
         assert user_cache <= records_with(f"user-old-{run}"), "cleanup pruned the user's build cache"
-        assert not records_with(f"test-old-{run}") | records_with(f"test-new-{run}"), \
+        assert not records_with(f"test-old-{run}") | records_with(f"test-new-{run}"), (
             f"the run's own cache records were left ({left} records stayed)"
+        )
     finally:
         for image in (tag, f"{tag}-user", user_old, user_new, user_during):
             subprocess.run([DOCKER, "image", "rm", "-f", image], capture_output=True)

@@ -40,10 +40,20 @@ def project(tmp_path):
 
 
 def start(project: Path, docker: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(project.parent / "cache"),
-           "SERVEBUILD_DOCKER": str(docker)}
-    return subprocess.Popen([sys.executable, "-m", "invoke", "-r", str(project), "build", "--recipe", "toy"],
-                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "SERVEBUILD_CACHE": str(project.parent / "cache"),
+        "SERVEBUILD_DOCKER": str(docker),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "invoke", "-r", str(project), "build", "--recipe", "toy"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_second_build_of_one_recipe_refuses_while_the_first_runs(project, tmp_path):
@@ -61,8 +71,10 @@ def test_a_second_build_of_one_recipe_refuses_while_the_first_runs(project, tmp_
     out, err = second.communicate(timeout=120)
     lines = [line for line in err.splitlines() if line.strip()]
     assert second.returncode == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0] == (f"error: {build_dir}: another build of toy is using this build directory "
-                        f"(pid {first.pid}); wait for it to end, or stop it"), lines[0]
+    assert lines[0] == (
+        f"error: {build_dir}: another build of toy is using this build directory "
+        f"(pid {first.pid}); wait for it to end, or stop it"
+    ), lines[0]
     assert first.poll() is None, "the first build ended before the second was refused: the test proves nothing"
     assert (build_dir / "context" / "Dockerfile").read_bytes() == before
     _, err = first.communicate(timeout=120)

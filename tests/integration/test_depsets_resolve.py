@@ -25,10 +25,13 @@ def _pypi_reachable() -> bool:
 
 
 @pytest.mark.network
-@pytest.mark.skipif(shutil.which("uv") is None and not (Path(sys.executable).parent / "uv").exists(),
-                    reason="uv is not installed")
-@pytest.mark.parametrize("stack,target", [("torch-cu130", "py3.12-linux-amd64"), ("sglang", "py3.11-linux-amd64"),
-                                          ("vllm-dspark", "py3.12-linux-arm64")])
+@pytest.mark.skipif(
+    shutil.which("uv") is None and not (Path(sys.executable).parent / "uv").exists(), reason="uv is not installed"
+)
+@pytest.mark.parametrize(
+    "stack,target",
+    [("torch-cu130", "py3.12-linux-amd64"), ("sglang", "py3.11-linux-amd64"), ("vllm-dspark", "py3.12-linux-arm64")],
+)
 def test_real_resolve_reproduces_the_committed_set(stack, target):
     """uv resolves the stack's declared inputs (engine pin, build requirements, CUDA 13.0.x
     constraints, --exclude-newer at the release date) against PyPI to the committed file, byte

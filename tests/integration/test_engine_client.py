@@ -20,8 +20,11 @@ def test_the_sdk_and_the_cli_see_the_same_engine(engine, base_images):
     cli_info = json.loads(engine.run("info", "--format", "{{json .}}").stdout)
     api_info = engine.info()
     assert engine._api is not None  # the local socket goes through the SDK
-    assert (api_info["ID"], api_info["NCPU"], api_info["Architecture"]) == \
-        (cli_info["ID"], cli_info["NCPU"], cli_info["Architecture"])
+    assert (api_info["ID"], api_info["NCPU"], api_info["Architecture"]) == (
+        cli_info["ID"],
+        cli_info["NCPU"],
+        cli_info["Architecture"],
+    )
     ref = base_images["amd64"]
     assert engine.image_id(ref) == engine.run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
     assert engine.image_id("servebuild-test/never-built:none") is None
@@ -49,8 +52,12 @@ def test_tag_untag_and_a_throwaway_container_through_the_sdk(engine, base_images
 def test_an_engine_that_goes_away_is_one_line_on_the_sdk_path(tmp_path):
     client = DockerClient()
     client._api = docker.APIClient(base_url=f"unix://{tmp_path / 'gone.sock'}", version="1.41", timeout=5)
-    for call in (client.info, lambda: client.image_inspect("x:1"), lambda: client.tag("sha256:" + "0" * 64, "a/b:c"),
-                 lambda: client.run_in_image("x:1", "true")):
+    for call in (
+        client.info,
+        lambda: client.image_inspect("x:1"),
+        lambda: client.tag("sha256:" + "0" * 64, "a/b:c"),
+        lambda: client.run_in_image("x:1", "true"),
+    ):
         with pytest.raises(DockerError) as info:
             call()
         line = str(info.value)
@@ -68,6 +75,7 @@ def test_a_failed_step_names_its_real_cause(engine, base_images, upstream, tmp_p
     req.write_text(text.replace(digest, "0" * 64, 1))
     tag = "servebuild-test/promise-cause:amd64"
     from servebuild.errors import DockerError
+
     with pytest.raises(DockerError) as info:
         build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
     line = str(info.value)

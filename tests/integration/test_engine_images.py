@@ -34,20 +34,28 @@ CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-
 # launch profiles each engine's own parser must refuse: the default profile with (flag, value) set
 # in place of what it gives, and the engine's own words for it
 BAD_PROFILES = {
-    "sglang": {"value": ("--moe-runner-backend", "flashinfer", "argument --moe-runner-backend: invalid choice: 'flashinfer'"),
-               "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
-               "type": ("--max-running-requests", "many", "argument --max-running-requests: invalid int value: 'many'")},
-    "vllm": {"value": ("--dtype", "float7", "argument --dtype: invalid choice: 'float7'"),
-             "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
-             "type": ("--max-num-seqs", "many", "argument --max-num-seqs: invalid int value: 'many'")},
+    "sglang": {
+        "value": ("--moe-runner-backend", "flashinfer", "argument --moe-runner-backend: invalid choice: 'flashinfer'"),
+        "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+        "type": ("--max-running-requests", "many", "argument --max-running-requests: invalid int value: 'many'"),
+    },
+    "vllm": {
+        "value": ("--dtype", "float7", "argument --dtype: invalid choice: 'float7'"),
+        "flag": ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+        "type": ("--max-num-seqs", "many", "argument --max-num-seqs: invalid int value: 'many'"),
+    },
 }
 # a second variant of the same image: it must cost only what its patch changes
 SECOND = {"sglang-native-fp8-bookworm": "original-fix"}
 
 
 def image_size(tag: str) -> int:
-    out = subprocess.run(["/usr/bin/docker", "image", "inspect", "--format", "{{.Size}}", tag],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["/usr/bin/docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.strip())
 
 
@@ -62,8 +70,9 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         # the committed id (recipes/RECIPE.ids.yaml, recorded where two engines agreed) is what this engine
         # builds too: in CI a fresh machine, its own base bootstrapped from the lock, an empty build cache
         layers, steps = committed.layers_of(engine, result.image_id, "linux/amd64")
-        same, line = committed.verdict(load_recipe(recipe, REPO_ROOT), "linux/amd64", result.image_id, layers, steps,
-                                       variant)
+        same, line = committed.verdict(
+            load_recipe(recipe, REPO_ROOT), "linux/amd64", result.image_id, layers, steps, variant
+        )
         assert same, line
         RECIPE_CHECKS.append(f"{recipe} {variant}: {line}")
         manifest = json.loads(result.manifest_path.read_text())
@@ -72,8 +81,9 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         assert tree["from"].startswith("pypi-"), tree
         # the release wheel/sdist the tree came from, by the sha256 its hashed requirement file pins
         assert re.fullmatch(r"[0-9a-f]{64}", tree["sha256"]), tree
-        assert any(f"--hash=sha256:{tree['sha256']}" in f.read_text()
-                   for f in (REPO_ROOT / "constraints").rglob("*.txt")), tree
+        assert any(
+            f"--hash=sha256:{tree['sha256']}" in f.read_text() for f in (REPO_ROOT / "constraints").rglob("*.txt")
+        ), tree
         patches = [p["id"] for p in engine_info["source"]["patches"]]
         assert patches == load_recipe(recipe, REPO_ROOT).recipe.variants[variant].patches
         if patches:
@@ -84,16 +94,41 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         code = smoke.test_image(engine, tag, load_recipe(recipe, REPO_ROOT).with_variant(variant), out_dir)
         smoke_seconds = time.monotonic() - start
         junit = (out_dir / "smoke-junit.xml").read_text()
-        record = {"recipe": recipe, "variant": variant, "build_s": round(seconds), "smoke_s": round(smoke_seconds),
-                  "size_bytes": image_size(tag), "installed_version": engine_info["installed_version"]}
+        record = {
+            "recipe": recipe,
+            "variant": variant,
+            "build_s": round(seconds),
+            "smoke_s": round(smoke_seconds),
+            "size_bytes": image_size(tag),
+            "installed_version": engine_info["installed_version"],
+        }
         # warm: the same build again (every layer cached); size against the runtime base and the parts
         _, warm_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, cache, recipe=recipe, variant=variant)
-        du = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "du", tag, "-sb",
-                             "/opt/venv", "/opt/engine", "/usr", "/opt/servebuild"],
-                            capture_output=True, text=True, check=True).stdout
-        record.update(warm_build_s=round(warm_seconds, 1),
-                      runtime_base_bytes=image_size(manifest["bases"]["runtime"]["resolved"]),
-                      runtime_parts_bytes={line.split("\t")[1]: int(line.split("\t")[0]) for line in du.splitlines()})
+        du = subprocess.run(
+            [
+                "/usr/bin/docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--entrypoint",
+                "du",
+                tag,
+                "-sb",
+                "/opt/venv",
+                "/opt/engine",
+                "/usr",
+                "/opt/servebuild",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        record.update(
+            warm_build_s=round(warm_seconds, 1),
+            runtime_base_bytes=image_size(manifest["bases"]["runtime"]["resolved"]),
+            runtime_parts_bytes={line.split("\t")[1]: int(line.split("\t")[0]) for line in du.splitlines()},
+        )
         print(f"\nengine image {json.dumps(record)}")
         bench = REPO_ROOT / "build" / "bench"
         bench.mkdir(parents=True, exist_ok=True)
@@ -105,21 +140,28 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         if engine_name == "sglang":
             loaded = load_recipe(recipe, REPO_ROOT).with_variant(variant)
             warm_checks.cache_checks_fail_where_they_must(engine, tag, loaded, tmp_path_factory)
-            record.update(warm_checks.warm_end_to_end(engine, tag, manifest["bases"]["runtime"]["resolved"],
-                                                      tmp_path_factory, tags))
-            RECIPE_CHECKS.append("bad-aot (sglang): build refused: " + warm_checks.unknown_builder_stops_the_build(
-                engine, recipe, variant, cache, tmp_path_factory, tags)[:200])
+            record.update(
+                warm_checks.warm_end_to_end(
+                    engine, tag, manifest["bases"]["runtime"]["resolved"], tmp_path_factory, tags
+                )
+            )
+            RECIPE_CHECKS.append(
+                "bad-aot (sglang): build refused: "
+                + warm_checks.unknown_builder_stops_the_build(engine, recipe, variant, cache, tmp_path_factory, tags)[
+                    :200
+                ]
+            )
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
         parse_every_recipe_of_the_engine(engine, tag, engine_name)
         bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, tmp_path_factory, tags)
         if recipe in SECOND:
             other = f"servebuild-test/{recipe}:{SECOND[recipe]}-amd64"
             tags.append(other)
-            other_result, other_seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", other, cache,
-                                                        recipe=recipe, variant=SECOND[recipe])
+            other_result, other_seconds = build_fixture(
+                REPO_ROOT, engine, "linux/amd64", other, cache, recipe=recipe, variant=SECOND[recipe]
+            )
             unique = bisect.unique_bytes({t: bisect.layer_sizes(engine, t) for t in (tag, other)})
-            record.update(second_variant=SECOND[recipe], second_build_s=round(other_seconds, 1),
-                          unique_bytes=unique)
+            record.update(second_variant=SECOND[recipe], second_build_s=round(other_seconds, 1), unique_bytes=unique)
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
             print(f"second variant: {json.dumps(record)}")
             for t, n in unique.items():
@@ -140,13 +182,15 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         # run (only records made since the run started: the user's own cache stays); the download
         # caches stay for the other engine and the torch pair (the end of the run prunes them)
         from integration import conftest
+
         if conftest.SNAPSHOT is not None:
             conftest.SNAPSHOT.prune_new_cache(layers_only=True)
 
 
 FIXTURE_PATCHES = REPO_ROOT / "tests" / "fixtures" / "patches"
-STAGE_NOTE = re.compile(r"^servebuild: (aot|profile-check): (shared with the release engine|built on this variant's engine)",
-                        re.M)
+STAGE_NOTE = re.compile(
+    r"^servebuild: (aot|profile-check): (shared with the release engine|built on this variant's engine)", re.M
+)
 
 
 def shared_stages_are_cached(log_path, want: dict[str, bool], judged=("aot", "profile-check")) -> None:
@@ -177,11 +221,16 @@ def _fixture_project(dest):
 def _fixture_recipe(root, base: str, name: str, variant: str, patch: str, extra_profile: dict | None = None):
     """A recipe extending `base` with one fixture patch as a variant of its own."""
     loaded = load_recipe(base, root)
-    optional = [e.model_dump(exclude_none=True, exclude_defaults=True)
-                for e in loaded.recipe.engine.source.optional_patches]
+    optional = [
+        e.model_dump(exclude_none=True, exclude_defaults=True) for e in loaded.recipe.engine.source.optional_patches
+    ]
     optional.append({"id": variant, "file": f"patches/{patch}", "sha256": sha256_file(root / "patches" / patch)})
-    data = {"name": name, "extends": base, "engine": {"source": {"optional_patches": optional}},
-            "variants": {variant: {"description": f"test fixture: {patch}", "patches": [variant]}}}
+    data = {
+        "name": name,
+        "extends": base,
+        "engine": {"source": {"optional_patches": optional}},
+        "variants": {variant: {"description": f"test fixture: {patch}", "patches": [variant]}},
+    }
     if extra_profile:
         data["launch"] = {"profiles": extra_profile}
     (root / "recipes" / f"{name}.yaml").write_text(json.dumps(data, indent=1) + "\n")
@@ -191,12 +240,30 @@ def _fixture_recipe(root, base: str, name: str, variant: str, patch: str, extra_
 def _seed_files(engine, tag: str) -> dict[str, dict[str, str]]:
     """kernel (builder and args) -> {file under its cache keys: sha256} of the image's ahead-of-time seed:
     what was compiled (ninja's state files record the step's settled time, which moves with the stage's base)."""
-    out = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", tag, "-c",
-                          "cat /opt/servebuild/seed/aot.json; echo '#files'; cd /opt/servebuild/seed/cache && "
-                          "find . -type f -exec sha256sum {} +"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "/usr/bin/docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "/bin/sh",
+            tag,
+            "-c",
+            "cat /opt/servebuild/seed/aot.json; echo '#files'; cd /opt/servebuild/seed/cache && "
+            "find . -type f -exec sha256sum {} +",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     record, files = out.split("#files\n")
-    sums = {line[66:].removeprefix("./"): line[:64] for line in files.splitlines()
-            if not line.endswith(("/.ninja_log", "/.ninja_deps"))}
+    sums = {
+        line[66:].removeprefix("./"): line[:64]
+        for line in files.splitlines()
+        if not line.endswith(("/.ninja_log", "/.ninja_deps"))
+    }
     kernels = {}
     for k in json.loads(record)["kernels"]:
         keys = tuple(k["keys"])
@@ -215,18 +282,23 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
     kernel_tag, flag_tag = "servebuild-test/fixture-kernel:amd64", "servebuild-test/fixture-flag:amd64"
     tags += [kernel_tag, flag_tag]
     name = _fixture_recipe(root, recipe, "fixture-kernel", "kernel-edit", "sglang-kernel-edit.patch")
-    built, kernel_s = build_fixture(root, engine, "linux/amd64", kernel_tag, cache, recipe=name,
-                                    variant="kernel-edit")
+    built, kernel_s = build_fixture(root, engine, "linux/amd64", kernel_tag, cache, recipe=name, variant="kernel-edit")
     # the release's profile-check, built by the second variant: its two RUN steps were seen CACHED here, its
     # settle step not (why is open), so the note is judged, not the steps
     shared_stages_are_cached(built.log_path, {"aot": False, "profile-check": True}, judged=())
     log = built.log_path.read_text()
-    assert ("aot: built on this variant's engine (python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel "
-            "input of sglang); only the kernels that read sglang/jit_kernel/csrc/add_constant.cuh are compiled") in log
+    assert (
+        "aot: built on this variant's engine (python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel "
+        "input of sglang); only the kernels that read sglang/jit_kernel/csrc/add_constant.cuh are compiled"
+    ) in log
     # exactly that kernel compiled (its build read the header, by the deps log nvcc's depfile filled); the
     # others copied from the release's aot stage, which this build found cached
-    compiled = re.findall(r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/add_constant\.cuh, which the "
-                          r"patches change\)$", log, re.M)
+    compiled = re.findall(
+        r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/add_constant\.cuh, which the "
+        r"patches change\)$",
+        log,
+        re.M,
+    )
     copied = re.findall(r"aot: (\S+?)\(.*\): the release's build, copied", log, re.M)
     # the recipe compiles add_constant for two args (5, 7): both read the header; the three DSV4 top-k
     # modules and the Triton kernel are copied
@@ -239,21 +311,43 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
     assert all(release[k] == edited[k] for k in release if "add_constant" not in k)
     default = load_recipe(recipe, REPO_ROOT).recipe.launch
     profile = default.profiles[default.default_profile()]
-    flagged = {"fixture-flag": {"module": profile.module, "dspark_block_size": profile.dspark_block_size,
-                                "env": profile.env, "args": list(profile.args) + ["--servebuild-fixture-flag", "3"]}}
+    flagged = {
+        "fixture-flag": {
+            "module": profile.module,
+            "dspark_block_size": profile.dspark_block_size,
+            "env": profile.env,
+            "args": list(profile.args) + ["--servebuild-fixture-flag", "3"],
+        }
+    }
     name = _fixture_recipe(root, recipe, "fixture-flag", "adds-a-flag", "sglang-adds-a-flag.patch", flagged)
-    built, flag_s = build_fixture(root, engine, "linux/amd64", flag_tag, cache, recipe=name,
-                                  variant="adds-a-flag")
+    built, flag_s = build_fixture(root, engine, "linux/amd64", flag_tag, cache, recipe=name, variant="adds-a-flag")
     shared_stages_are_cached(built.log_path, {"aot": True, "profile-check": False})
-    checked = json.loads(subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint",
-                                         "/bin/cat", flag_tag, "/opt/servebuild/profiles-checked.json"],
-                                        capture_output=True, text=True, check=True).stdout)
+    checked = json.loads(
+        subprocess.run(
+            [
+                "/usr/bin/docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--entrypoint",
+                "/bin/cat",
+                flag_tag,
+                "/opt/servebuild/profiles-checked.json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert "fixture-flag" in checked["profiles"] and "+sb1." in checked["version"], checked
     with pytest.raises(ServebuildError) as err:  # the release's parser does not know the flag
         engine_parser.check_in_image(engine, release_tag, load_recipe(name, root))
     assert "unrecognized arguments: --servebuild-fixture-flag 3" in str(err.value), str(err.value)
-    RECIPE_CHECKS.append(f"fixture variants: kernel edit recompiled {', '.join(changed)} in {kernel_s:.0f} s; "
-                         f"a flag-adding PR parsed by its own engine in {flag_s:.0f} s")
+    RECIPE_CHECKS.append(
+        f"fixture variants: kernel edit recompiled {', '.join(changed)} in {kernel_s:.0f} s; "
+        f"a flag-adding PR parsed by its own engine in {flag_s:.0f} s"
+    )
     return {"kernel_edit_build_s": round(kernel_s, 1), "flag_pr_build_s": round(flag_s, 1)}
 
 
@@ -269,8 +363,10 @@ def parse_every_recipe_of_the_engine(engine, tag, engine_name):
         record = engine_parser.check_in_image(engine, tag, loaded)
         assert sorted(record["profiles"]) == sorted(loaded.recipe.launch.profiles), record
         assert record["version"].startswith(loaded.recipe.engine.version), record
-        RECIPE_CHECKS.append(f"{path.stem}: profiles {', '.join(sorted(record['profiles']))} parsed by "
-                             f"{record['engine']} {record['version']} in {tag}")
+        RECIPE_CHECKS.append(
+            f"{path.stem}: profiles {', '.join(sorted(record['profiles']))} parsed by "
+            f"{record['engine']} {record['version']} in {tag}"
+        )
 
 
 def _bad_recipe(dest, base: str, engine_name: str, which: str):
@@ -290,9 +386,11 @@ def _bad_recipe(dest, base: str, engine_name: str, which: str):
         args.append(arg)
     args += [flag] + ([value] if value is not None else [])
     path = dest / f"bad-{which}.yaml"
-    path.write_text(f"name: bad-{which}\nextends: {base}\nlaunch:\n  default: bad\n  profiles:\n"
-                    f"    bad: {{module: {profile.module}, dspark_block_size: {profile.dspark_block_size},\n"
-                    f"          env: {json.dumps(profile.env)}, args: {json.dumps(args)}}}\n")
+    path.write_text(
+        f"name: bad-{which}\nextends: {base}\nlaunch:\n  default: bad\n  profiles:\n"
+        f"    bad: {{module: {profile.module}, dspark_block_size: {profile.dspark_block_size},\n"
+        f"          env: {json.dumps(profile.env)}, args: {json.dumps(args)}}}\n"
+    )
     return path
 
 
@@ -312,7 +410,9 @@ def bad_profiles_are_refused(engine, tag, recipe, variant, engine_name, cache, t
     assert f"recipe bad-value, launch profile bad: {engine_name} " in message, message
     assert f"rejects the launcher's arguments: {BAD_PROFILES[engine_name]['value'][2]}" in message, message
     assert engine.image_id(bad_tag) is None
-    RECIPE_CHECKS.append(f"bad-value ({engine_name}): build refused in {time.monotonic() - start:.0f} s: {message[:160]}")
+    RECIPE_CHECKS.append(
+        f"bad-value ({engine_name}): build refused in {time.monotonic() - start:.0f} s: {message[:160]}"
+    )
     for which in ("flag", "type"):
         loaded = load_recipe(str(_bad_recipe(dest, recipe, engine_name, which)), REPO_ROOT)
         with pytest.raises(ServebuildError) as err:

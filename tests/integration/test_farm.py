@@ -49,6 +49,7 @@ class SecondEngine:
 
     def _make_certs(self):
         import trustme
+
         ca = trustme.CA()
         self.certs.mkdir()
         ca.cert_pem.write_to_path(str(self.certs / "ca.pem"))
@@ -75,8 +76,9 @@ class SecondEngine:
         # engine's default network) on startup, which broke every build of the first engine
         self.bridge = f"sbn2{os.getpid() % 100000}"
         subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], capture_output=True)
-        subprocess.run(["ip", "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", self.bridge],
-                       capture_output=True)
+        subprocess.run(
+            ["ip", "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", self.bridge], capture_output=True
+        )
         subprocess.run(["ip", "link", "set", self.bridge, "up"], capture_output=True)
         log = (self.dir / "dockerd.log").open("a")
         # no BuildKit garbage collection: by default it keeps the build cache under about 10 % of the disk, so
@@ -85,18 +87,41 @@ class SecondEngine:
         config = self.dir / "daemon.json"
         config.write_text(json.dumps({"builder": {"gc": {"enabled": False}}}))
         self.proc = subprocess.Popen(
-            ["dockerd", "--config-file", str(config), "--data-root", str(self.dir / "data"),
-             "--exec-root", str(self.dir / "exec"),
-             "--pidfile", str(self.dir / "docker.pid"), "-H", f"unix://{self.sock}", "-H", self.tcp,
-             "--tlsverify", "--tlscacert", str(c / "ca.pem"), "--tlscert", str(c / "server-cert.pem"),
-             "--tlskey", str(c / "server-key.pem"), f"--bridge={self.bridge}", "--iptables=false",
-             "--ip-masq=false"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "dockerd",
+                "--config-file",
+                str(config),
+                "--data-root",
+                str(self.dir / "data"),
+                "--exec-root",
+                str(self.dir / "exec"),
+                "--pidfile",
+                str(self.dir / "docker.pid"),
+                "-H",
+                f"unix://{self.sock}",
+                "-H",
+                self.tcp,
+                "--tlsverify",
+                "--tlscacert",
+                str(c / "ca.pem"),
+                "--tlscert",
+                str(c / "server-cert.pem"),
+                "--tlskey",
+                str(c / "server-key.pem"),
+                f"--bridge={self.bridge}",
+                "--iptables=false",
+                "--ip-masq=false",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"second dockerd exited {self.proc.returncode}: "
-                                   f"{(self.dir / 'dockerd.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"second dockerd exited {self.proc.returncode}: {(self.dir / 'dockerd.log').read_text()[-2000:]}"
+                )
             if self.docker("version", check=False).returncode == 0:
                 return
             time.sleep(0.5)
@@ -111,8 +136,9 @@ class SecondEngine:
 
     def docker(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
-        return subprocess.run([DOCKER, "-H", f"unix://{self.sock}", *args], env=env, check=check,
-                              capture_output=True, text=True, **kw)
+        return subprocess.run(
+            [DOCKER, "-H", f"unix://{self.sock}", *args], env=env, check=check, capture_output=True, text=True, **kw
+        )
 
     def stop(self) -> None:
         if self.proc is None:
@@ -208,9 +234,11 @@ def write_farm(root: Path, text: str) -> Path:
 
 def tls_entry(node: SecondEngine) -> str:
     c = node.certs
-    return (f"    - host: {node.tcp}\n"
-            f"      tls: {{ca: {c / 'ca.pem'}, cert: {c / 'client-cert.pem'}, key: {c / 'client-key.pem'}}}\n"
-            f"      network: host\n")
+    return (
+        f"    - host: {node.tcp}\n"
+        f"      tls: {{ca: {c / 'ca.pem'}, cert: {c / 'client-cert.pem'}, key: {c / 'client-key.pem'}}}\n"
+        f"      network: host\n"
+    )
 
 
 def build(farm: Path, capsys, **options) -> tuple[str, str]:
@@ -233,6 +261,7 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
     cache to the registry (node 1 builds with the host network too, so the cache keys of its RUN
     steps are the ones node 2 computes)."""
     from servebuild.build import run
+
     spans, real_build = {}, run.build
 
     def timed(plan, docker, echo=None):
@@ -243,11 +272,19 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
             spans[plan.platform] = (begin, time.monotonic())
 
     monkeypatch.setattr(run, "build", timed)
-    farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
-                                    "      network: host\n  linux/arm64:\n" + tls_entry(node2))
+    farm = write_farm(
+        farm_project,
+        "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
+        "      network: host\n  linux/arm64:\n" + tls_entry(node2),
+    )
     start = time.monotonic()
-    out, err = build(farm, capsys, platform="linux/amd64,linux/arm64", tag=TAGS,
-                     cache_to=CACHE_REF.format(address=cache_registry, arch="{arch}"))
+    out, err = build(
+        farm,
+        capsys,
+        platform="linux/amd64,linux/arm64",
+        tag=TAGS,
+        cache_to=CACHE_REF.format(address=cache_registry, arch="{arch}"),
+    )
     took = time.monotonic() - start
     amd, arm = TAGS.replace("{arch}", "amd64"), TAGS.replace("{arch}", "arm64")
     assert f"built {amd} (" in out and "for linux/amd64 on unix:///var/run/docker.sock" in out
@@ -269,10 +306,26 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         build_dir = farm_project / "build" / "toy" / platform.replace("/", "-")
         manifest = json.loads((build_dir / "manifest.json").read_text())
         assert manifest["platform"] == platform
-        assert manifest["outputs"]["image_id"] == engine_run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
-        assert manifest["outputs"]["engine"]["host"] == ("unix:///var/run/docker.sock" if engine_run is node1 else node2.tcp)
-        inside = json.loads(engine_run("run", "--rm", "--network", "none", "--platform", platform, "--entrypoint", "cat",
-                                ref, "/opt/servebuild/manifest.json").stdout)
+        assert (
+            manifest["outputs"]["image_id"] == engine_run("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+        )
+        assert manifest["outputs"]["engine"]["host"] == (
+            "unix:///var/run/docker.sock" if engine_run is node1 else node2.tcp
+        )
+        inside = json.loads(
+            engine_run(
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--platform",
+                platform,
+                "--entrypoint",
+                "cat",
+                ref,
+                "/opt/servebuild/manifest.json",
+            ).stdout
+        )
         assert inside == {k: v for k, v in manifest.items() if k != "outputs"}
         log = (build_dir / "build.log").read_text()
         assert "writing image sha256:" in log
@@ -288,8 +341,7 @@ def test_two_nodes_build_two_platforms_concurrently(node2, farm_project, cache_r
         print(f"\nfarm build, amd64 on node 1 + arm64 (QEMU) on node 2 concurrently: {took:.1f}s")
 
 
-def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_registry, capsys, tmp_path,
-                                                   monkeypatch):
+def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_registry, capsys, tmp_path, monkeypatch):
     """Bit for bit across engines (issue 20): node 2 (its own data root, socket, bridge, and an empty
     build cache for amd64) builds the amd64 image node 1 built in the test above, with --no-cache and
     this process's umask at 077 (node 1 built under the usual 022), and gets the same image id: every
@@ -307,13 +359,21 @@ def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_re
     farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
     old = os.umask(0o077)
     try:
-        build(farm, capsys, platform="linux/amd64", tag=amd, no_cache=True,
-              cache_to=CACHE_REF.format(address=cache_registry, arch="node2-amd64"))
+        build(
+            farm,
+            capsys,
+            platform="linux/amd64",
+            tag=amd,
+            no_cache=True,
+            cache_to=CACHE_REF.format(address=cache_registry, arch="node2-amd64"),
+        )
     finally:
         os.umask(old)
     got = node2.docker("image", "inspect", "--format", "{{.Id}}", amd).stdout.strip()
-    layers = [json.loads(run("image", "inspect", "--format", "{{json .RootFS.Layers}}", amd).stdout)
-              for run in (node1, node2.docker)]
+    layers = [
+        json.loads(run("image", "inspect", "--format", "{{json .RootFS.Layers}}", amd).stdout)
+        for run in (node1, node2.docker)
+    ]
     assert layers[0] == layers[1]
     assert got == want
 
@@ -324,27 +384,38 @@ def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, far
     htpasswd, and the tag's index holds exactly the two smoke-passed digests; `docker pull
     --platform` of each resolves to the image that passed."""
     from registry_support import TLSRegistry, new_password, write_credentials
+
     farm = farm_project / "farm-test.yaml"
     assert farm.exists(), "run with the two-node build test (it writes the farm file and builds)"
     passed = {}
     for platform in ("linux/amd64", "linux/arm64"):
         tasks.test_image(Context(), recipe="toy", platform=platform, farm=str(farm))  # Exit when it fails
-        verdict = json.loads((farm_project / "build" / "toy" / platform.replace("/", "-") / "smoke" /
-                              "verdict.json").read_text())
+        verdict = json.loads(
+            (farm_project / "build" / "toy" / platform.replace("/", "-") / "smoke" / "verdict.json").read_text()
+        )
         assert verdict["passed"], platform
         passed[platform] = verdict["image_id"]
     password = new_password()
     reg = TLSRegistry(tmp_path / "registry", users={"farm": password})
     creds = write_credentials(tmp_path / "creds.json", "farm", password)
     try:
-        tasks.publish(Context(), recipe="toy", registry=reg.address, platform="linux/amd64,linux/arm64",
-                      repository="servebuild-test/farm", tag="v1", credentials=str(creds), ca=str(reg.ca_file),
-                      farm=str(farm))
+        tasks.publish(
+            Context(),
+            recipe="toy",
+            registry=reg.address,
+            platform="linux/amd64,linux/arm64",
+            repository="servebuild-test/farm",
+            tag="v1",
+            credentials=str(creds),
+            ca=str(reg.ca_file),
+            farm=str(farm),
+        )
         code, body = reg.manifest("servebuild-test/farm", "v1")
         assert code == 200
         index = json.loads(body)
-        by_platform = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"]
-                       for m in index["manifests"]}
+        by_platform = {
+            f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in index["manifests"]
+        }
         assert sorted(by_platform) == ["linux/amd64", "linux/arm64"] and len(index["manifests"]) == 2
         for platform, digest in by_platform.items():
             code, child = reg.manifest("servebuild-test/farm", digest)
@@ -355,8 +426,9 @@ def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, far
         (config / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": auth}}}))
         ref = f"{reg.address}/servebuild-test/farm:v1"
         for platform in ("linux/amd64", "linux/arm64"):
-            pull = subprocess.run([DOCKER, "--config", str(config), "pull", "--platform", platform, ref],
-                                  capture_output=True, text=True)
+            pull = subprocess.run(
+                [DOCKER, "--config", str(config), "pull", "--platform", platform, ref], capture_output=True, text=True
+            )
             assert pull.returncode == 0, pull.stderr
             assert node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() == passed[platform]
             node1("image", "rm", ref, check=False)
@@ -375,7 +447,7 @@ def _stream_has(sock, ref: str, needle: bytes) -> bool:
     for block in iter(lambda: proc.stdout.read(1 << 20), b""):
         if needle in tail + block:
             found = True
-        tail = block[-len(needle):]
+        tail = block[-len(needle) :]
     assert proc.wait() == 0
     return found
 
@@ -390,12 +462,17 @@ def test_registry_cache_reaches_an_empty_node(node2, farm_project, cache_registr
     """Node 2, its build cache emptied, builds the amd64 fixture cold, then (emptied again) from the
     inline cache node 1 pushed in the test above: the deps steps are CACHED."""
     import urllib.request
+
     pushed = CACHE_REF.format(address=cache_registry, arch="amd64")
-    request = urllib.request.Request(f"http://{cache_registry}/v2/servebuild-cache/toy/manifests/amd64", method="HEAD",
-                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    request = urllib.request.Request(
+        f"http://{cache_registry}/v2/servebuild-cache/toy/manifests/amd64",
+        method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     assert urllib.request.urlopen(request, timeout=10).status == 200, "node 1 pushed no cache (see the test above)"
-    on_node2 = write_farm(farm_project, f"platforms:\n  linux/amd64:\n    - host: unix://{node2.sock}\n"
-                                        f"      network: host\n")
+    on_node2 = write_farm(
+        farm_project, f"platforms:\n  linux/amd64:\n    - host: unix://{node2.sock}\n      network: host\n"
+    )
     tag = "servebuild-test/farm-cache:{arch}"
     log_path = farm_project / "build" / "toy" / "linux-amd64" / "build.log"
 
@@ -416,13 +493,17 @@ def test_registry_cache_reaches_an_empty_node(node2, farm_project, cache_registr
     steps = _deps_steps(log_path.read_text())
     assert steps and all(steps.values()), steps
     with capsys.disabled():
-        print(f"\nregistry cache, fixture amd64 on node 2 with an empty build cache: cold {cold:.1f}s, "
-              f"from node 1's inline cache {warm:.1f}s")
+        print(
+            f"\nregistry cache, fixture amd64 on node 2 with an empty build cache: cold {cold:.1f}s, "
+            f"from node 1's inline cache {warm:.1f}s"
+        )
 
 
 def test_stopped_node_is_one_line_and_nothing_is_tagged(node2, farm_project, capsys):
-    farm = write_farm(farm_project, "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
-                                    "  linux/arm64:\n" + tls_entry(node2))
+    farm = write_farm(
+        farm_project,
+        "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n  linux/arm64:\n" + tls_entry(node2),
+    )
     node2.stop()
     log = farm_project / "build" / "toy" / "linux-amd64" / "build.log"
     before = log.stat().st_mtime_ns if log.exists() else None
@@ -430,8 +511,9 @@ def test_stopped_node_is_one_line_and_nothing_is_tagged(node2, farm_project, cap
         build(farm, capsys, platform="linux/amd64,linux/arm64", tag="servebuild-test/farm-down:{arch}")
     message = info.value.message
     assert info.value.code == 2 and "\n" not in message
-    assert message.startswith(f"error: farm-test.yaml:5: platforms.linux/arm64.0: engine {node2.tcp} "
-                              f"not reachable: "), message
+    assert message.startswith(
+        f"error: farm-test.yaml:5: platforms.linux/arm64.0: engine {node2.tcp} not reachable: "
+    ), message
     assert node1("image", "inspect", "servebuild-test/farm-down:amd64", check=False).returncode != 0
     assert (log.stat().st_mtime_ns if log.exists() else None) == before  # nothing built on node 1 either
     assert node2.client_key not in message

@@ -28,8 +28,9 @@ TAG = "servebuild-test/farm-ssh:{arch}"
 
 
 def keygen(path: Path) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "servebuild-test", "-f", str(path)],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "servebuild-test", "-f", str(path)], check=True
+    )
     return path.with_suffix(".pub").read_text().strip()
 
 
@@ -46,11 +47,13 @@ class SSHServer:
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\n"
             f"PidFile {folder / 'sshd.pid'}\nAuthorizedKeysFile {folder / 'authorized_keys'}\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "UsePAM no\nStrictModes no\nLogLevel VERBOSE\n")
+            "UsePAM no\nStrictModes no\nLogLevel VERBOSE\n"
+        )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
         self.log = (folder / "sshd.log").open("w")
-        self.proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(folder / "sshd_config")],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [str(SSHD), "-D", "-e", "-f", str(folder / "sshd_config")], stdout=self.log, stderr=subprocess.STDOUT
+        )
         for _ in range(100):
             if "Server listening" in (folder / "sshd.log").read_text():
                 break
@@ -66,9 +69,11 @@ class SSHServer:
         known = self.dir / f"{name}.known_hosts"
         known.write_text(f"[127.0.0.1]:{self.port} {known_host_key or self.host_pub}\n")
         path = self.dir / f"{name}.ssh_config"
-        path.write_text(f"Host 127.0.0.1\n  IdentityFile {self.dir / identity}\n  IdentitiesOnly yes\n"
-                        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
-                        f"  GlobalKnownHostsFile /dev/null\n")
+        path.write_text(
+            f"Host 127.0.0.1\n  IdentityFile {self.dir / identity}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
+            f"  GlobalKnownHostsFile /dev/null\n"
+        )
         return path
 
     def accepted_logins(self) -> int:
@@ -117,8 +122,9 @@ def test_ssh_engine_builds_and_smoke_tests(base_images, sshd, project, capsys):
     assert sshd.host in out.out + out.err, "the build should say which engine built it"
     assert sshd.accepted_logins() > before, "the build did not go through the ssh server"
     tag = TAG.format(arch="amd64")
-    inspect = subprocess.run([DOCKER, "image", "inspect", "--format", "{{.Architecture}}", tag],
-                             capture_output=True, text=True)
+    inspect = subprocess.run(
+        [DOCKER, "image", "inspect", "--format", "{{.Architecture}}", tag], capture_output=True, text=True
+    )
     assert inspect.stdout.strip() == "amd64", inspect.stderr
     logins = sshd.accepted_logins()
     tasks.test_image(Context(), recipe="toy", platform="linux/amd64", farm=str(farm))
@@ -142,8 +148,9 @@ def test_ssh_refusals_are_one_line_and_nothing_is_tagged(base_images, sshd, proj
         tasks.build(Context(), recipe="toy", platform="linux/amd64", farm=str(farm), tag=TAG)
     message = info.value.message
     assert info.value.code == 2 and "\n" not in message, message
-    assert message.startswith(f"error: farm-ssh.yaml:3: platforms.linux/amd64.0: engine {sshd.host} "
-                              f"not reachable: "), message
+    assert message.startswith(f"error: farm-ssh.yaml:3: platforms.linux/amd64.0: engine {sshd.host} not reachable: "), (
+        message
+    )
     assert expected in message, message
     assert time.monotonic() - start < 60, "BatchMode: ssh must fail, not wait for a prompt"
     gone = subprocess.run([DOCKER, "image", "inspect", TAG.format(arch="amd64")], capture_output=True)
@@ -155,11 +162,14 @@ def test_ssh_config_is_checked_before_anything_connects(project, capsys):
     farm.write_text("platforms:\n  linux/amd64:\n    - host: ssh://root@127.0.0.1:1\n      ssh_config: nope\n")
     with pytest.raises(Exit) as info:
         tasks.build(Context(), recipe="toy", platform="linux/amd64", farm=str(farm), tag=TAG)
-    assert info.value.message == ("error: farm-bad.yaml:4: platforms.linux/amd64.0.ssh_config: "
-                                  "nope: cannot read a TLS or ssh_config file: no such file or directory")
+    assert info.value.message == (
+        "error: farm-bad.yaml:4: platforms.linux/amd64.0.ssh_config: "
+        "nope: cannot read a TLS or ssh_config file: no such file or directory"
+    )
     (project / "not-ssh.txt").write_text("just words\n")
-    farm.write_text("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n"
-                    "      ssh_config: not-ssh.txt\n")
+    farm.write_text(
+        "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n      ssh_config: not-ssh.txt\n"
+    )
     with pytest.raises(Exit) as info:
         tasks.build(Context(), recipe="toy", platform="linux/amd64", farm=str(farm), tag=TAG)
     assert "`ssh_config` is for ssh:// engines, not unix://" in info.value.message

@@ -15,10 +15,12 @@ from support import fixture_recipe, make_project
 from unit.test_fuzz_fields import instructions
 
 ARGS = ["--port", "30000", "$(touch /pwned-args)", "`touch /pwned-bt`; touch /pwned-semi", "a'b\"c", "--x=$HOME"]
-ENV = {"TOY_MODE": "$(touch /pwned-env) `touch /pwned-env2` ; y", "TOY_QUOTE": "it's \"quoted\""}
+ENV = {"TOY_MODE": "$(touch /pwned-env) `touch /pwned-env2` ; y", "TOY_QUOTE": 'it\'s "quoted"'}
 DESCRIPTION = "quotes ' \" and $(touch /pwned-desc) and `id`"
-SHOW = ("import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
-        "'env': {k: os.environ.get(k) for k in ('TOY_MODE', 'TOY_QUOTE')}}))")
+SHOW = (
+    "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
+    "'env': {k: os.environ.get(k) for k in ('TOY_MODE', 'TOY_QUOTE')}}))"
+)
 
 
 def render(root):
@@ -35,12 +37,30 @@ def test_accepted_hostile_values_are_inert_in_a_built_image(engine, base_images,
 
     tag = "servebuild-test/toy-inert:amd64"
     result, _ = build_fixture(root, engine, "linux/amd64", tag, tmp_path / "cache")
-    script = ("printf '%s' \"$SHOW\" > /tmp/show.py; "
-              "sed 's#^exec /opt/venv/bin/python #exec /opt/venv/bin/python /tmp/show.py #' "
-              "/usr/local/bin/toy-serve > /tmp/launcher; sh /tmp/launcher EXTRA; ls / | grep -c pwned || true")
-    proc = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "-e", f"SHOW={SHOW}",
-                           "--entrypoint", "/bin/sh", result.tag, "-c", script],
-                          capture_output=True, text=True, check=True)
+    script = (
+        "printf '%s' \"$SHOW\" > /tmp/show.py; "
+        "sed 's#^exec /opt/venv/bin/python #exec /opt/venv/bin/python /tmp/show.py #' "
+        "/usr/local/bin/toy-serve > /tmp/launcher; sh /tmp/launcher EXTRA; ls / | grep -c pwned || true"
+    )
+    proc = subprocess.run(
+        [
+            "/usr/bin/docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-e",
+            f"SHOW={SHOW}",
+            "--entrypoint",
+            "/bin/sh",
+            result.tag,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     shown, pwned = proc.stdout.strip().splitlines()
     seen = json.loads(shown)
     assert seen["argv"] == ["-m", "toyserve", *ARGS, "EXTRA"]

@@ -35,8 +35,11 @@ def test_mirror_fetches_only_the_named_pull_refs(tmp_path):
     assert cache.resolve(lean, "refs/pull/101/head") is None
     everything = tmp_path / "all.git"
     subprocess.run(["git", "init", "-q", "--bare", str(everything)], check=True)
-    subprocess.run(["git", "fetch", "-q", up.url, "+refs/heads/*:refs/heads/*", "+refs/pull/*/head:refs/pull/*/head"],
-                   cwd=everything, check=True)
+    subprocess.run(
+        ["git", "fetch", "-q", up.url, "+refs/heads/*:refs/heads/*", "+refs/pull/*/head:refs/pull/*/head"],
+        cwd=everything,
+        check=True,
+    )
     lean_bytes, all_bytes = objects_bytes(lean), objects_bytes(everything)
     print(f"\nmirror objects: one named PR {lean_bytes:,} bytes; every pull ref {all_bytes:,} bytes")
     assert lean_bytes * 10 < all_bytes

@@ -27,7 +27,8 @@ class CopyTree(InstallMode):
         return Fragment(
             "COPY copy-tree-marker.txt /opt/engine/marker.txt\n"
             "RUN --mount=type=bind,source=source.tar,target=/mnt/source.tar tar -xf /mnt/source.tar -C /tmp \\\n"
-            " && cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/\n")
+            " && cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/\n"
+        )
 
 
 @pytest.fixture
@@ -37,21 +38,34 @@ def copy_tree_mode():
     MODES.pop("copy-tree")
 
 
-def test_mode_defined_in_a_test_renders_builds_and_records_inputs(engine, base_images, upstream, tmp_path,
-                                                                   copy_tree_mode):
+def test_mode_defined_in_a_test_renders_builds_and_records_inputs(
+    engine, base_images, upstream, tmp_path, copy_tree_mode
+):
     recipe = fixture_recipe(upstream)
     recipe["engine"]["install"] = "copy-tree"
     root = make_project(tmp_path, upstream, recipe)
     (root / "constraints" / "marker.txt").write_text("copied by the copy-tree mode\n")
-    result, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/copy-tree:amd64",
-                              tmp_path / "cache")
+    result, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/copy-tree:amd64", tmp_path / "cache")
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["engine"]["install"] == "copy-tree"
     recorded = manifest["engine"]["context_files"]["copy-tree-marker.txt"]
     assert recorded["path"] == "constraints/marker.txt" and len(recorded["sha256"]) == 64
-    run = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "sh",
-                          result.tag, "-c", "cat /opt/engine/marker.txt && python -c 'import toyserve'"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            "/usr/bin/docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "sh",
+            result.tag,
+            "-c",
+            "cat /opt/engine/marker.txt && python -c 'import toyserve'",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0 and "copied by the copy-tree mode" in run.stdout, run.stderr
 
 
@@ -61,8 +75,10 @@ class AddToTmp(CopyTree):
     name = "add-to-tmp"
 
     def fragment(self, engine, platform):
-        return Fragment("ADD source.tar /tmp/\n"
-                        "RUN cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/ && rm -rf /tmp/src\n")
+        return Fragment(
+            "ADD source.tar /tmp/\n"
+            "RUN cp -a /tmp/src/{{ engine.source.subdir }}/. /opt/engine/site/ && rm -rf /tmp/src\n"
+        )
 
 
 def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tmp_path):
@@ -71,6 +87,7 @@ def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tm
     from servebuild.errors import InputError
     from servebuild.plan import make
     from servebuild.render.context import render_dockerfile
+
     register_mode(AddToTmp())
     try:
         recipe = fixture_recipe(upstream)
@@ -78,8 +95,9 @@ def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tm
         root = make_project(tmp_path, upstream, recipe)
         plan = make.make_plan(root, "toy", make.BuildOptions(platform="linux/amd64", dry_run=True, fetching=False))
         with pytest.raises(InputError) as err:
-            render_dockerfile(plan.loaded.recipe, plan.loaded.sha256, "linux/amd64", {"build": "b", "runtime": "r"},
-                              root)
+            render_dockerfile(
+                plan.loaded.recipe, plan.loaded.sha256, "linux/amd64", {"build": "b", "runtime": "r"}, root
+            )
     finally:
         MODES.pop("add-to-tmp")
     message = str(err.value)
@@ -90,6 +108,7 @@ def test_a_mode_that_adds_into_tmp_is_refused_at_render_in_one_line(upstream, tm
 def test_unknown_mode_is_a_field_error(upstream, tmp_path):
     from servebuild.errors import RecipeError
     from servebuild.recipe.load import load_recipe
+
     recipe = fixture_recipe(upstream)
     recipe["engine"]["install"] = "copy-tree"  # not registered here
     root = make_project(tmp_path, upstream, recipe)

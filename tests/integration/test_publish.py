@@ -88,20 +88,31 @@ def sign_keys(tmp_path_factory):
     """Provenance signing keys: `ecdsa` (P-256) signs the reference publish; `other` (Ed25519) is a stranger."""
     from cryptography.hazmat.primitives import serialization as ser
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
     folder = tmp_path_factory.mktemp("sign-keys")
     keys = {}
-    for name, key in (("ecdsa", ec.generate_private_key(ec.SECP256R1())), ("other", ed25519.Ed25519PrivateKey.generate())):
+    for name, key in (
+        ("ecdsa", ec.generate_private_key(ec.SECP256R1())),
+        ("other", ed25519.Ed25519PrivateKey.generate()),
+    ):
         private, public = folder / f"{name}.key", folder / f"{name}.pub"
         pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
         private.write_bytes(pem)
         private.chmod(0o600)
         public.write_bytes(key.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
         der = key.private_bytes(ser.Encoding.DER, ser.PrivateFormat.PKCS8, ser.NoEncryption())
-        raw = key.private_numbers().private_value.to_bytes(32, "big") if name == "ecdsa" else \
-            key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
-        keys[name] = SimpleNamespace(private=private, public=public, signer=signing.load_private_key(private),
-                                     secrets=_pem_body(pem) + [der, base64.b64encode(der)[:40], raw, raw.hex().encode(),
-                                                               base64.b64encode(raw)[:40]])
+        raw = (
+            key.private_numbers().private_value.to_bytes(32, "big")
+            if name == "ecdsa"
+            else key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw, ser.NoEncryption())
+        )
+        keys[name] = SimpleNamespace(
+            private=private,
+            public=public,
+            signer=signing.load_private_key(private),
+            secrets=_pem_body(pem)
+            + [der, base64.b64encode(der)[:40], raw, raw.hex().encode(), base64.b64encode(raw)[:40]],
+        )
         keys[name].keyid = keys[name].signer.keyid
     return keys
 
@@ -110,15 +121,35 @@ def cli(project, *args, docker_config=None, timeout=900, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k != "SERVEBUILD_SIGN_KEY"}  # only where a test sets it
     env.update({"PYTHONPATH": str(REPO_ROOT), "DOCKER_CONFIG": str(docker_config), **(env_extra or {})})
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(project), *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(project), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     proc.seconds = time.monotonic() - start
     return proc
 
 
 def publish_args(reg, creds, tag, platforms="linux/amd64,linux/arm64", *extra):
-    return ["publish", "--recipe", "toy", "--registry", reg.address, "--platform", platforms, "--tag", tag,
-            "--credentials", str(creds), "--ca", str(reg.ca_file), *extra]
+    return [
+        "publish",
+        "--recipe",
+        "toy",
+        "--registry",
+        reg.address,
+        "--platform",
+        platforms,
+        "--tag",
+        tag,
+        "--credentials",
+        str(creds),
+        "--ca",
+        str(reg.ca_file),
+        *extra,
+    ]
 
 
 def docker_config_with(reg, tmp_path) -> Path:
@@ -132,6 +163,7 @@ def docker_config_with(reg, tmp_path) -> Path:
 
 def index_of(reg, tag) -> tuple[dict, str]:
     import hashlib
+
     code, body = reg.manifest(REPO, tag)
     assert code == 200, (code, body)
     return json.loads(body), "sha256:" + hashlib.sha256(body).hexdigest()
@@ -148,8 +180,11 @@ def client_for(reg) -> RegistryClient:
 @pytest.fixture(scope="module")
 def published(smoked, reg, creds, project, empty_docker_config, sign_keys):
     """`invoke publish` of both platforms under one tag, provenance signed (the module's reference result)."""
-    proc = cli(project, *publish_args(reg, creds, "v1", "linux/amd64,linux/arm64", "--sign-key",
-                                      str(sign_keys["ecdsa"].private)), docker_config=empty_docker_config)
+    proc = cli(
+        project,
+        *publish_args(reg, creds, "v1", "linux/amd64,linux/arm64", "--sign-key", str(sign_keys["ecdsa"].private)),
+        docker_config=empty_docker_config,
+    )
     assert proc.returncode == 0, proc.stderr
     print(f"\npublish of 2 platforms: {proc.seconds:.1f}s")
     index, digest = index_of(reg, "v1")
@@ -180,12 +215,14 @@ def test_one_tag_names_exactly_the_two_smoke_passed_digests(published, smoked, r
     ref = f"{reg.address}/{REPO}:v1"
     try:
         for platform in PLATFORMS:
-            pull = subprocess.run([DOCKER, "--config", str(config), "pull", "--platform", platform, ref],
-                                  capture_output=True, text=True)
+            pull = subprocess.run(
+                [DOCKER, "--config", str(config), "pull", "--platform", platform, ref], capture_output=True, text=True
+            )
             assert pull.returncode == 0, pull.stderr
             assert f"Digest: {published['digest']}" in pull.stdout
-            got = subprocess.run([DOCKER, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
-                                 text=True).stdout.strip()
+            got = subprocess.run(
+                [DOCKER, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True
+            ).stdout.strip()
             assert got == smoked[platform].image_id, platform
     finally:
         subprocess.run([DOCKER, "image", "rm", ref], capture_output=True)  # the tag only; the images stay
@@ -196,10 +233,22 @@ def test_republish_is_idempotent_and_reads_docker_config_credentials(published, 
     differs on every run, so an idempotent re-push must reuse the envelope already attached."""
     before = reg.tags(REPO)
     referrers = {d: reg.manifest(REPO, referrers_tag(d)) for d in published["platforms"].values()}
-    proc = cli(project, "publish", "--recipe", "toy", "--registry", reg.address, "--platform",
-               "linux/arm64,linux/amd64", "--tag", "v1", "--ca", str(reg.ca_file),
-               docker_config=docker_config_with(reg, tmp_path),
-               env_extra={"SERVEBUILD_SIGN_KEY": str(sign_keys["ecdsa"].private)})
+    proc = cli(
+        project,
+        "publish",
+        "--recipe",
+        "toy",
+        "--registry",
+        reg.address,
+        "--platform",
+        "linux/arm64,linux/amd64",
+        "--tag",
+        "v1",
+        "--ca",
+        str(reg.ca_file),
+        docker_config=docker_config_with(reg, tmp_path),
+        env_extra={"SERVEBUILD_SIGN_KEY": str(sign_keys["ecdsa"].private)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"provenance signed by {sign_keys['ecdsa'].keyid}" in proc.stdout
     index, digest = index_of(reg, "v1")
@@ -208,7 +257,8 @@ def test_republish_is_idempotent_and_reads_docker_config_credentials(published, 
     for d, (code, body) in referrers.items():
         assert reg.manifest(REPO, referrers_tag(d)) == (code, body)  # no duplicate artifacts
         assert sorted(e["artifactType"] for e in json.loads(body)["manifests"]) == sorted(
-            [*provenance.ARTIFACT_TYPES.values(), provenance.SIGNATURE_TYPE])
+            [*provenance.ARTIFACT_TYPES.values(), provenance.SIGNATURE_TYPE]
+        )
 
 
 def test_tag_collision_is_refused_unless_forced(published, reg, creds, project, empty_docker_config):
@@ -218,15 +268,26 @@ def test_tag_collision_is_refused_unless_forced(published, reg, creds, project, 
     refused = cli(project, *publish_args(reg, creds, "collide"), docker_config=empty_docker_config)
     assert_one_line(refused, "already points at other images", "--force")
     assert index_of(reg, "collide") == before and "collide-arm64" not in reg.tags(REPO)
-    forced = cli(project, *publish_args(reg, creds, "collide", "linux/amd64,linux/arm64", "--force"),
-                 docker_config=empty_docker_config)
+    forced = cli(
+        project,
+        *publish_args(reg, creds, "collide", "linux/amd64,linux/arm64", "--force"),
+        docker_config=empty_docker_config,
+    )
     assert forced.returncode == 0, forced.stderr
     assert platforms_of(index_of(reg, "collide")[0]) == published["platforms"]
 
 
 def test_verify_passes_on_the_published_tag(published, reg, creds, project, empty_docker_config, sign_keys):
-    proc = cli(project, "verify", f"{reg.address}/{REPO}:v1", "--credentials", str(creds), "--ca", str(reg.ca_file),
-               docker_config=empty_docker_config)
+    proc = cli(
+        project,
+        "verify",
+        f"{reg.address}/{REPO}:v1",
+        "--credentials",
+        str(creds),
+        "--ca",
+        str(reg.ca_file),
+        docker_config=empty_docker_config,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"verified {reg.address}/{REPO}:v1" in proc.stdout
     for platform, digest in published["platforms"].items():
@@ -245,8 +306,17 @@ def assert_one_line(proc, *fragments):
 
 
 def verify_cli(project, reg, creds, tag, docker_config, *extra):
-    return cli(project, "verify", f"{reg.address}/{REPO}:{tag}", "--credentials", str(creds), "--ca",
-               str(reg.ca_file), *extra, docker_config=docker_config)
+    return cli(
+        project,
+        "verify",
+        f"{reg.address}/{REPO}:{tag}",
+        "--credentials",
+        str(creds),
+        "--ca",
+        str(reg.ca_file),
+        *extra,
+        docker_config=docker_config,
+    )
 
 
 def test_verify_fails_when_one_attached_artifact_is_changed(published, reg, creds, project, empty_docker_config):
@@ -261,8 +331,9 @@ def test_verify_fails_when_one_attached_artifact_is_changed(published, reg, cred
     doc["python"] = "3.99"  # one input changed: the manifest no longer hashes to the image's label
     subject = {"mediaType": art["subject"]["mediaType"], "digest": digest, "size": art["subject"]["size"]}
     new = provenance.attach(client, REPO, subject, "manifest", json.dumps(doc).encode(), "manifest.json")
-    tampered = canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX,
-                                "manifests": [new if d is old else d for d in entries]})
+    tampered = canonical_bytes(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [new if d is old else d for d in entries]}
+    )
     client.put_manifest(REPO, fallback, tampered, OCI_INDEX)
     try:
         proc = verify_cli(project, reg, creds, "v1", empty_docker_config)
@@ -308,6 +379,7 @@ def test_verify_fails_when_one_platform_digest_is_changed(published, reg, creds,
 
 # -- signed provenance ----------------------------------------------------------------------------------------
 
+
 def attached(client, digest: str, artifact_type: str) -> tuple[dict, bytes]:
     """(referrers entry, layer bytes) of the one artifact of `artifact_type` attached to `digest`."""
     entry = next(d for d in client.referrers(REPO, digest)[0] if d["artifactType"] == artifact_type)
@@ -328,16 +400,18 @@ def envelope_replaced(client, digest: str, envelope: bytes | None):
         image = client.get_manifest(REPO, digest)
         subject = {"mediaType": image[2], "digest": digest, "size": len(image[0])}
         kept.append(provenance.attach(client, REPO, subject, "signature", envelope, "provenance.intoto.dsse.json"))
-    client.put_manifest(REPO, fallback, canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX,
-                                                         "manifests": kept}), OCI_INDEX)
+    client.put_manifest(
+        REPO, fallback, canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": kept}), OCI_INDEX
+    )
     try:
         yield
     finally:
         client.put_manifest(REPO, fallback, original, OCI_INDEX)
 
 
-def test_verify_checks_the_signature_under_the_public_key(published, reg, creds, project, empty_docker_config,
-                                                          sign_keys, tmp_path):
+def test_verify_checks_the_signature_under_the_public_key(
+    published, reg, creds, project, empty_docker_config, sign_keys, tmp_path
+):
     good = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(sign_keys["ecdsa"].public))
     assert good.returncode == 0, good.stderr
     for platform, digest in published["platforms"].items():
@@ -351,16 +425,18 @@ def test_verify_checks_the_signature_under_the_public_key(published, reg, creds,
         assert signing.verify_envelope(envelope, sign_keys["ecdsa"].public.read_bytes()).payload == statement
     other = sign_keys["other"]
     wrong = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(other.public))
-    assert_one_line(wrong, f"{reg.address}/{REPO}:v1 linux/amd64: the provenance signature does not verify under "
-                           f"{other.keyid}")
+    assert_one_line(
+        wrong, f"{reg.address}/{REPO}:v1 linux/amd64: the provenance signature does not verify under {other.keyid}"
+    )
     # a bad --public-key file is one line before the registry is asked (a private key given by mistake)
     bad = verify_cli(project, reg, creds, "v1", empty_docker_config, "--public-key", str(sign_keys["ecdsa"].private))
     line = assert_one_line(bad, "--public-key", "holds a private key")
     assert not any(secret in line.encode() for secret in sign_keys["ecdsa"].secrets)
 
 
-def test_verify_fails_when_one_platform_envelope_is_swapped(published, reg, creds, project, empty_docker_config,
-                                                            sign_keys):
+def test_verify_fails_when_one_platform_envelope_is_swapped(
+    published, reg, creds, project, empty_docker_config, sign_keys
+):
     """amd64's envelope replaced by other valid envelopes pushed as its referrer; then removed."""
     client = client_for(reg)
     amd, arm = published["platforms"]["linux/amd64"], published["platforms"]["linux/arm64"]
@@ -371,8 +447,11 @@ def test_verify_fails_when_one_platform_envelope_is_swapped(published, reg, cred
     # a genuine envelope by the right key, of the arm64 statement (a replay onto another digest)
     with envelope_replaced(client, amd, arm_envelope):
         proc = verify_cli(project, reg, creds, "v1", empty_docker_config, *key)
-        assert_one_line(proc, where + "the signed payload is not the attached statement",
-                        f"attached sha256:{provenance.sha256_bytes(amd_statement)}")
+        assert_one_line(
+            proc,
+            where + "the signed payload is not the attached statement",
+            f"attached sha256:{provenance.sha256_bytes(amd_statement)}",
+        )
     # amd64's exact statement, signed by another key
     with envelope_replaced(client, amd, signing.sign(amd_statement, sign_keys["other"].signer)):
         proc = verify_cli(project, reg, creds, "v1", empty_docker_config, *key)
@@ -389,6 +468,7 @@ def test_verify_fails_when_one_platform_envelope_is_swapped(published, reg, cred
 
 
 # -- faults: the registry killed mid-publish ------------------------------------------------------------------
+
 
 def library_builds(engine, smoked) -> list[PlatformBuild]:
     return [check_build(engine, p, smoked[p].manifest_path.parent) for p in PLATFORMS]
@@ -411,7 +491,7 @@ def test_registry_killed_between_platform_pushes_and_restarted(engine, smoked, p
     result = publish(engine, library_builds(engine, smoked), client_for(reg), REPO, "fault-restart", progress=hook)
     restarted[0].join()
     assert len(restarted) == 2  # it was killed and came back during the publish
-    assert events.count("pushed") == 2 and "retrying" in events[events.index("pushed"):], events
+    assert events.count("pushed") == 2 and "retrying" in events[events.index("pushed") :], events
     assert result["platforms"] == published["platforms"]
     assert platforms_of(index_of(reg, "fault-restart")[0]) == published["platforms"]
 
@@ -454,6 +534,7 @@ def test_registry_killed_during_a_layer_upload_and_restarted(engine, smoked, pub
 def test_registry_killed_before_the_index_leaves_no_tag(engine, smoked, published, reg):
     """Killed after the artifacts, before the index is written, and not back within the retries: one line,
     and once it is back no tag points at a partial index."""
+
     def hook(event, detail):
         if event == "attached" and "linux/arm64" in detail:
             reg.kill()
@@ -472,6 +553,7 @@ def test_registry_killed_before_the_index_leaves_no_tag(engine, smoked, publishe
 
 
 # -- bad input: one line, exit 2, nothing pushed ------------------------------------------------------------
+
 
 @contextmanager
 def changed(path: Path, content: bytes | None):
@@ -511,7 +593,11 @@ BAD_CASES = [
     ("wrong-password", dict(creds="wrong"), ["wrong credentials for", "'alice'"]),
     ("untrusted-certificate", dict(ca=None), ["untrusted certificate"]),
     ("other-ca", dict(ca="other"), ["untrusted certificate"]),
-    ("missing-ca-file", dict(ca="missing"), ["cannot read a TLS or ssh_config file: no such file or directory", "--ca"]),
+    (
+        "missing-ca-file",
+        dict(ca="missing"),
+        ["cannot read a TLS or ssh_config file: no such file or directory", "--ca"],
+    ),
     ("ca-not-pem", dict(ca="not-pem"), ["holds no PEM certificate"]),
     ("unknown-platform", dict(platforms="linux/amd64,linux/s390x"), ["unknown platform 'linux/s390x'"]),
     ("platform-twice", dict(platforms="linux/amd64,linux/amd64"), ["is given twice"]),
@@ -528,13 +614,20 @@ BAD_CASES = [
     ("unreachable-registry", dict(registry="127.0.0.1:9"), ["127.0.0.1:9 unreachable after 5 tries"]),
     ("credentials-not-object", dict(creds_text='["alice", "pw"]'), ["must hold a JSON object"]),
     ("credentials-not-json", dict(creds_text="username=alice"), ["credentials file is not JSON"]),
-    ("credentials-extra-key", dict(creds_text='{"username":"alice","password":"x","token":"y"}'),
-     ["unknown key 'token'"]),
+    (
+        "credentials-extra-key",
+        dict(creds_text='{"username":"alice","password":"x","token":"y"}'),
+        ["unknown key 'token'"],
+    ),
     ("credentials-no-password", dict(creds_text='{"username":"alice"}'), ["missing 'password'"]),
     ("credentials-world-readable", dict(creds_mode=0o644), ["readable by others", "chmod 600"]),
     ("credentials-file-missing", dict(creds="missing"), ["cannot read a credentials file"]),
     ("docker-config-bad-auth", dict(creds=None, docker_auth="not base64!"), ["`auth` is not base64 of USER:PASSWORD"]),
-    ("sign-key-certificate", dict(sign_key="certificate"), ["--sign-key", "holds a certificate, not a PEM private key"]),
+    (
+        "sign-key-certificate",
+        dict(sign_key="certificate"),
+        ["--sign-key", "holds a certificate, not a PEM private key"],
+    ),
     ("sign-key-directory", dict(sign_key="directory"), ["--sign-key", "is not a regular file"]),
     ("sign-key-missing", dict(sign_key="missing"), ["--sign-key", "cannot read a PEM private key"]),
     ("sign-key-huge", dict(sign_key="huge"), ["--sign-key", "at most 65536 are read (64 KiB, a PEM private key)"]),
@@ -552,8 +645,10 @@ def bad_sign_key(how: str, reg, sign_keys, tmp_path) -> tuple[str, list[bytes]]:
     if how == "rsa":
         from cryptography.hazmat.primitives import serialization as ser
         from cryptography.hazmat.primitives.asymmetric import rsa
+
         rsa_pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-            ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+            ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()
+        )
         path = tmp_path / "rsa.key"
         path.write_bytes(rsa_pem)
         path.chmod(0o600)
@@ -563,19 +658,34 @@ def bad_sign_key(how: str, reg, sign_keys, tmp_path) -> tuple[str, list[bytes]]:
         path.write_bytes(pem + (b"A" * (100 << 10) if how == "huge" else b""))
         path.chmod(0o600 if how == "huge" else 0o644)
         return str(path), good.secrets
-    value = {"certificate": str(reg.ca_file), "directory": str(tmp_path), "missing": str(tmp_path / "absent.key"),
-             "argv": pem.decode()}[how]
+    value = {
+        "certificate": str(reg.ca_file),
+        "directory": str(tmp_path),
+        "missing": str(tmp_path / "absent.key"),
+        "argv": pem.decode(),
+    }[how]
     return value, good.secrets
 
 
 @pytest.mark.parametrize("case_id,how,fragments", BAD_CASES, ids=[c[0] for c in BAD_CASES])
-def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoked, reg, creds, project, tmp_path,
-                                                  empty_docker_config, sign_keys):
+def test_bad_input_is_one_line_and_pushes_nothing(
+    case_id, how, fragments, smoked, reg, creds, project, tmp_path, empty_docker_config, sign_keys
+):
     import trustme
+
     tag = f"bad-{case_id}"
     registry = how.get("registry", reg.address)
-    args = ["publish", "--recipe", "toy", "--registry", registry, "--platform",
-            how.get("platforms", "linux/amd64,linux/arm64"), "--tag", tag]
+    args = [
+        "publish",
+        "--recipe",
+        "toy",
+        "--registry",
+        registry,
+        "--platform",
+        how.get("platforms", "linux/amd64,linux/arm64"),
+        "--tag",
+        tag,
+    ]
     if "repository" in how:
         args += ["--repository", how["repository"]]
     ca = how.get("ca", "good")
@@ -620,14 +730,19 @@ def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoke
         "no-build-dir": lambda: moved(arm.manifest_path.parent),
         "no-manifest": lambda: changed(_manifest(smoked), None),
         "corrupt-manifest": lambda: changed(_manifest(smoked), _manifest(smoked).read_bytes()[:200]),
-        "bad-image-id": lambda: changed(_manifest(smoked), json.dumps(
-            {**json.loads(_manifest(smoked).read_text()), "outputs": {"image_id": "latest"}}).encode()),
+        "bad-image-id": lambda: changed(
+            _manifest(smoked),
+            json.dumps({**json.loads(_manifest(smoked).read_text()), "outputs": {"image_id": "latest"}}).encode(),
+        ),
         "no-verdict": lambda: changed(_verdict(smoked), None),
         "corrupt-verdict": lambda: changed(_verdict(smoked), b'{"passed": tru'),
-        "failed-verdict": lambda: changed(_verdict(smoked), json.dumps(
-            {**json.loads(_verdict(smoked).read_text()), "passed": False}).encode()),
-        "other-verdict": lambda: changed(_verdict(smoked), json.dumps(
-            {**json.loads(_verdict(smoked).read_text()), "image_id": "sha256:" + "1" * 64}).encode()),
+        "failed-verdict": lambda: changed(
+            _verdict(smoked), json.dumps({**json.loads(_verdict(smoked).read_text()), "passed": False}).encode()
+        ),
+        "other-verdict": lambda: changed(
+            _verdict(smoked),
+            json.dumps({**json.loads(_verdict(smoked).read_text()), "image_id": "sha256:" + "1" * 64}).encode(),
+        ),
     }
     catalog, tags = reg.catalog(), reg.tags(REPO)
     make = contexts[how.get("ctx")]
@@ -641,12 +756,14 @@ def test_bad_input_is_one_line_and_pushes_nothing(case_id, how, fragments, smoke
     for secret in key_secrets:
         assert secret not in (proc.stderr + proc.stdout).encode(), "signing key bytes in the output"
     assert reg.catalog() == catalog and reg.tags(REPO) == tags, line  # nothing pushed, nothing tagged
-    local = subprocess.run([DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                           text=True).stdout
+    local = subprocess.run(
+        [DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
+    ).stdout
     assert tag not in local
 
 
 # -- secrets ------------------------------------------------------------------------------------------------
+
 
 def _pem_body(pem: bytes) -> list[bytes]:
     """Long base64 lines of a PEM key: any one of them found anywhere means the key leaked."""
@@ -729,17 +846,36 @@ HOSTILE_PUBLISH = {
 
 
 @pytest.mark.parametrize("mode", sorted(HOSTILE_PUBLISH))
-def test_publish_to_a_hostile_registry_is_bounded_and_pushes_nothing(mode, smoked, project, tmp_path,
-                                                                      empty_docker_config):
+def test_publish_to_a_hostile_registry_is_bounded_and_pushes_nothing(
+    mode, smoked, project, tmp_path, empty_docker_config
+):
     """The registry's answers to publish's first reads (its /v2/, its token service, what the tag names now)
     hold or flood it: one line, exit 2, within the request deadline, bounded memory, no write of any kind."""
     registry = HostileRegistry(mode)
     try:
-        proc = run_cli(project, ["publish", "--recipe", "toy", "--registry", registry.address, "--platform",
-                                 "linux/amd64", "--tag", "v1", "--credentials",
-                                 str(write_creds(tmp_path / "creds.json"))], project,
-                       {"PYTHONPATH": str(REPO_ROOT), "DOCKER_CONFIG": str(empty_docker_config),
-                        "SERVEBUILD_REGISTRY_TIMEOUT": "4", "SERVEBUILD_REGISTRY_DEADLINE": "12"})
+        proc = run_cli(
+            project,
+            [
+                "publish",
+                "--recipe",
+                "toy",
+                "--registry",
+                registry.address,
+                "--platform",
+                "linux/amd64",
+                "--tag",
+                "v1",
+                "--credentials",
+                str(write_creds(tmp_path / "creds.json")),
+            ],
+            project,
+            {
+                "PYTHONPATH": str(REPO_ROOT),
+                "DOCKER_CONFIG": str(empty_docker_config),
+                "SERVEBUILD_REGISTRY_TIMEOUT": "4",
+                "SERVEBUILD_REGISTRY_DEADLINE": "12",
+            },
+        )
     finally:
         registry.stop()
     print(f"\n{mode}: {proc.seconds:.1f} s, peak RSS {proc.peak_mib:.0f} MiB: {proc.lines}")

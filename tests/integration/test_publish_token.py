@@ -18,8 +18,18 @@ import subprocess
 import pytest
 
 from integration import test_publish as basic
-from integration.test_publish import (DOCKER, PLATFORMS, REPO, USER, assert_one_line, cli, docker_config_with,
-                                      index_of, platforms_of, publish_args)
+from integration.test_publish import (
+    DOCKER,
+    PLATFORMS,
+    REPO,
+    USER,
+    assert_one_line,
+    cli,
+    docker_config_with,
+    index_of,
+    platforms_of,
+    publish_args,
+)
 from registry_support import TokenRegistry, new_password, write_credentials
 
 smoked = basic.smoked  # the same module fixture: both platforms built and smoke-passed
@@ -29,8 +39,11 @@ OUTSIDER = "bob"  # may pull and push other/repo only
 @pytest.fixture(scope="module")
 def reg(tmp_path_factory):
     password = new_password()
-    registry = TokenRegistry(tmp_path_factory.mktemp("token-registry"), {USER: password, OUTSIDER: new_password()},
-                             access={OUTSIDER: {"other/repo"}})
+    registry = TokenRegistry(
+        tmp_path_factory.mktemp("token-registry"),
+        {USER: password, OUTSIDER: new_password()},
+        access={OUTSIDER: {"other/repo"}},
+    )
     registry.password = password
     yield registry
     registry.stop()
@@ -48,8 +61,11 @@ def empty_docker_config(tmp_path_factory):
 
 def push_tokens(reg, agent: str) -> list[str]:
     """Users given a token to push to REPO by a client whose User-Agent starts with `agent`."""
-    return [user for user, ua, access in reg.tokens.issued if ua.startswith(agent)
-            and any(a["name"] == REPO and "push" in a["actions"] for a in access)]
+    return [
+        user
+        for user, ua, access in reg.tokens.issued
+        if ua.startswith(agent) and any(a["name"] == REPO and "push" in a["actions"] for a in access)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +90,16 @@ def test_publish_with_a_credentials_file_gets_tokens_and_pushes(published, smoke
 
 
 def test_verify_passes_on_the_published_tag(published, reg, creds, project, empty_docker_config):
-    proc = cli(project, "verify", f"{reg.address}/{REPO}:v1", "--credentials", str(creds), "--ca", str(reg.ca_file),
-               docker_config=empty_docker_config)
+    proc = cli(
+        project,
+        "verify",
+        f"{reg.address}/{REPO}:v1",
+        "--credentials",
+        str(creds),
+        "--ca",
+        str(reg.ca_file),
+        docker_config=empty_docker_config,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"verified {reg.address}/{REPO}:v1 (index {published['digest']})" in proc.stdout
 
@@ -83,12 +107,26 @@ def test_verify_passes_on_the_published_tag(published, reg, creds, project, empt
 def test_publish_and_verify_with_docker_config_credentials(published, reg, project, tmp_path):
     """Credentials from the Docker config's `auths` entry: the same images under another tag make the same index."""
     config = docker_config_with(reg, tmp_path)
-    proc = cli(project, "publish", "--recipe", "toy", "--registry", reg.address, "--platform",
-               "linux/amd64,linux/arm64", "--tag", "v1-docker-config", "--ca", str(reg.ca_file), docker_config=config)
+    proc = cli(
+        project,
+        "publish",
+        "--recipe",
+        "toy",
+        "--registry",
+        reg.address,
+        "--platform",
+        "linux/amd64,linux/arm64",
+        "--tag",
+        "v1-docker-config",
+        "--ca",
+        str(reg.ca_file),
+        docker_config=config,
+    )
     assert proc.returncode == 0, proc.stderr
     assert index_of(reg, "v1-docker-config") == (published["index"], published["digest"])
-    proc = cli(project, "verify", f"{reg.address}/{REPO}:v1-docker-config", "--ca", str(reg.ca_file),
-               docker_config=config)
+    proc = cli(
+        project, "verify", f"{reg.address}/{REPO}:v1-docker-config", "--ca", str(reg.ca_file), docker_config=config
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"verified {reg.address}/{REPO}:v1-docker-config (index {published['digest']})" in proc.stdout
 
@@ -96,15 +134,15 @@ def test_publish_and_verify_with_docker_config_credentials(published, reg, proje
 def assert_nothing_pushed(proc, reg, tag, catalog, tags):
     assert reg.catalog() == catalog and reg.tags(REPO) == tags  # read with a valid token
     assert tag not in tags
-    local = subprocess.run([DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                           text=True).stdout
+    local = subprocess.run(
+        [DOCKER, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
+    ).stdout
     assert tag not in local
     assert reg.password not in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("source", ["credentials-file", "docker-config"])
-def test_wrong_password_is_one_line_and_pushes_nothing(source, published, reg, project, tmp_path,
-                                                       empty_docker_config):
+def test_wrong_password_is_one_line_and_pushes_nothing(source, published, reg, project, tmp_path, empty_docker_config):
     catalog, tags = reg.catalog(), reg.tags(REPO)
     tag = f"wrong-{source}"
     wrong = write_credentials(tmp_path / "wrong.json", USER, "not-" + reg.password)
@@ -116,8 +154,21 @@ def test_wrong_password_is_one_line_and_pushes_nothing(source, published, reg, p
         config.mkdir()
         auth = base64.b64encode(f"{USER}:not-{reg.password}".encode()).decode()
         (config / "config.json").write_text(json.dumps({"auths": {reg.address: {"auth": auth}}}))
-        proc = cli(project, "publish", "--recipe", "toy", "--registry", reg.address, "--platform",
-                   "linux/amd64,linux/arm64", "--tag", tag, "--ca", str(reg.ca_file), docker_config=config)
+        proc = cli(
+            project,
+            "publish",
+            "--recipe",
+            "toy",
+            "--registry",
+            reg.address,
+            "--platform",
+            "linux/amd64,linux/arm64",
+            "--tag",
+            tag,
+            "--ca",
+            str(reg.ca_file),
+            docker_config=config,
+        )
         where = f"docker config {config / 'config.json'}"
     line = assert_one_line(proc)
     assert line == f"error: registry: wrong credentials for {reg.address}: user '{USER}' (from {where}) was refused"
@@ -130,26 +181,31 @@ def test_user_without_access_to_the_repository_pushes_nothing(published, reg, pr
     outsider = write_credentials(tmp_path / "outsider.json", OUTSIDER, reg.users[OUTSIDER])
     proc = cli(project, *publish_args(reg, outsider, "outsider"), docker_config=empty_docker_config)
     line = assert_one_line(proc)
-    assert line == (f"error: registry: reading {REPO}:outsider: {reg.address} answered 401 "
-                    f"(UNAUTHORIZED: authentication required)")
+    assert line == (
+        f"error: registry: reading {REPO}:outsider: {reg.address} answered 401 (UNAUTHORIZED: authentication required)"
+    )
     asked = [access for user, _, access in reg.tokens.issued if user == OUTSIDER]
     assert asked and not [a for access in asked for a in access if a["name"] == REPO]  # asked, given nothing on REPO
     assert_nothing_pushed(proc, reg, "outsider", catalog, tags)
 
 
 @pytest.mark.parametrize("command", ["publish", "verify"])
-def test_token_service_down_is_one_line_naming_the_realm(command, published, reg, creds, project,
-                                                         empty_docker_config):
+def test_token_service_down_is_one_line_naming_the_realm(command, published, reg, creds, project, empty_docker_config):
     catalog, tags = reg.catalog(), reg.tags(REPO)
     tag = f"token-down-{command}"
-    args = publish_args(reg, creds, tag) if command == "publish" else \
-        ["verify", f"{reg.address}/{REPO}:v1", "--credentials", str(creds), "--ca", str(reg.ca_file)]
+    args = (
+        publish_args(reg, creds, tag)
+        if command == "publish"
+        else ["verify", f"{reg.address}/{REPO}:v1", "--credentials", str(creds), "--ca", str(reg.ca_file)]
+    )
     reg.tokens.stop()
     try:
         proc = cli(project, *args, docker_config=empty_docker_config)
     finally:
         reg.tokens.start()
     line = assert_one_line(proc)
-    assert line == (f"error: registry: token service {reg.tokens.realm} of {reg.address} unreachable after 5 tries "
-                    f"(ConnectionError on GET /v2/)")
+    assert line == (
+        f"error: registry: token service {reg.tokens.realm} of {reg.address} unreachable after 5 tries "
+        f"(ConnectionError on GET /v2/)"
+    )
     assert_nothing_pushed(proc, reg, tag, catalog, tags)

@@ -32,10 +32,15 @@ REPO = "servebuild-test/rebuild"
 
 def make_base(marker: str) -> str:
     """The debian base plus one file, a base of the test's own (a rebuild of it can differ)."""
-    proc = subprocess.run([DOCKER, "build", "-q", "-t", BASE, "-"], check=True, capture_output=True, text=True,
-                          input=f"FROM servebuild/debian:bookworm-amd64\nRUN echo {marker} > /etc/servebuild-marker "
-                                f"&& touch -d @946684800 /etc/servebuild-marker /etc\n",
-                          env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [DOCKER, "build", "-q", "-t", BASE, "-"],
+        check=True,
+        capture_output=True,
+        text=True,
+        input=f"FROM servebuild/debian:bookworm-amd64\nRUN echo {marker} > /etc/servebuild-marker "
+        f"&& touch -d @946684800 /etc/servebuild-marker /etc\n",
+        env={"DOCKER_BUILDKIT": "1", "PATH": "/usr/bin:/bin"},
+    )
     return proc.stdout.strip()
 
 
@@ -45,15 +50,18 @@ def published(engine, base_images, tmp_path_factory):
     first = make_base("first")
     up = make_upstream(tmp)
     recipe = fixture_recipe(up, platforms=["linux/amd64"])
-    recipe["bases"] = {"build": {"ref": "servebuild-test/rebuild-base:{arch}"},
-                       "runtime": {"ref": "servebuild-test/rebuild-base:{arch}"}}
+    recipe["bases"] = {
+        "build": {"ref": "servebuild-test/rebuild-base:{arch}"},
+        "runtime": {"ref": "servebuild-test/rebuild-base:{arch}"},
+    }
     root = make_project(tmp, up, recipe)
     build_fixture(root, engine, "linux/amd64", TAG, tmp / "cache")
     (tmp / "registry").mkdir()
     address, proc = start_registry(tmp / "registry")
     try:
-        cli_release.publish(root, "toy", registry=address, platform="linux/amd64", repository=REPO, tag="v1",
-                            no_verify=True)
+        cli_release.publish(
+            root, "toy", registry=address, platform="linux/amd64", repository=REPO, tag="v1", no_verify=True
+        )
         yield root, f"{address}/{REPO}:v1", tmp / "registry" / "data", first
     finally:
         proc.kill()
@@ -83,9 +91,14 @@ def test_a_published_image_rebuilds_identical(published, capsys):
     bases = set(re.findall(r"^#(\d+) \[[\w-]+ 1/\d+\] FROM ", log, re.M))
     assert "pip install --require-hashes" in log and cached <= bases, cached - bases
     # the config's times are a fact of the inputs, never the clock (the fixture has no dated input)
-    assert json.loads(subprocess.run([DOCKER, "image", "inspect", "--format", "{{json .Created}}",
-                                      manifest["outputs"]["image_id"]], check=True, capture_output=True,
-                                     text=True).stdout).startswith("2000-01-01T00:00:00")
+    assert json.loads(
+        subprocess.run(
+            [DOCKER, "image", "inspect", "--format", "{{json .Created}}", manifest["outputs"]["image_id"]],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    ).startswith("2000-01-01T00:00:00")
     assert manifest["outputs"]["created"] == "2000-01-01T00:00:00Z"
     assert manifest["outputs"]["created_from"] == "fixed (no dated input)"
     assert manifest["outputs"]["labels"]["org.opencontainers.image.created"] == "2000-01-01T00:00:00Z"
@@ -132,8 +145,10 @@ def test_a_swapped_registry_blob_is_named(published, capsys):
     assert target is not None, "no launcher layer among the registry's blobs"
     original = target.read_bytes()
     out_tar = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(original))) as src, \
-            tarfile.open(fileobj=out_tar, mode="w", format=tarfile.PAX_FORMAT) as dst:
+    with (
+        tarfile.open(fileobj=io.BytesIO(gzip.decompress(original))) as src,
+        tarfile.open(fileobj=out_tar, mode="w", format=tarfile.PAX_FORMAT) as dst,
+    ):
         for member in src:
             body = src.extractfile(member).read() if member.isfile() else None
             if member.name == "usr/local/bin/toy-serve":
@@ -152,12 +167,14 @@ def test_a_swapped_registry_blob_is_named(published, capsys):
 def test_a_tag_that_is_not_there_is_one_line(published, capsys):
     root, ref, *_ = published
     from servebuild.errors import InputError
+
     with pytest.raises(InputError, match="no such tag"):
         check(root, ref.replace(":v1", ":v2"), capsys)
 
 
 # -- the CLI against a registry that misbehaves (tests/layer_registry.py); the engine is real (the
 # command pings it first) and every case ends before the build, in one line, exit 2 ----------------------
+
 
 def _bomb(reg_args: dict) -> None:
     reg_args["layers"] = [gzip_bomb(100 << 20)]  # ~100 KiB inflating to 100 MiB: past the 64 MiB floor
@@ -169,11 +186,18 @@ def _diff_id(reg_args: dict) -> None:
 
 HOSTILE = {  # case -> (how the registry misbehaves, environment, words of the one line, seconds at most)
     "gzip-bomb": (_bomb, {}, "inflates past 67108864 bytes", 60),
-    "trickled-layer": (lambda a: a.update(trickle=(0,), trickle_s=0.2), {"SERVEBUILD_REGISTRY_DEADLINE": "3"},
-                       "reading layer 0 (sha256:", 20),
-    "many-slow-layers": (lambda a: a.update(layers=[layer({f"etc/{i}": b"x"}) for i in range(4)],
-                                            trickle=(0, 1, 2, 3), trickle_s=0.02),
-                         {"SERVEBUILD_REBUILD_DEADLINE": "3"}, "SERVEBUILD_REBUILD_DEADLINE", 20),
+    "trickled-layer": (
+        lambda a: a.update(trickle=(0,), trickle_s=0.2),
+        {"SERVEBUILD_REGISTRY_DEADLINE": "3"},
+        "reading layer 0 (sha256:",
+        20,
+    ),
+    "many-slow-layers": (
+        lambda a: a.update(layers=[layer({f"etc/{i}": b"x"}) for i in range(4)], trickle=(0, 1, 2, 3), trickle_s=0.02),
+        {"SERVEBUILD_REBUILD_DEADLINE": "3"},
+        "SERVEBUILD_REBUILD_DEADLINE",
+        20,
+    ),
     "diff-id-lie": (_diff_id, {}, "hashes to its digest but uncompresses to", 30),
     "two-entries": (lambda a: a.update(entries=2), {}, "its index lists 2 images for linux/amd64", 30),
     "path-label": (lambda a: a.update(labels=labels("recipes/toy.yaml")), {}, "is not a recipe name", 30),
@@ -185,6 +209,7 @@ HOSTILE = {  # case -> (how the registry misbehaves, environment, words of the o
 def test_a_misbehaving_registry_is_one_line_exit_2_before_any_build(engine, project, monkeypatch, case):
     from invoke import Exit
     from servebuild.cli.front import one_line_errors
+
     misbehave, env, words, seconds = HOSTILE[case]
     args = {"layers": [layer({"etc/x": b"x"})], "labels": labels("toy")}
     misbehave(args)

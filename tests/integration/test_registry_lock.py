@@ -19,8 +19,14 @@ def push(local: str, remote: str) -> str:
     subprocess.run([DOCKER, "tag", local, remote], check=True)
     subprocess.run([DOCKER, "push", remote], check=True, capture_output=True)
     CREATED_TAGS.append(remote)
-    digests = json.loads(subprocess.run([DOCKER, "image", "inspect", "--format", "{{json .RepoDigests}}", remote],
-                                        check=True, capture_output=True, text=True).stdout)
+    digests = json.loads(
+        subprocess.run(
+            [DOCKER, "image", "inspect", "--format", "{{json .RepoDigests}}", remote],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     return next(d.split("@", 1)[1] for d in digests if d.startswith(remote.rsplit(":", 1)[0]))
 
 
@@ -30,8 +36,7 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
     assert basedigest.registry_digest(remote) == pushed
 
     up = make_upstream(tmp_path)
-    recipe = fixture_recipe(up, platforms=["linux/amd64"],
-                            bases={"build": {"ref": remote}, "runtime": {"ref": remote}})
+    recipe = fixture_recipe(up, platforms=["linux/amd64"], bases={"build": {"ref": remote}, "runtime": {"ref": remote}})
     root = make_project(tmp_path, up, recipe)
     loaded = load_recipe("toy", root)
     data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "w")
@@ -39,8 +44,9 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
     assert data.bases.build.digest == pushed
     lockfile.write_lock(lockfile.lock_path(loaded), data)
 
-    result, _ = build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-digest:amd64", tmp_path / "cache",
-                              locked=True)
+    result, _ = build_fixture(
+        root, engine, "linux/amd64", "servebuild-test/toy-digest:amd64", tmp_path / "cache", locked=True
+    )
     dockerfile = (root / "build/toy/linux-amd64/context/Dockerfile").read_text()
     assert f"FROM {remote}@{pushed} AS deps" in dockerfile
     assert f"FROM {remote}@{pushed} AS runtime" in dockerfile

@@ -23,10 +23,14 @@ from support import REPO_ROOT
 
 ADAPTIVE = "patches/sglang-adaptive-prefill.patch"
 REMAP = "patches/sglang-dspark-shared-expert-remap.patch"
-ENV_NAMES = ["SGLANG_DSV4_ADAPTIVE_PREFILL", "SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT",
-             "SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK", "SGLANG_DSV4_ADAPTIVE_PREFILL_ALIGNMENT",
-             "SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_THRESHOLD",
-             "SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_MAX_CHUNK"]
+ENV_NAMES = [
+    "SGLANG_DSV4_ADAPTIVE_PREFILL",
+    "SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT",
+    "SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK",
+    "SGLANG_DSV4_ADAPTIVE_PREFILL_ALIGNMENT",
+    "SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_THRESHOLD",
+    "SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_MAX_CHUNK",
+]
 
 
 def entry(path: str) -> PatchEntry:
@@ -37,8 +41,11 @@ def entry(path: str) -> PatchEntry:
 def patched_tree(upstream, tmp: Path, *patches: str) -> Path:
     url, commit = upstream
     cache = SourceCache(tmp / "cache", recipe="sglang-test")
-    prepared = cache.prepare(EngineSource(url=url, commit=commit, subdir="python",
-                                          patches=[entry(p) for p in patches]), REPO_ROOT, tmp / "work")
+    prepared = cache.prepare(
+        EngineSource(url=url, commit=commit, subdir="python", patches=[entry(p) for p in patches]),
+        REPO_ROOT,
+        tmp / "work",
+    )
     out = tmp / "extracted"
     with tarfile.open(prepared.tarball) as tar:
         tar.extractall(out, filter="data")
@@ -76,9 +83,13 @@ def policy(adaptive_tree, monkeypatch):
 
 def test_both_patches_apply_and_compile(sglang_upstream, tmp_path):
     """Each patch applies alone to v0.5.16 and every file it touches compiles."""
-    for patch, files in ((ADAPTIVE, ["sglang/srt/environ.py", "sglang/srt/managers/scheduler.py",
-                                     "sglang/srt/managers/adaptive_prefill.py"]),
-                         (REMAP, ["sglang/srt/models/deepseek_v4_dspark.py"])):
+    for patch, files in (
+        (
+            ADAPTIVE,
+            ["sglang/srt/environ.py", "sglang/srt/managers/scheduler.py", "sglang/srt/managers/adaptive_prefill.py"],
+        ),
+        (REMAP, ["sglang/srt/models/deepseek_v4_dspark.py"]),
+    ):
         tree = patched_tree(sglang_upstream, tmp_path / Path(patch).stem, patch)
         for rel in files:
             py_compile.compile(str(tree / rel), doraise=True)
@@ -94,6 +105,7 @@ def test_patch_headers_say_what_why_against_and_drop():
 
 def test_remap_patch_is_in_no_default_stack():
     from servebuild.recipe.load import load_recipe
+
     for recipe in ("sglang-native-fp8", "sglang-fused-fp4", "vllm-dspark"):
         engine = load_recipe(recipe, REPO_ROOT).recipe.engine
         assert not any(p.file == REMAP for p in engine.source.patches), recipe
@@ -102,8 +114,11 @@ def test_remap_patch_is_in_no_default_stack():
 def test_remap_patch_maps_shared_experts_to_slot_256(sglang_upstream, tmp_path):
     tree = patched_tree(sglang_upstream, tmp_path, REMAP)
     source = (tree / "sglang/srt/models/deepseek_v4_dspark.py").read_text()
-    fn = next(n for n in ast.walk(ast.parse(source))
-              if isinstance(n, ast.FunctionDef) and n.name == "_remap_dspark_weight_name")
+    fn = next(
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.FunctionDef) and n.name == "_remap_dspark_weight_name"
+    )
     body = ast.unparse(fn)
     assert "'.mlp.shared_experts.', '.mlp.experts.256.'" in body
 
@@ -119,8 +134,9 @@ def test_scheduler_hook_calls_the_policy(adaptive_tree):
     assert raw.index("next_chunk_size(") < raw.index("PrefillAdder(")
     init = ast.unparse(methods["init_chunked_prefill"])
     assert "self.adaptive_prefill = AdaptivePrefillConfig.from_env()" in init
-    imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)
-               and n.module == "sglang.srt.managers.adaptive_prefill"]
+    imports = [
+        n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "sglang.srt.managers.adaptive_prefill"
+    ]
     assert {a.name for a in imports[0].names} == {"AdaptivePrefillConfig", "next_chunk_size"}
 
 
@@ -206,13 +222,16 @@ def test_from_env_reads_the_variables(policy, monkeypatch):
     assert cfg.enabled and cfg.min_chunk == 2048 and cfg.token_product == 738197504
 
 
-@pytest.mark.parametrize("env,value,message", [
-    ("SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK", "0", "MIN_CHUNK must be a positive integer"),
-    ("SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT", "-5", "TOKEN_PRODUCT must be a positive integer"),
-    ("SGLANG_DSV4_ADAPTIVE_PREFILL_ALIGNMENT", "2048", "ALIGNMENT (2048) must not exceed"),
-    ("SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK", "9000", "MIN_CHUNK (9000) must not exceed"),
-    ("SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_THRESHOLD", "lots", "'lots' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "env,value,message",
+    [
+        ("SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK", "0", "MIN_CHUNK must be a positive integer"),
+        ("SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT", "-5", "TOKEN_PRODUCT must be a positive integer"),
+        ("SGLANG_DSV4_ADAPTIVE_PREFILL_ALIGNMENT", "2048", "ALIGNMENT (2048) must not exceed"),
+        ("SGLANG_DSV4_ADAPTIVE_PREFILL_MIN_CHUNK", "9000", "MIN_CHUNK (9000) must not exceed"),
+        ("SGLANG_DSV4_ADAPTIVE_PREFILL_LONG_REQUEST_THRESHOLD", "lots", "'lots' is not an integer"),
+    ],
+)
 def test_bad_values_are_rejected_at_startup(policy, monkeypatch, env, value, message):
     monkeypatch.setenv("SGLANG_DSV4_ADAPTIVE_PREFILL", "1")
     monkeypatch.setenv(env, value)
@@ -225,8 +244,11 @@ def test_iteration_counts_for_the_closing_note(policy, capsys):
     fixed = policy.AdaptivePrefillConfig(enabled=False)
     rows = {}
     for tokens in (131_072, 262_144, 1_048_535):
-        rows[tokens] = (walk(policy, fixed, 1024, tokens)[0], walk(policy, fixed, 12288, tokens)[0],
-                        walk(policy, enabled(policy), 12288, tokens)[0])
+        rows[tokens] = (
+            walk(policy, fixed, 1024, tokens)[0],
+            walk(policy, fixed, 12288, tokens)[0],
+            walk(policy, enabled(policy), 12288, tokens)[0],
+        )
     with capsys.disabled():
         print("\nprefill iterations (fixed 1024 / fixed 12288 / adaptive):")
         for tokens, row in rows.items():

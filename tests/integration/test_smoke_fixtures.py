@@ -20,8 +20,15 @@ import yaml
 from integration.conftest import CREATED_TAGS, build_fixture
 from servebuild.check import smoke
 from servebuild.recipe.load import load_recipe
-from support import (REPO_ROOT, compile_kernel, fixture_recipe, local_torch_cpu_wheel, make_project,
-                     make_upstream, requirement_blocks)
+from support import (
+    REPO_ROOT,
+    compile_kernel,
+    fixture_recipe,
+    local_torch_cpu_wheel,
+    make_project,
+    make_upstream,
+    requirement_blocks,
+)
 
 DOCKER = "/usr/bin/docker"
 
@@ -49,9 +56,15 @@ def run_smoke(engine, tag, loaded, out_dir):
 def torch_image(engine, base_images, tmp_path_factory):
     """The real torch-cu130-bookworm recipe (the README's main job) for amd64."""
     tag = "servebuild-test/torch-cu130-bookworm:amd64"
-    result, seconds = build_fixture(REPO_ROOT, engine, "linux/amd64", tag, tmp_path_factory.mktemp("c"),
-                                    recipe="torch-cu130-bookworm",
-                                    build_root=tmp_path_factory.mktemp("build"))
+    result, seconds = build_fixture(
+        REPO_ROOT,
+        engine,
+        "linux/amd64",
+        tag,
+        tmp_path_factory.mktemp("c"),
+        recipe="torch-cu130-bookworm",
+        build_root=tmp_path_factory.mktemp("build"),
+    )
     print(f"\ntorch-cu130-bookworm amd64 built in {seconds:.0f}s")
     return tag
 
@@ -60,9 +73,15 @@ def test_good_image_passes(engine, torch_image, tmp_path):
     code, results = run_smoke(engine, torch_image, load_recipe("torch-cu130-bookworm", REPO_ROOT), tmp_path)
     failed = {k: v for k, v in results.items() if v[0] in ("failure", "error")}
     assert code == 0 and not failed, failed
-    for check in ("test_torch_torchvision_abi", "test_cuda_archs[torch]", "test_cuda_toolkit_is_13_0",
-                  "test_version[torch]", "test_version[torchvision]", "test_labels_agree_with_manifest",
-                  "test_manifest_matches_recipe"):
+    for check in (
+        "test_torch_torchvision_abi",
+        "test_cuda_archs[torch]",
+        "test_cuda_toolkit_is_13_0",
+        "test_version[torch]",
+        "test_version[torchvision]",
+        "test_labels_agree_with_manifest",
+        "test_manifest_matches_recipe",
+    ):
         assert results[check][0] == "passed", (check, results.get(check))
     # no GPU in CI: these skip with the reason, never pass vacuously
     assert results["test_gpu_capability_matches_the_recipe_archs"][0] == "skipped"
@@ -70,8 +89,9 @@ def test_good_image_passes(engine, torch_image, tmp_path):
 
 
 def test_require_gpu_turns_the_skip_into_a_failure(engine, torch_image, tmp_path):
-    code = smoke.test_image(engine, torch_image, load_recipe("torch-cu130-bookworm", REPO_ROOT), tmp_path,
-                            require_gpu=True)
+    code = smoke.test_image(
+        engine, torch_image, load_recipe("torch-cu130-bookworm", REPO_ROOT), tmp_path, require_gpu=True
+    )
     results = junit(tmp_path)
     assert code != 0
     assert results["test_gpu_matmul"][0] in ("failure", "error")
@@ -102,11 +122,18 @@ def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_pat
         assert node2.image_id(torch_image) is None and node2.image_id(base_ref) is None  # node 2 has nothing
         old = os.umask(0o077)
         try:
-            base_id = bases.bootstrap_base(node2, pins, "amd64", base_ref, tmp_path / "cache", loaded.recipe.name,
-                                           lock_display(loaded))
-            options = make.BuildOptions(platform="linux/amd64", tag=torch_image, cache_dir=tmp_path / "cache",
-                                            echo=False, no_cache=True, build_root=tmp_path / "build",
-                                            ca_bundle=HOST_CA if HOST_CA.exists() else None)
+            base_id = bases.bootstrap_base(
+                node2, pins, "amd64", base_ref, tmp_path / "cache", loaded.recipe.name, lock_display(loaded)
+            )
+            options = make.BuildOptions(
+                platform="linux/amd64",
+                tag=torch_image,
+                cache_dir=tmp_path / "cache",
+                echo=False,
+                no_cache=True,
+                build_root=tmp_path / "build",
+                ca_bundle=HOST_CA if HOST_CA.exists() else None,
+            )
             result = run.build(make.make_plan(REPO_ROOT, "torch-cu130-bookworm", options), node2)
         finally:
             os.umask(old)
@@ -129,17 +156,37 @@ def mismatch_project(tmp_path_factory):
     (root / "wheels").mkdir()
     shutil.copyfile(wheel, root / "wheels" / wheel.name)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    deps = requirement_blocks(REPO_ROOT / "constraints/torch-cu130/py3.11-linux-amd64.txt",
-                              {"filelock", "typing-extensions", "setuptools", "sympy", "mpmath", "networkx",
-                               "jinja2", "markupsafe", "fsspec", "numpy", "pillow", "torchvision"})
+    deps = requirement_blocks(
+        REPO_ROOT / "constraints/torch-cu130/py3.11-linux-amd64.txt",
+        {
+            "filelock",
+            "typing-extensions",
+            "setuptools",
+            "sympy",
+            "mpmath",
+            "networkx",
+            "jinja2",
+            "markupsafe",
+            "fsspec",
+            "numpy",
+            "pillow",
+            "torchvision",
+        },
+    )
     (root / "constraints" / "mismatch.txt").write_text(f"torch==2.13.0+cpu --hash=sha256:{digest}\n" + deps)
-    recipe = {"name": "mismatch", "description": "torch 2.13.0+cpu with torchvision 0.26.0",
-              "platforms": ["linux/amd64"], "python": "3.11",
-              "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"},
-                        "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
-              "constraints": {"linux/amd64": "constraints/mismatch.txt"},
-              "wheels": [f"wheels/{wheel.name}"],
-              "expect": {"imports": ["torch"], "versions": {"torch": "2.13.0"}, "torchvision_pair": True}}
+    recipe = {
+        "name": "mismatch",
+        "description": "torch 2.13.0+cpu with torchvision 0.26.0",
+        "platforms": ["linux/amd64"],
+        "python": "3.11",
+        "bases": {
+            "build": {"ref": "servebuild/debian:bookworm-{arch}"},
+            "runtime": {"ref": "servebuild/debian:bookworm-{arch}"},
+        },
+        "constraints": {"linux/amd64": "constraints/mismatch.txt"},
+        "wheels": [f"wheels/{wheel.name}"],
+        "expect": {"imports": ["torch"], "versions": {"torch": "2.13.0"}, "torchvision_pair": True},
+    }
     (root / "recipes" / "mismatch.yaml").write_text(yaml.safe_dump(recipe))
     return root
 
@@ -160,8 +207,9 @@ def test_mismatched_pair_fails_the_abi_check(engine, base_images, mismatch_proje
 def sm_project(tmp: Path, arch: str) -> Path:
     kernel = compile_kernel(tmp / f"kern_{arch}.so", arch)
     upstream = make_upstream(tmp, extra={"toyserve/_kern.so": kernel.read_bytes()})
-    recipe = fixture_recipe(upstream, platforms=["linux/amd64"],
-                            expect={"archs": ["sm_90a", "sm_90"], "arch_modules": ["toyserve"]})
+    recipe = fixture_recipe(
+        upstream, platforms=["linux/amd64"], expect={"archs": ["sm_90a", "sm_90"], "arch_modules": ["toyserve"]}
+    )
     return make_project(tmp, upstream, recipe)
 
 
@@ -184,8 +232,21 @@ def test_tampered_manifest_fails(engine, fixture_images, project, upstream, tmp_
     good = fixture_images["linux/amd64"].tag
     name = "servebuild-test-tamper"
     subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
-    subprocess.run([DOCKER, "run", "--name", name, "--entrypoint", "sed", good, "-i",
-                    f"s/{upstream.base}/{'0' * 40}/", "/opt/servebuild/manifest.json"], check=True)
+    subprocess.run(
+        [
+            DOCKER,
+            "run",
+            "--name",
+            name,
+            "--entrypoint",
+            "sed",
+            good,
+            "-i",
+            f"s/{upstream.base}/{'0' * 40}/",
+            "/opt/servebuild/manifest.json",
+        ],
+        check=True,
+    )
     tag = "servebuild-test/toy-tampered:amd64"
     subprocess.run([DOCKER, "commit", name, tag], check=True, capture_output=True)
     subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
@@ -202,10 +263,13 @@ def test_tampered_manifest_fails(engine, fixture_images, project, upstream, tmp_
     assert results["test_labels_agree_with_manifest"][0] == "passed"
 
 
-@pytest.mark.parametrize("release, words", [
-    ("13.1", "CUDA 13.1-13.3 miscompile DSV4 top-k"),  # a release the issue names
-    ("13.4", "the recipe wants 13.0.x"),               # any other 13.x is not 13.0 either
-])
+@pytest.mark.parametrize(
+    "release, words",
+    [
+        ("13.1", "CUDA 13.1-13.3 miscompile DSV4 top-k"),  # a release the issue names
+        ("13.4", "the recipe wants 13.0.x"),  # any other 13.x is not 13.0 either
+    ],
+)
 def test_cuda_toolkit_check_fails_on_an_image_whose_nvcc_is_not_13_0(engine, torch_image, tmp_path, release, words):
     """The torch image with an nvcc that reports another release put first on PATH (a shell script: a real
     13.x toolkit beside the image's 13.0 wheels would be gigabytes): test_cuda_toolkit_is_13_0 must fail."""

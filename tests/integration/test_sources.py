@@ -37,9 +37,21 @@ def daemon_upstream(tmp_path):
     """The upstream served by a real `git daemon` on 127.0.0.1."""
     up = make_upstream(tmp_path)
     port = free_port()
-    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={tmp_path}",
-                             "--listen=127.0.0.1", f"--port={port}", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            f"--base-path={tmp_path}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"git://127.0.0.1:{port}/{up.bare.name}"
     for _ in range(50):
         if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
@@ -116,14 +128,32 @@ def test_tarball_is_bit_identical_across_caches_days_and_umasks(upstream, projec
         "from servebuild.recipe.schema import EngineSource; from servebuild.sources.stack import SourceCache;"
         "import json; src = EngineSource.model_validate(json.loads(sys.argv[2]));"
         "p = SourceCache(Path(sys.argv[3]), recipe='toy').prepare(src, Path(sys.argv[4]), Path(sys.argv[5]));"
-        "print(p.tarball_sha256)")
+        "print(p.tarball_sha256)"
+    )
     data = json.dumps(fixture_recipe(upstream)["engine"]["source"])
     digests = []
     for i, (tz, umask) in enumerate((("UTC", 0o022), ("Asia/Tokyo", 0o077))):
         env = {**os.environ, "TZ": tz}
-        out = subprocess.run(["sh", "-c", f"umask {umask:o}; exec \"$@\"", "sh", sys.executable, "-c", script,
-                              str(REPO_ROOT), data, str(tmp_path / f"cache{i}"), str(project), str(tmp_path / f"w{i}")],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                "sh",
+                "-c",
+                f'umask {umask:o}; exec "$@"',
+                "sh",
+                sys.executable,
+                "-c",
+                script,
+                str(REPO_ROOT),
+                data,
+                str(tmp_path / f"cache{i}"),
+                str(project),
+                str(tmp_path / f"w{i}"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         digests.append(out.stdout.strip())
         time.sleep(1.1)  # a different wall-clock second for every file the checkout writes
     assert digests[0] == digests[1] and len(digests[0]) == 64
@@ -160,8 +190,9 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
     assert manifest["engine"]["source"]["patches"][1]["commit"] == up.pr2_head
     assert manifest["recipe"]["sha256"] == loaded.sha256  # the recipe as written, not the locked copy
     # the same inputs went in, and the same image came out (created is a fact of the inputs)
-    assert {k: v for k, v in manifest.items() if k != "outputs"} == \
-        {k: v for k, v in first_manifest.items() if k != "outputs"}
+    assert {k: v for k, v in manifest.items() if k != "outputs"} == {
+        k: v for k, v in first_manifest.items() if k != "outputs"
+    }
     assert second.image_id == first.image_id and manifest["outputs"]["created"] == first_manifest["outputs"]["created"]
 
     # a recipe change makes the lock stale, named as such, and nothing is tagged
@@ -169,8 +200,15 @@ def test_lock_build_locked_then_offline_with_upstream_gone(engine, base_images, 
     data_recipe["description"] = "changed after lock"
     (root / "recipes/toy.yaml").write_text(yaml.safe_dump(data_recipe))
     with pytest.raises(IntegrityError, match="lock is stale: recipe toy changed"):
-        build_fixture(root, engine, "linux/amd64", "servebuild-test/toy-stale:amd64", tmp_path / "cache",
-                      locked=True, offline=True)
+        build_fixture(
+            root,
+            engine,
+            "linux/amd64",
+            "servebuild-test/toy-stale:amd64",
+            tmp_path / "cache",
+            locked=True,
+            offline=True,
+        )
     assert engine.image_id("servebuild-test/toy-stale:amd64") is None
 
 
@@ -189,8 +227,11 @@ def test_committed_locks_list_what_is_unknown_here():
     assert any("vllm-pr-48993" in u for u in lock["unresolved"])
     sglang = yaml.safe_load((REPO_ROOT / "recipes/sglang-native-fp8.lock.yaml").read_text())
     ids = {u.split(":")[0] for u in sglang["unresolved"]}
-    assert {"engine.source.patches.sglang-pr-33889", "engine.source.patches.sglang-pr-33312",
-            "engine.source.patches.sglang-pr-33276"} <= ids
+    assert {
+        "engine.source.patches.sglang-pr-33889",
+        "engine.source.patches.sglang-pr-33312",
+        "engine.source.patches.sglang-pr-33276",
+    } <= ids
 
 
 # ------------------------------------------------------------------ errors: one line, nothing half-done
@@ -222,15 +263,25 @@ def test_commit_not_found_upstream(upstream, project, tmp_path):
 def test_patch_sha256_mismatch(upstream, project, tmp_path):
     patches = fixture_recipe(upstream)["engine"]["source"]["patches"]
     patches[1]["sha256"] = "f" * 64
-    expect_error(source(upstream, patches=patches), project, tmp_path,
-                 "patch sha256 mismatch for pr-2 (PR #2 at", "recorded " + "f" * 64)
+    expect_error(
+        source(upstream, patches=patches),
+        project,
+        tmp_path,
+        "patch sha256 mismatch for pr-2 (PR #2 at",
+        "recorded " + "f" * 64,
+    )
 
 
 def test_patch_does_not_apply_names_patch_file_and_hunk(upstream, project, tmp_path):
     """PR 3 was written on top of PR 2; without PR 2 in the stack its hunk cannot apply."""
     patches = [{"id": "pr-3", "pr": 3, "commit": upstream.pr3_head, "base": upstream.pr2_head}]
-    expect_error(source(upstream, patches=patches), project, tmp_path,
-                 "patch pr-3 does not apply: file toyserve/greeting.py", "an earlier entry of the stack may be missing")
+    expect_error(
+        source(upstream, patches=patches),
+        project,
+        tmp_path,
+        "patch pr-3 does not apply: file toyserve/greeting.py",
+        "an earlier entry of the stack may be missing",
+    )
 
 
 def test_requires_not_satisfied_is_a_validation_error(upstream):
@@ -241,8 +292,9 @@ def test_requires_not_satisfied_is_a_validation_error(upstream):
 
 def test_unreachable_upstream_names_host_and_way_out(project, upstream, tmp_path):
     url = f"git://127.0.0.1:{free_port()}/toyserve.git"
-    line = expect_error(source(upstream, url), project, tmp_path, "upstream 127.0.0.1 is unreachable",
-                        "--offline", "git_mirrors")
+    line = expect_error(
+        source(upstream, url), project, tmp_path, "upstream 127.0.0.1 is unreachable", "--offline", "git_mirrors"
+    )
     assert url in line
 
 
@@ -254,8 +306,9 @@ def test_mirror_config_reaches_an_unreachable_upstream(upstream, project, tmp_pa
 
 
 def test_offline_without_cache_is_refused(upstream, project, tmp_path):
-    expect_error(source(upstream), project, tmp_path, "is not in the source cache and --offline was given",
-                 offline=True)
+    expect_error(
+        source(upstream), project, tmp_path, "is not in the source cache and --offline was given", offline=True
+    )
 
 
 def test_interrupted_fetch_leaves_cache_usable(upstream, project, tmp_path, monkeypatch):
@@ -291,6 +344,7 @@ def test_modes_that_reuse_compiled_parts_refuse_native_changes():
     """The rule each mode applies to every path a patch touches (prepare() raises with it)."""
     from types import SimpleNamespace
     from servebuild.modes import get_mode
+
     engine = SimpleNamespace(overlay_from="python/sglang")
     overlay, precompiled, source = (get_mode(m) for m in ("wheel-overlay", "vllm-precompiled", "pip-source"))
     shipped = {"python/sglang/jit_kernel/dsv4/topk.cuh"}
@@ -309,11 +363,14 @@ def test_native_classification_sees_every_path_name(tmp_path):
     what they are: `git apply --numstat -z` gives them unquoted; a binary .so swap is native."""
     from servebuild.patchfiles import is_native
     from servebuild.recipe.schema import PatchEntry
+
     cache = SourceCache(tmp_path / "cache", recipe="toy")
-    diff = ("diff --git a/python/k\u00e9rnel.cu b/python/k\u00e9rnel.cu\nnew file mode 100644\n--- /dev/null\n"
-            "+++ b/python/k\u00e9rnel.cu\n@@ -0,0 +1 @@\n+__global__ void k() {}\n"
-            "diff --git \"a/python/te\\tst.py\" \"b/python/te\\tst.py\"\nnew file mode 100644\n--- /dev/null\n"
-            "+++ \"b/python/te\\tst.py\"\n@@ -0,0 +1 @@\n+x = 1\n").encode()
+    diff = (
+        "diff --git a/python/k\u00e9rnel.cu b/python/k\u00e9rnel.cu\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/python/k\u00e9rnel.cu\n@@ -0,0 +1 @@\n+__global__ void k() {}\n"
+        'diff --git "a/python/te\\tst.py" "b/python/te\\tst.py"\nnew file mode 100644\n--- /dev/null\n'
+        '+++ "b/python/te\\tst.py"\n@@ -0,0 +1 @@\n+x = 1\n'
+    ).encode()
     files = cache.diff_files(PatchEntry(id="p", file="patches/p.patch", sha256="0" * 64), diff)
     assert files == ["python/k\u00e9rnel.cu", "python/te\tst.py"]
     assert is_native(files[0]) and not is_native(files[1])
@@ -326,6 +383,7 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     names the entry and the exact command; once `lock` has run, the same plain build takes the
     lock's commits (no engine needed: both stop or pass at the plan, before the engine is asked)."""
     from servebuild.plan.make import BuildOptions, make_plan
+
     up = make_upstream(tmp_path)
     recipe = fixture_recipe(up, platforms=["linux/amd64"])
     patches = recipe["engine"]["source"]["patches"]
@@ -338,9 +396,13 @@ def test_plain_build_uses_the_current_lock_and_names_what_is_unpinned(tmp_path):
     line = str(info.value)
     assert "\n" not in line and "None" not in line, line
     assert line.startswith("recipes/toy.yaml"), line
-    assert ("patch entry pr-1 (PR #1) is not pinned to a full commit: only the short SHA "
-            f"{up.pr1_merge[:10]} is known; there is no current lock") in line, line
-    assert f"run `invoke lock --recipe toy` now on a host that reaches {up.url} (this one, if it does), then build" in line
+    assert (
+        "patch entry pr-1 (PR #1) is not pinned to a full commit: only the short SHA "
+        f"{up.pr1_merge[:10]} is known; there is no current lock"
+    ) in line, line
+    assert (
+        f"run `invoke lock --recipe toy` now on a host that reaches {up.url} (this one, if it does), then build" in line
+    )
 
     loaded = load_recipe("toy", root)
     data = compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork")
@@ -365,14 +427,16 @@ def _locked_project(upstream, tmp_path):
     (root / "wheels").mkdir()
     (root / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     loaded = load_recipe("toy", root)
-    lockfile.write_lock(lockfile.lock_path(loaded),
-                       compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {},
-                                            tmp_path / "lockwork"))
+    lockfile.write_lock(
+        lockfile.lock_path(loaded),
+        compute.compute_lock(loaded, SourceCache(tmp_path / "cache", recipe="toy"), {}, tmp_path / "lockwork"),
+    )
     return root
 
 
-@pytest.mark.parametrize("rel", ["constraints/toy.txt", "wheels/extra-1.0-py3-none-any.whl",
-                                 "patches/toy-version-banner.patch"])
+@pytest.mark.parametrize(
+    "rel", ["constraints/toy.txt", "wheels/extra-1.0-py3-none-any.whl", "patches/toy-version-banner.patch"]
+)
 def test_locked_refuses_a_changed_named_file(upstream, tmp_path, rel):
     root = _locked_project(upstream, tmp_path)
     lockfile.read_lock(load_recipe("toy", root))  # current: accepted

@@ -17,35 +17,51 @@ VARIANTS = {
     "prs": {"patches": ["pr-1", "pr-2"]},
     "banner-only": {"patches": ["local-version-banner"]},
 }
-EXPECTED = {"release": "hello 5", "pr1": "hello 5", "prs": "hello, hopper 5",
-            "banner-only": "hello 5 version 1.0.0 patched"}
+EXPECTED = {
+    "release": "hello 5",
+    "pr1": "hello 5",
+    "prs": "hello, hopper 5",
+    "banner-only": "hello 5 version 1.0.0 patched",
+}
 
 
 @pytest.fixture(scope="module")
 def variant_images(engine, base_images, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("variants")
     up = make_upstream(tmp)
-    root = make_project(tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS,
-                                                **own_cache_keys("bsdutils")))
+    root = make_project(
+        tmp, up, fixture_recipe(up, platforms=["linux/amd64"], variants=VARIANTS, **own_cache_keys("bsdutils"))
+    )
     out = {}
     for name in VARIANTS:
-        result, seconds = build_fixture(root, engine, "linux/amd64", f"servebuild-test/toy:{name}-amd64",
-                                        tmp / "cache", variant=name)
+        result, seconds = build_fixture(
+            root, engine, "linux/amd64", f"servebuild-test/toy:{name}-amd64", tmp / "cache", variant=name
+        )
         out[name] = (result, seconds)
     print("\nvariant build times:", {n: f"{s:.1f}s" for n, (_, s) in out.items()})
     return out
 
 
 def layers(tag: str) -> list[str]:
-    return json.loads(subprocess.run([DOCKER, "image", "inspect", "--format", "{{json .RootFS.Layers}}", tag],
-                                     check=True, capture_output=True, text=True).stdout)
+    return json.loads(
+        subprocess.run(
+            [DOCKER, "image", "inspect", "--format", "{{json .RootFS.Layers}}", tag],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_each_variant_carries_exactly_its_patches(variant_images, name):
     result, _ = variant_images[name]
-    out = subprocess.run([DOCKER, "run", "--rm", "--network", "none", result.tag, "toy-serve", "--port", "5"],
-                         check=True, capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [DOCKER, "run", "--rm", "--network", "none", result.tag, "toy-serve", "--port", "5"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert out == EXPECTED[name]
     manifest = json.loads(result.manifest_path.read_text())
     assert manifest["recipe"]["variant"] == name

@@ -11,12 +11,24 @@ import yaml
 from servebuild.recipe.load import load_recipe
 
 BASE = {
-    "name": "hostile", "description": "d", "platforms": ["linux/amd64"], "python": "3.12",
-    "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"}, "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
+    "name": "hostile",
+    "description": "d",
+    "platforms": ["linux/amd64"],
+    "python": "3.12",
+    "bases": {
+        "build": {"ref": "servebuild/debian:bookworm-{arch}"},
+        "runtime": {"ref": "servebuild/debian:bookworm-{arch}"},
+    },
     "constraints": {"linux/amd64": "constraints/torch-cu130/py3.12-linux-amd64.txt"},
-    "engine": {"name": "vllm", "version": "0.26.0", "install": "pip-source",
-               "source": {"url": "https://github.com/vllm-project/vllm.git",
-                          "commit": "568afb3a13806beb53bb2e6bd518269357b237c0"}},
+    "engine": {
+        "name": "vllm",
+        "version": "0.26.0",
+        "install": "pip-source",
+        "source": {
+            "url": "https://github.com/vllm-project/vllm.git",
+            "commit": "568afb3a13806beb53bb2e6bd518269357b237c0",
+        },
+    },
     "launch": {"profiles": {"p": {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m"]}}},
 }
 

@@ -18,7 +18,7 @@ import pytest
 from unit.test_aot_settled import NINJA, aot_build
 
 SETTLED = int(time.time()) + 60
-TOY = '''
+TOY = """
 import os, subprocess
 
 def _build(name: str, header: str) -> None:
@@ -41,7 +41,7 @@ def build_b():
 
 def build_c():
     _build("c", "c.h")
-'''
+"""
 
 
 @pytest.fixture
@@ -53,9 +53,12 @@ def toy(tmp_path, monkeypatch):
     for name, value in (("a", 1), ("b", 2), ("shared", 3)):
         (site / "sglang" / "jit_kernel" / "include" / f"{name}.h").write_text(f"#define {name.upper()} {value}\n")
     (site / "sglang" / "jit_kernel" / "csrc" / "a.c").write_text('#include "a.h"\nint a(void) { return A; }\n')
-    (site / "sglang" / "jit_kernel" / "csrc" / "b.c").write_text('#include "b.h"\n#include "shared.h"\n'
-                                                                 'int b(void) { return B + SHARED; }\n')
-    (site / "sglang" / "jit_kernel" / "csrc" / "c.c").write_text('#include "shared.h"\nint c(void) { return SHARED; }\n')
+    (site / "sglang" / "jit_kernel" / "csrc" / "b.c").write_text(
+        '#include "b.h"\n#include "shared.h"\nint b(void) { return B + SHARED; }\n'
+    )
+    (site / "sglang" / "jit_kernel" / "csrc" / "c.c").write_text(
+        '#include "shared.h"\nint c(void) { return SHARED; }\n'
+    )
     (tmp_path / "toykern.py").write_text(TOY)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TOY_SITE", str(site))
@@ -63,9 +66,15 @@ def toy(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEBUILD_SETTLED", str(SETTLED))
     module = aot_build()
     module.BUILDERS["toy"] = lambda func, values, archs: (func(*values), list(archs))[1]
-    spec = {"recipe": "toy", "arch_list": "9.0a", "max_bytes": 10**9,
-            "kernels": [{"jit": "toy", "builder": f"toykern:build_{k}", "args": [], "where": f"aot.kernels.{i}"}
-                        for i, k in enumerate("abc")]}
+    spec = {
+        "recipe": "toy",
+        "arch_list": "9.0a",
+        "max_bytes": 10**9,
+        "kernels": [
+            {"jit": "toy", "builder": f"toykern:build_{k}", "args": [], "where": f"aot.kernels.{i}"}
+            for i, k in enumerate("abc")
+        ],
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     sys.modules.pop("toykern", None)
 
@@ -74,8 +83,20 @@ def toy(tmp_path, monkeypatch):
         cache = tmp_path / f"cache-{name}"
         cache.mkdir()
         monkeypatch.setenv("TOY_CACHE", str(cache))
-        monkeypatch.setattr(sys, "argv", ["aot_build.py", "--spec", str(tmp_path / "spec.json"), "--cache", str(cache),
-                                          "--seed", str(out / "seed"), *extra])
+        monkeypatch.setattr(
+            sys,
+            "argv",
+            [
+                "aot_build.py",
+                "--spec",
+                str(tmp_path / "spec.json"),
+                "--cache",
+                str(cache),
+                "--seed",
+                str(out / "seed"),
+                *extra,
+            ],
+        )
         lines = []
         monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
         assert module.main() == 0, lines
@@ -162,8 +183,10 @@ def test_a_build_without_a_depfile_records_no_inputs(tmp_path):
     names = sorted(p.name for p in work.iterdir())
     module = aot_build()
     assert module.ninja_reads(str(work), names) is None
-    (work / "build.ninja").write_text(f"rule cc\n  command = gcc -fPIC -MD -MF $out.d -c $in -o $out\n  deps = gcc\n"
-                                      f"  depfile = $out.d\nbuild k.o: cc {work}/k.c\n")
+    (work / "build.ninja").write_text(
+        f"rule cc\n  command = gcc -fPIC -MD -MF $out.d -c $in -o $out\n  deps = gcc\n"
+        f"  depfile = $out.d\nbuild k.o: cc {work}/k.c\n"
+    )
     (work / "k.o").unlink()
     subprocess.run([str(NINJA)], cwd=work, check=True, capture_output=True)
     assert f"{work}/k.h" in module.ninja_reads(str(work), sorted(p.name for p in work.iterdir()))

@@ -37,7 +37,8 @@ def build(work: Path) -> list[str]:
     (work / "build.ninja").write_text(
         "rule cc\n  command = gcc -fPIC -MD -MF $out.d -c $in -o $out\n  deps = gcc\n  depfile = $out.d\n"
         "rule link\n  command = gcc -shared $in -o $out\n"
-        "build k.o: cc k.c\nbuild k.so: link k.o\n")
+        "build k.o: cc k.c\nbuild k.so: link k.o\n"
+    )
     subprocess.run([str(NINJA)], cwd=work, check=True, capture_output=True)
     return sorted(p.name for p in work.iterdir())
 
@@ -85,14 +86,18 @@ def test_an_edited_source_is_still_rebuilt_after_the_settle(tmp_path):
 def test_temporary_directories_are_named_from_a_counter(tmp_path):
     """Triton compiles its C helpers in a temporary directory whose path lands in the .so: two runs of
     the tool name their temporary directories alike."""
-    code = (f"import importlib.util, tempfile\nspec = importlib.util.spec_from_file_location('a', {str(TOOLS_DIR / 'aot_build.py')!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); m.fixed_temp_names()\n"
-            "import sys\nprint(tempfile.mkdtemp(dir=sys.argv[1])); print(tempfile.mkdtemp(dir=sys.argv[1]))\n"
-            "with tempfile.TemporaryDirectory(dir=sys.argv[1]) as d: print(d)\n")
+    code = (
+        f"import importlib.util, tempfile\nspec = importlib.util.spec_from_file_location('a', {str(TOOLS_DIR / 'aot_build.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); m.fixed_temp_names()\n"
+        "import sys\nprint(tempfile.mkdtemp(dir=sys.argv[1])); print(tempfile.mkdtemp(dir=sys.argv[1]))\n"
+        "with tempfile.TemporaryDirectory(dir=sys.argv[1]) as d: print(d)\n"
+    )
     names = []
     for run in ("one", "two"):
         (tmp_path / run).mkdir()
-        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / run)], check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / run)], check=True, capture_output=True, text=True
+        )
         names.append([Path(line).name for line in out.stdout.split()])
     assert names[0] == names[1] and len(set(names[0])) == 3, names
 

@@ -22,6 +22,7 @@ import servebuild_bench  # noqa: E402
 
 # ------------------------------------------------------------------ the median, not the mean
 
+
 def test_the_bench_summary_is_the_median_not_the_mean():
     got = bench_suites.spread("decode_tg_tps", [1.0, 2.0, 30.0])  # mean 11
     assert got == {"decode_tg_tps": 2.0, "decode_tg_tps_min": 1.0, "decode_tg_tps_max": 30.0, "decode_tg_tps_n": 3}
@@ -36,6 +37,7 @@ def test_bisect_metrics_are_the_median_of_the_runs_not_the_mean():
 
 
 # ------------------------------------------------------------------ p99, not p90
+
 
 def test_tails_p99_is_the_99th_percentile_not_the_90th():
     got = bench_suites.tails("tail_ttft_s", [float(v) for v in range(101)])  # 0..100: the q-th is q
@@ -54,6 +56,7 @@ def test_itl_p99_is_the_99th_percentile():
 
 # ------------------------------------------------------------------ TTFT at the first content token
 
+
 def chat_events(pause_pieces: int) -> list[bytes]:
     """A chat stream: a role-only opener (content ""), then `pause_pieces` keep-alive comments, then text."""
     opener = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
@@ -61,8 +64,10 @@ def chat_events(pause_pieces: int) -> list[bytes]:
     events += [b": keep-alive\n\n"] * pause_pieces
     for text in ("a", "b"):
         events.append(f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': text}}]})}\n\n".encode())
-    last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    last = {
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
     events.append(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
     return events
 
@@ -81,6 +86,7 @@ def test_ttft_is_taken_at_the_first_content_token_not_the_role_opener():
 
 # ------------------------------------------------------------------ compiles: files, not kinds
 
+
 def test_the_bench_census_counts_files_not_kinds(tmp_path, monkeypatch):
     census = servebuild_bench.Census("off", tmp_path)
     census.on = True
@@ -95,6 +101,7 @@ def test_bisect_counts_compiled_files_not_kinds():
 
 
 # ------------------------------------------------------------------ bisect's run time; the threshold
+
 
 def test_bisect_run_time_is_the_median_of_the_runs_not_the_last():
     row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)

@@ -18,6 +18,7 @@ def figures(monkeypatch):
     def keep(fig, path):
         made.append(fig)
         return path
+
     monkeypatch.setattr(plots, "_save", keep)
     yield made
     for fig in made:

@@ -64,8 +64,11 @@ class Scripted:
                 tokens = int(body.get("max_tokens", 1))
                 with outer.lock:
                     seen = any(p == prompt for p, _, _ in outer.seen)
-                    slow = bool(outer.outlier) and outer.outlier in prompt and not any(
-                        outer.outlier in p for p, _, _ in outer.seen)
+                    slow = (
+                        bool(outer.outlier)
+                        and outer.outlier in prompt
+                        and not any(outer.outlier in p for p, _, _ in outer.seen)
+                    )
                     outer.seen.append((prompt, tokens, seen))
                     outer.counted += tokens > 1
                     number = outer.counted if tokens > 1 else 0
@@ -82,8 +85,12 @@ class Scripted:
                     if i:
                         time.sleep(outer.gap_s)
                     self._event({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]})
-                self._event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                             "usage": {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": tokens}})
+                self._event(
+                    {
+                        "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                        "usage": {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": tokens},
+                    }
+                )
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True
@@ -109,15 +116,20 @@ def scripted():
     def start(**kw):
         made.append(Scripted(**kw))
         return made[-1]
+
     yield start
     for server in made:
         server.close()
 
 
 def bench(url: str, out, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), "--url", url, "--out", str(out), "--calibrate", "off",
-                           "--census", "off", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    return subprocess.run(
+        [sys.executable, str(TOOL), "--url", url, "--out", str(out), "--calibrate", "off", "--census", "off", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
 
 
 def error_lines(proc) -> list[str]:
@@ -125,6 +137,7 @@ def error_lines(proc) -> list[str]:
 
 
 # ------------------------------------------------------------------ 1. finished suites are kept
+
 
 def test_a_suite_that_fails_keeps_the_suites_that_finished_and_names_itself(scripted, tmp_path):
     """decode (1 warm-up + 2 runs) finishes; tail's third measured request (the 7th counted) fails. The
@@ -149,9 +162,28 @@ def test_each_suite_is_written_as_it_ends(scripted, tmp_path):
     """bench.json holds the first suite's figures while the second still runs (a kill -9 keeps them)."""
     server = scripted(stall_at=4)  # decode: warm-up + 2 runs; tail's warm-up stalls
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--calibrate", "off",
-                             "--census", "off", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(TOOL),
+            "--url",
+            server.url,
+            "--out",
+            str(out),
+            "--calibrate",
+            "off",
+            "--census",
+            "off",
+            "--suite",
+            "decode,tail",
+            "--runs",
+            "2",
+            "--max-tokens",
+            "8",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and server.counted < 4:
@@ -167,6 +199,7 @@ def test_each_suite_is_written_as_it_ends(scripted, tmp_path):
 
 
 # ------------------------------------------------------------------ 2. TTFT from prompts not seen before
+
 
 def measured(server: Scripted, tokens: int) -> list[tuple[str, int, bool]]:
     return [s for s in server.seen if s[1] == tokens]
@@ -200,15 +233,32 @@ def test_every_story_prompt_is_measured_unseen(scripted, tmp_path):
 
 # ------------------------------------------------------------------ 3. progress, the health wait, Ctrl-C
 
+
 def test_progress_names_the_suite_the_request_and_the_time(scripted, tmp_path):
     server = scripted()
-    proc = bench(server.url, tmp_path / "out", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "4",
-                 "--requests", "3", "--progress", "on")
+    proc = bench(
+        server.url,
+        tmp_path / "out",
+        "--suite",
+        "decode,tail",
+        "--runs",
+        "2",
+        "--max-tokens",
+        "4",
+        "--requests",
+        "3",
+        "--progress",
+        "on",
+    )
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
     assert f"waiting for GET {server.url}/health to answer 200 (up to 1800 s, --health-timeout)" in err, err
     assert "suite decode (1 of 2)" in err and "suite tail (2 of 2)" in err, err
-    for line in ("decode code-review: request 1 of 2", "decode code-review: request 2 of 2", "tail tail: request 3 of 3"):
+    for line in (
+        "decode code-review: request 1 of 2",
+        "decode code-review: request 2 of 2",
+        "tail tail: request 3 of 3",
+    ):
         assert line in err, err
     assert " s into the suite" in err, err
 
@@ -221,6 +271,7 @@ def test_without_a_terminal_the_bench_is_quiet_until_its_one_line(scripted, tmp_
 
 def test_a_health_wait_says_what_it_waits_for(tmp_path):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -228,20 +279,43 @@ def test_a_health_wait_says_what_it_waits_for(tmp_path):
     proc = bench(url, tmp_path / "out", "--suite", "decode", "--health-timeout", "2", "--progress", "on")
     assert proc.returncode == 2, proc.stderr
     assert f"waiting for GET {url}/health to answer 200 (up to 2 s, --health-timeout)" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        f"servebuild-bench: error: the server at {url} was not healthy after 2 s"), proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"servebuild-bench: error: the server at {url} was not healthy after 2 s")
+    ), proc.stderr
 
 
 def test_ctrl_c_names_the_suite_it_interrupted_and_the_suites_kept(scripted, tmp_path):
     server = scripted(stall_at=4)  # decode: warm-up + 2 runs finish; tail's warm-up stalls
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--calibrate", "off",
-                             "--census", "off", "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            # as a terminal's Ctrl-C finds it: a run started in the background by a
-                            # non-interactive shell (CI's) inherits SIGINT ignored, and Python then keeps
-                            # it ignored (the tool ran to its end, exit 0, in two local CI runs)
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(TOOL),
+            "--url",
+            server.url,
+            "--out",
+            str(out),
+            "--calibrate",
+            "off",
+            "--census",
+            "off",
+            "--suite",
+            "decode,tail",
+            "--runs",
+            "2",
+            "--max-tokens",
+            "8",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl-C finds it: a run started in the background by a
+        # non-interactive shell (CI's) inherits SIGINT ignored, and Python then keeps
+        # it ignored (the tool ran to its end, exit 0, in two local CI runs)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and server.counted < 4:
@@ -270,8 +344,16 @@ import bench_suites  # noqa: E402
 def test_tpot_is_e2e_minus_ttft_over_output_tokens_minus_one():
     """vLLM's `vllm bench serve` and SGLang's `bench_serving`: TPOT = (latency - ttft) / (output_len - 1),
     the stream's end included (the old TPOT ended at the last token's arrival: 0.08 here)."""
-    s = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=6, ttft_s=0.5, latency_s=1.0,
-                            token_times=[0.5, 0.6, 0.7, 0.8, 0.85, 0.9])
+    s = bench_client.Sample(
+        "decode",
+        "x",
+        0,
+        ok=True,
+        completion_tokens=6,
+        ttft_s=0.5,
+        latency_s=1.0,
+        token_times=[0.5, 0.6, 0.7, 0.8, 0.85, 0.9],
+    )
     assert s.tpot_s == pytest.approx(0.1) and s.decode_tps == pytest.approx(10.0)
     assert s.itl_s == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05])  # the gaps between streamed tokens
     one = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=1, ttft_s=0.5, latency_s=0.6)
@@ -321,12 +403,31 @@ def test_suites_report_output_throughput_e2e_and_itl(scripted, tmp_path):
 
 # ------------------------------------------------------------------ the nonce checks itself
 
+
 def test_the_nonce_check_passes_when_fresh_prompts_are_fresh(scripted, tmp_path):
     server = scripted(fresh_s=0.08, cached_s=0.005)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--census", "off",
-                           "--suite", "decode", "--runs", "1", "--max-tokens", "4"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--url",
+            server.url,
+            "--out",
+            str(out),
+            "--census",
+            "off",
+            "--suite",
+            "decode",
+            "--runs",
+            "1",
+            "--max-tokens",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads((out / "bench.json").read_text())
     assert s["nonce_check"] == "ok" and s["nonce_check_fresh_ttft_s"] >= 0.08 > s["nonce_check_repeat_ttft_s"]
@@ -337,12 +438,27 @@ def test_a_broken_nonce_is_refused_in_one_line(scripted, tmp_path, monkeypatch, 
     bench measured cache hits and reported them with partial: false. Now: one line, exit 2."""
     import uuid
     import servebuild_bench
+
     server = scripted(fresh_s=0.08, cached_s=0.005)
     monkeypatch.setattr(bench_suites.uuid, "uuid4", lambda: uuid.UUID(int=0))
     handler = signal.getsignal(signal.SIGTERM)
     try:
-        code = servebuild_bench.main(["--url", server.url, "--out", str(tmp_path / "out"), "--census", "off",
-                                      "--suite", "prefill", "--sizes", "512", "--runs", "2"])
+        code = servebuild_bench.main(
+            [
+                "--url",
+                server.url,
+                "--out",
+                str(tmp_path / "out"),
+                "--census",
+                "off",
+                "--suite",
+                "prefill",
+                "--sizes",
+                "512",
+                "--runs",
+                "2",
+            ]
+        )
     finally:
         signal.signal(signal.SIGTERM, handler)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
@@ -355,12 +471,27 @@ def test_the_nonce_check_does_not_refuse_a_server_too_fast_to_tell(scripted, tmp
     """A stand-in that answers in a few milliseconds shows noise, not a cache: under the floor, no refusal."""
     import uuid
     import servebuild_bench
+
     server = scripted(fresh_s=0.003, cached_s=0.0005)
     monkeypatch.setattr(bench_suites.uuid, "uuid4", lambda: uuid.UUID(int=0))
     handler = signal.getsignal(signal.SIGTERM)
     try:
-        code = servebuild_bench.main(["--url", server.url, "--out", str(tmp_path / "out"), "--census", "off",
-                                      "--suite", "decode", "--runs", "1", "--max-tokens", "4"])
+        code = servebuild_bench.main(
+            [
+                "--url",
+                server.url,
+                "--out",
+                str(tmp_path / "out"),
+                "--census",
+                "off",
+                "--suite",
+                "decode",
+                "--runs",
+                "1",
+                "--max-tokens",
+                "4",
+            ]
+        )
     finally:
         signal.signal(signal.SIGTERM, handler)
     assert code == 0, capsys.readouterr().err
@@ -376,9 +507,28 @@ def test_without_out_each_run_has_a_directory_of_its_own(scripted, tmp_path):
     """The default --out was bench-out, overwritten by the next run."""
     server = scripted()
     for _ in range(2):
-        proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--calibrate", "off", "--census", "off",
-                               "--suite", "decode", "--runs", "1", "--max-tokens", "4"], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(TOOL),
+                "--url",
+                server.url,
+                "--calibrate",
+                "off",
+                "--census",
+                "off",
+                "--suite",
+                "decode",
+                "--runs",
+                "1",
+                "--max-tokens",
+                "4",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
     runs = sorted((tmp_path / "bench-out").iterdir())
     assert len(runs) == 2 and all((r / "bench.json").is_file() for r in runs), runs
@@ -398,11 +548,21 @@ def test_a_server_that_dies_in_the_second_suite_leaves_the_first_suites_figures(
     """The issue's case, with the project's stand-in (tests/integration/standin_server.py, pure Python):
     the process exits mid-stream in tail's second measured request, after decode finished."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    standin = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests" / "integration" / "standin_server.py"),
-                                str(port), "die-mid-stream", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    standin = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO_ROOT / "tests" / "integration" / "standin_server.py"),
+            str(port),
+            "die-mid-stream",
+            "5",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -432,9 +592,28 @@ def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
     # stand-in times far above a loaded host's noise (a CI run once made two of three 3 ms answers 40 ms)
     server = scripted(fresh_s=0.2, cached_s=0.2, outlier="(control prompt ", outlier_s=2.0)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(TOOL), "--url", server.url, "--out", str(out), "--census", "off",
-                           "--suite", "prefill", "--sizes", "512", "--runs", "2"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--url",
+            server.url,
+            "--out",
+            str(out),
+            "--census",
+            "off",
+            "--suite",
+            "prefill",
+            "--sizes",
+            "512",
+            "--runs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "bench.json").read_text())
     assert summary["nonce_check"] == "ok, no prefix cache visible"
@@ -444,11 +623,13 @@ def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
 def _timed_stream(ttfts: dict[str, list[float]]):
     """A stand-in for bench_client.stream (no server): the next TTFT of a prompt's kind (`fresh` for a
     nonce prompt, `control` for a control prompt) from a script, as a loaded host's noise would give."""
+
     def stream(server, body, sample):
         prompt = body["prompt"] if "prompt" in body else body["messages"][-1]["content"]
         kind = "control" if prompt.startswith("(control prompt") else "fresh"
         sample.ok, sample.ttft_s, sample.prompt_tokens = True, ttfts[kind].pop(0), 1573
         return sample
+
     return stream
 
 

@@ -49,7 +49,7 @@ def parsed(text: str) -> dict:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        name = line[:line.index("{")] if "{" in line else line.split(" ")[0]
+        name = line[: line.index("{")] if "{" in line else line.split(" ")[0]
         out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
 
@@ -73,8 +73,9 @@ def test_a_chat_role_opener_is_not_the_first_token():
 
 
 def test_tpot_and_decode_rate_come_from_ttft_and_the_end_of_the_stream():
-    s = bench_client.Sample("decode", "x", 0, ok=True, completion_tokens=5, ttft_s=0.5, latency_s=0.9,
-                            token_times=[0.5, 0.6, 0.7, 0.8, 0.9])
+    s = bench_client.Sample(
+        "decode", "x", 0, ok=True, completion_tokens=5, ttft_s=0.5, latency_s=0.9, token_times=[0.5, 0.6, 0.7, 0.8, 0.9]
+    )
     assert s.tpot_s == pytest.approx(0.1) and s.decode_tps == pytest.approx(10.0)
     assert "token_times" not in s.record() and s.record()["tpot_s"] == pytest.approx(0.1)
 
@@ -89,7 +90,7 @@ def test_a_jsonl_metrics_file_counts_its_last_object():
     pretty = json.dumps({"a": 1, "b": {"c": 2}}, indent=2)
     assert bisect.parse_metrics(marked(pretty)) == {"a": 1, "b": {"c": 2}}
     assert bisect.parse_metrics(marked("not json")) == {}
-    assert bisect.parse_metrics("x\n{\"last\": 1}\ny\n") == {"last": 1}  # no file: the last JSON line printed
+    assert bisect.parse_metrics('x\n{"last": 1}\ny\n') == {"last": 1}  # no file: the last JSON line printed
     assert bisect.parse_metrics(f"{bisect.METRICS_MARK} !!!not-base64\n") == {}
 
 
@@ -113,8 +114,9 @@ def test_profiles_default_to_the_recipes_and_may_be_chosen_per_variant():
     loaded = load_recipe("sglang-native-fp8-bookworm", REPO_ROOT)
     variants = ["adaptive-prefill-only", "original-fix"]
     assert bisect.profile_names(loaded, None, variants) == {v: ["sglang-native-fp8"] for v in variants}
-    got = bisect.profile_names(loaded, "sglang-native-fp8,adaptive-prefill-only:sglang-native-fp8-fixed-prefill",
-                           variants)
+    got = bisect.profile_names(
+        loaded, "sglang-native-fp8,adaptive-prefill-only:sglang-native-fp8-fixed-prefill", variants
+    )
     assert got == {"adaptive-prefill-only": ["sglang-native-fp8-fixed-prefill"], "original-fix": ["sglang-native-fp8"]}
     with pytest.raises(InputError, match="'final' is not a variant of this run"):
         bisect.profile_names(loaded, "final:sglang-native-fp8", variants)
@@ -126,6 +128,7 @@ def test_profiles_default_to_the_recipes_and_may_be_chosen_per_variant():
 
 def test_the_default_run_starts_the_launcher_and_runs_the_bench():
     from servebuild.check.container import RunOptions
+
     probe = bisect.bench_probe("tail --requests 50", 7200, RunOptions())
     assert probe.command.startswith('servebuild-bench --serve "$SERVEBUILD_LAUNCHER" --url "$SERVEBUILD_BENCH_URL"')
     assert probe.command.endswith("--suite tail --requests 50") and "--health-timeout 6900" in probe.command
@@ -135,6 +138,7 @@ def test_the_default_run_starts_the_launcher_and_runs_the_bench():
 
 def test_gpu_devices_become_dockers_device_list():
     from servebuild.check.container import RunOptions
+
     assert RunOptions(gpus="0,1").docker_args("0,1")[:4] == ["--network", "none", "--gpus", '"device=0,1"']
     args = RunOptions(network="host", shm_size="32g", env=(("A", "b c"),)).docker_args("all")
     assert args == ["--network", "host", "--gpus", "all", "--shm-size", "32g", "-e", "A=b c"]

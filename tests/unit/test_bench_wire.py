@@ -63,15 +63,22 @@ class StandIn:
                     return
                 data += got
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             path = head.split(b" ")[1]
             if head.startswith(b"GET"):
                 payload = b'{"data": [{"id": "stand-in"}]}' if path.endswith(b"/v1/models") else b"ok"
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-                             % (len(payload), payload))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(payload), payload)
+                )
                 return
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
             for piece in self.pieces:
@@ -89,6 +96,7 @@ def standin():
     def start(pieces, pause=0.01):
         made.append(StandIn(pieces, pause))
         return made[-1]
+
     yield start
     for server in made:
         server.close()
@@ -101,6 +109,7 @@ def measure(url: str, max_tokens: int = 4) -> bench_client.Sample:
 
 
 # ------------------------------------------------------------------ SSE line endings
+
 
 @pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
 def test_every_sse_line_ending_is_read(standin, eol):
@@ -143,21 +152,24 @@ def test_a_line_over_the_limit_is_one_error(standin):
 
 # ------------------------------------------------------------------ a URL or --model holding a line break
 
+
 def tool(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout,
-                          **kwargs)
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
-@pytest.mark.parametrize("flag, value", [
-    ("--url", "http://127.0.0.1:30000\n"),
-    ("--url", "http://127.0.0.1:30\n000"),
-    ("--url", "http://127.0.0.1:30000/v\r1"),
-    ("--url", "http://127.0.\t0.1:30000"),
-    ("--model", "stand-in\nX-Injected: 1"),
-    ("--model", "stand-in\r"),
-    ("--model", "m\x1b[2J"),
-    ("--model", "m" * 513),
-])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--url", "http://127.0.0.1:30000\n"),
+        ("--url", "http://127.0.0.1:30\n000"),
+        ("--url", "http://127.0.0.1:30000/v\r1"),
+        ("--url", "http://127.0.\t0.1:30000"),
+        ("--model", "stand-in\nX-Injected: 1"),
+        ("--model", "stand-in\r"),
+        ("--model", "m\x1b[2J"),
+        ("--model", "m" * 513),
+    ],
+)
 def test_a_url_or_model_with_a_line_break_is_one_line(tmp_path, flag, value):
     """urlsplit drops tabs and line breaks silently (the URL was taken as another); a model name went
     into the request and the summary as given. Both: one line naming the flag, exit 2, before anything."""

@@ -30,15 +30,23 @@ def make_seed(tmp_path):
 
 
 def run_seed(tmp_path, cache, preexec=None, image_id="sha256:" + "1" * 64):
-    return subprocess.run([sys.executable, CACHE_TOOL, "seed", "--cache", str(cache), "--seed", str(tmp_path / "seed")],
-                          capture_output=True, text=True, timeout=20, cwd=tmp_path, preexec_fn=preexec,
-                          env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json"),
-                               "SERVEBUILD_IMAGE_ID": image_id})
+    return subprocess.run(
+        [sys.executable, CACHE_TOOL, "seed", "--cache", str(cache), "--seed", str(tmp_path / "seed")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=tmp_path,
+        preexec_fn=preexec,
+        env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json"), "SERVEBUILD_IMAGE_ID": image_id},
+    )
 
 
 def one_line(proc, code=2):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, (
+        proc.returncode,
+        proc.stderr,
+    )
     assert lines[0].startswith("servebuild-cache: seed"), lines[0]
     return lines[0]
 
@@ -106,6 +114,7 @@ OTHER = {"image_id": "sha256:" + "9" * 64, "manifest_sha256": "0" * 64}
 def test_seed_keeps_an_origin_from_another_image_and_warm_still_refuses_the_cache(tmp_path):
     from servebuild.check.warm import check_origin
     from servebuild.errors import IntegrityError
+
     make_seed(tmp_path)
     cache = tmp_path / "cache"
     (cache / ".servebuild").mkdir(parents=True)
@@ -114,10 +123,19 @@ def test_seed_keeps_an_origin_from_another_image_and_warm_still_refuses_the_cach
     before = os.stat(origin)
     assert run_seed(tmp_path, cache).returncode == 0
     after = os.stat(origin)
-    assert json.loads(origin.read_text()) == OTHER and (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    census = json.loads(subprocess.run([sys.executable, CACHE_TOOL, "census", "--cache", str(cache)], capture_output=True,
-                                       text=True, timeout=20, env={**os.environ, "SERVEBUILD_MANIFEST": str(
-                                           tmp_path / "manifest.json")}).stdout)
+    assert json.loads(origin.read_text()) == OTHER and (after.st_ino, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_mtime_ns,
+    )
+    census = json.loads(
+        subprocess.run(
+            [sys.executable, CACHE_TOOL, "census", "--cache", str(cache)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json")},
+        ).stdout
+    )
     assert census["origin"] == OTHER
     with pytest.raises(IntegrityError, match="first seeded by another image"):
         check_origin(census, "sha256:" + "1" * 64)
@@ -177,6 +195,7 @@ def test_census_and_pack_name_a_directory_they_cannot_read(tmp_path, monkeypatch
         if os.fspath(path).endswith("locked"):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real(path)
+
     monkeypatch.setattr(os, "scandir", scandir)
     args = ["--out", str(tmp_path / "new.tar"), "--seed", str(tmp_path / "no-seed")] if command == "pack" else []
     code = tool.main([command, "--cache", str(cache), *args])
@@ -196,8 +215,13 @@ def test_what_census_and_pack_write_replaces_a_link_there_never_writes_through_i
     out = tmp_path / "out.json"
     out.symlink_to(victim)
     extra = ["--seed", str(tmp_path / "no-seed")] if command == "pack" else []
-    proc = subprocess.run([sys.executable, CACHE_TOOL, command, "--cache", str(cache), flag, str(out), *extra],
-                          capture_output=True, text=True, timeout=20, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, CACHE_TOOL, command, "--cache", str(cache), flag, str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert victim.read_text() == "root:x:0:0\n" and not out.is_symlink() and out.stat().st_size > 0
     assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []

@@ -22,8 +22,12 @@ TOOL = str(TOOLS_DIR / "servebuild_cache.py")
 
 
 def census(cache: Path, *args: str) -> dict:
-    done = subprocess.run([sys.executable, TOOL, "census", "--cache", str(cache), *args],
-                          capture_output=True, text=True, env={**os.environ, "SERVEBUILD_MANIFEST": "/nonexistent"})
+    done = subprocess.run(
+        [sys.executable, TOOL, "census", "--cache", str(cache), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SERVEBUILD_MANIFEST": "/nonexistent"},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -55,6 +59,7 @@ def test_a_warm_start_on_the_h200_counts_the_kernels_it_compiled_and_not_the_con
             put(cache, rel, *stamp)
         for rel, (_old, new) in start2["rewritten"].items():
             put(cache, rel, *new)
+
     out = since(cache, tmp_path, second_start)
     assert out["changed"] == {"triton": 56}
     assert sum(rel.endswith(".cubin") for rel in start2["new"]) == 7
@@ -84,13 +89,22 @@ def test_flashinfers_log_and_inductors_entries_rewritten_on_load_are_no_compile(
         put(cache, "inductor/fxgraph/ab/fabcdef", 4000, 2 * 10**18)
         put(cache, "inductor/7j/key.best_config", 208, 2 * 10**18)
         put(cache, "vllm/torch_compile_cache/0a1b/rank_0_0/backbone/cache_key_factors.json", 900, 2 * 10**18)
+
     out = since(cache, tmp_path, load)
     assert out["changed"] == {}
     assert out["rewritten"] == {"inductor": 2, "vllm": 1} and out["logs"] == {"flashinfer": 1}
 
 
-@pytest.mark.parametrize("rel", ["tvm-ffi/mod/mod.so", "flashinfer/cached_ops/sampling/sampling.cuda.o",
-                                 "triton/K/k.cubin", "flashinfer/x/k.ptx", "x/k.fatbin"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "tvm-ffi/mod/mod.so",
+        "flashinfer/cached_ops/sampling/sampling.cuda.o",
+        "triton/K/k.cubin",
+        "flashinfer/x/k.ptx",
+        "x/k.fatbin",
+    ],
+)
 def test_a_module_rebuilt_in_place_is_a_compile(tmp_path, rel):
     """A JIT that rebuilds a module under its old name (tvm-ffi, FlashInfer via ninja) leaves no new
     path: the binary product rewritten is the compile."""
@@ -110,9 +124,10 @@ def test_new_products_are_counted_per_file_and_kind_and_locks_are_not(tmp_path):
         put(cache, "triton/B/k.cubin", 10, 2 * 10**18)
         put(cache, "vllm/torch_compile_cache/h/rank_0_0/backbone/computation_graph.py", 10, 2 * 10**18)
         put(cache, "tvm-ffi/mod/mod.so", 10, 2 * 10**18)
-        put(cache, "tvm-ffi/mod/.lock", 0, 2 * 10**18)            # an empty lock file
-        put(cache, "flashinfer/sampling.lock", 6, 2 * 10**18)     # a lock holding a pid
+        put(cache, "tvm-ffi/mod/.lock", 0, 2 * 10**18)  # an empty lock file
+        put(cache, "flashinfer/sampling.lock", 6, 2 * 10**18)  # a lock holding a pid
         put(cache, "flashinfer/flashinfer_jit.log", 9, 2 * 10**18)
+
     out = since(cache, tmp_path, run)
     assert out["changed"] == {"triton": 3, "vllm": 1, "tvm-ffi": 1}  # files, per kind
     assert out["logs"] == {"flashinfer": 1} and out["rewritten"] == {}
@@ -134,5 +149,6 @@ def test_a_rotated_log_is_a_log_not_a_compile(tmp_path):
     def rotate():
         put(cache, "flashinfer/flashinfer_jit.log.1", 420, 2 * 10**18)
         put(cache, "flashinfer/flashinfer_jit.log.2", 300, 2 * 10**18)
+
     out = since(cache, tmp_path, rotate)
     assert out["changed"] == {} and out["rewritten"] == {} and out["logs"] == {"flashinfer": 2}

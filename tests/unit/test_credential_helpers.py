@@ -31,9 +31,13 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     # answers only for ghcr.io, and records what it was asked
-    helper(bin_dir, "store", f'read server; echo "$1 $server" >> {tmp_path}/asked\n'
-                             f'[ "$server" = ghcr.io ] || {{ echo "credentials not found in native keychain"; exit 1; }}\n'
-                             f'printf \'{{"ServerURL":"ghcr.io","Username":"octo","Secret":"{SECRET}"}}\'\n')
+    helper(
+        bin_dir,
+        "store",
+        f'read server; echo "$1 $server" >> {tmp_path}/asked\n'
+        f'[ "$server" = ghcr.io ] || {{ echo "credentials not found in native keychain"; exit 1; }}\n'
+        f'printf \'{{"ServerURL":"ghcr.io","Username":"octo","Secret":"{SECRET}"}}\'\n',
+    )
     helper(bin_dir, "garbage", f'echo "not json {SECRET}"\n')
     return tmp_path
 
@@ -61,16 +65,20 @@ def test_cred_helpers_win_over_creds_store_per_registry(env):
 
 def test_auths_entry_wins_over_the_helper(env):
     import base64
+
     config(env, {"auths": {"ghcr.io": {"auth": base64.b64encode(b"file:pw").decode()}}, "credsStore": "store"})
     assert credentials.from_docker_config("ghcr.io").username == "file"
     assert not (env / "asked").exists()
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("missing", "credential helper docker-credential-missing could not be run"),
-    ("../../bin/sh", "credential helper name '../../bin/sh' is not a name"),
-    ("store --version", "is not a name"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("missing", "credential helper docker-credential-missing could not be run"),
+        ("../../bin/sh", "credential helper name '../../bin/sh' is not a name"),
+        ("store --version", "is not a name"),
+    ],
+)
 def test_bad_helpers_are_one_line(env, name, expected):
     config(env, {"credsStore": name})
     with pytest.raises(ServebuildError) as info:

@@ -58,6 +58,7 @@ def _deliver_at(n: int, delivered: list[int]):
         if frame.f_code.co_filename == dl.__file__:
             return local
         return None
+
     return tracer
 
 
@@ -118,6 +119,7 @@ def test_an_expired_deadline_fires_once_and_the_others_keep_theirs(timer):
 def test_a_real_alarm_interrupts_a_blocking_call_and_nothing_is_left():
     """The real timer (not the recorder): a sleep inside a 0.2 s deadline ends with Expired."""
     import time
+
     before = signal.getsignal(signal.SIGALRM)
     start = time.monotonic()
     with pytest.raises(dl.Expired, match="sleeping"):

@@ -48,29 +48,44 @@ def _tar(path: Path, members: list[tuple[str, bytes | None, int]]) -> Path:
 
 def _raw(path: Path, clock: int, host: str, shadow_day: int, inode: bytes) -> Path:
     """What a bootstrap at `clock` on host `host` writes (mmdebstrap's members plus debootstrap's leftovers)."""
-    return _tar(path, [
-        ("", None, EPOCH), ("etc", None, EPOCH),
-        ("etc/hostname", host.encode() + b"\n", clock),
-        ("etc/resolv.conf", b"nameserver 10.255.255.53\n" if host == "vm" else b"nameserver 1.1.1.1\n", clock),
-        ("etc/hosts", b"127.0.0.1 " + host.encode() + b"\n", clock),
-        ("etc/machine-id", host.encode() * 4, clock),
-        ("etc/shadow", f"root:*:{shadow_day}:0:99999:7:::\ndaemon:*:{shadow_day}:0:99999:7:::\n".encode(), clock),
-        ("etc/apt", None, EPOCH), ("etc/apt/sources.list", b"deb [trusted=yes] copy:///tmp/repo.X1 ./\n", clock),
-        ("usr", None, EPOCH), ("usr/bin", None, EPOCH), ("usr/bin/true", b"\x7fELF", 1671456780),
-        ("usr/lib/made-by-a-maintainer-script", b"x", clock),
-        ("var", None, EPOCH), ("var/log", None, clock), ("var/log/apt", None, clock),
-        ("var/log/dpkg.log", f"{time.strftime('%F %T', time.gmtime(clock))} install x\n".encode(), clock),
-        ("var/log/alternatives.log", f"update-alternatives {clock}\n".encode(), clock),
-        ("var/log/wtmp", b"", EPOCH),
-        ("var/cache", None, EPOCH), ("var/cache/ldconfig", None, EPOCH),
-        ("var/cache/ldconfig/aux-cache", inode, clock),
-        ("var/cache/apt", None, EPOCH), ("var/cache/apt/pkgcache.bin", inode * 3, clock),
-        ("var/cache/apt/archives", None, EPOCH), ("var/cache/apt/archives/partial", None, EPOCH),
-        ("var/cache/apt/archives/bash_5.2.15-2+b9_amd64.deb", b"!<arch>" + inode, clock),
-        ("var/lib", None, EPOCH), ("var/lib/apt", None, EPOCH), ("var/lib/apt/lists", None, EPOCH),
-        ("var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease", b"Date: " + inode, clock),
-        ("debootstrap", None, clock), ("debootstrap/debootstrap.log", f"/tmp/tmp.{host}\n".encode(), clock),
-    ])
+    return _tar(
+        path,
+        [
+            ("", None, EPOCH),
+            ("etc", None, EPOCH),
+            ("etc/hostname", host.encode() + b"\n", clock),
+            ("etc/resolv.conf", b"nameserver 10.255.255.53\n" if host == "vm" else b"nameserver 1.1.1.1\n", clock),
+            ("etc/hosts", b"127.0.0.1 " + host.encode() + b"\n", clock),
+            ("etc/machine-id", host.encode() * 4, clock),
+            ("etc/shadow", f"root:*:{shadow_day}:0:99999:7:::\ndaemon:*:{shadow_day}:0:99999:7:::\n".encode(), clock),
+            ("etc/apt", None, EPOCH),
+            ("etc/apt/sources.list", b"deb [trusted=yes] copy:///tmp/repo.X1 ./\n", clock),
+            ("usr", None, EPOCH),
+            ("usr/bin", None, EPOCH),
+            ("usr/bin/true", b"\x7fELF", 1671456780),
+            ("usr/lib/made-by-a-maintainer-script", b"x", clock),
+            ("var", None, EPOCH),
+            ("var/log", None, clock),
+            ("var/log/apt", None, clock),
+            ("var/log/dpkg.log", f"{time.strftime('%F %T', time.gmtime(clock))} install x\n".encode(), clock),
+            ("var/log/alternatives.log", f"update-alternatives {clock}\n".encode(), clock),
+            ("var/log/wtmp", b"", EPOCH),
+            ("var/cache", None, EPOCH),
+            ("var/cache/ldconfig", None, EPOCH),
+            ("var/cache/ldconfig/aux-cache", inode, clock),
+            ("var/cache/apt", None, EPOCH),
+            ("var/cache/apt/pkgcache.bin", inode * 3, clock),
+            ("var/cache/apt/archives", None, EPOCH),
+            ("var/cache/apt/archives/partial", None, EPOCH),
+            ("var/cache/apt/archives/bash_5.2.15-2+b9_amd64.deb", b"!<arch>" + inode, clock),
+            ("var/lib", None, EPOCH),
+            ("var/lib/apt", None, EPOCH),
+            ("var/lib/apt/lists", None, EPOCH),
+            ("var/lib/apt/lists/deb.debian.org_debian_dists_bookworm_InRelease", b"Date: " + inode, clock),
+            ("debootstrap", None, clock),
+            ("debootstrap/debootstrap.log", f"/tmp/tmp.{host}\n".encode(), clock),
+        ],
+    )
 
 
 def _members(path: Path) -> dict[str, tarfile.TarInfo]:
@@ -93,8 +108,9 @@ def normalised(tmp_path) -> Path:
 
 def test_two_bootstraps_on_other_hosts_other_days_normalise_to_the_same_bytes(tmp_path):
     outs = []
-    for i, (clock, host, day, inode) in enumerate([(EPOCH + 100, "vm", DAY, b"\x01"),
-                                                    (EPOCH + 9_000_000, "gh200-17", DAY + 104, b"\x99\x98")]):
+    for i, (clock, host, day, inode) in enumerate(
+        [(EPOCH + 100, "vm", DAY, b"\x01"), (EPOCH + 9_000_000, "gh200-17", DAY + 104, b"\x99\x98")]
+    ):
         raw = _raw(tmp_path / f"raw{i}.tar", clock, host, day, inode)
         rootfs.normalise(raw, tmp_path / f"out{i}.tar", EPOCH, "deb http://deb.debian.org/debian bookworm main\n")
         outs.append((tmp_path / f"out{i}.tar").read_bytes())
@@ -114,8 +130,11 @@ def test_the_ldconfig_aux_cache_goes_and_its_directory_stays(normalised):
 
 def test_no_deb_apt_list_package_cache_or_debootstrap_leftover_stays(normalised):
     names = set(_members(normalised))
-    assert not [n for n in names if n.endswith(".deb") or "InRelease" in n or n.endswith("pkgcache.bin")
-                or n.startswith("debootstrap")], names
+    assert not [
+        n
+        for n in names
+        if n.endswith(".deb") or "InRelease" in n or n.endswith("pkgcache.bin") or n.startswith("debootstrap")
+    ], names
     assert {"var/cache/apt/archives", "var/cache/apt/archives/partial", "var/lib/apt/lists"} <= names
 
 
@@ -197,7 +216,9 @@ def test_a_lock_whose_apt_step_is_not_what_is_rendered_is_stale_in_one_line():
     pins = _pins()
     with pytest.raises(IntegrityError) as info:
         check_against(pins, {"build": ["python3", "python3-venv"], "runtime": ["python3", "tini"]}, "x.lock.yaml")
-    assert "\n" not in str(info.value) and "lock is stale: the runtime apt step installs python3 tini" in str(info.value)
+    assert "\n" not in str(info.value) and "lock is stale: the runtime apt step installs python3 tini" in str(
+        info.value
+    )
 
 
 def test_a_release_older_than_the_locks_is_refused_in_one_line():
@@ -211,13 +232,16 @@ def test_a_release_older_than_the_locks_is_refused_in_one_line():
     check_not_older(release_of(b"Date: Sun, 12 Jul 2026 00:00:00 UTC\n", "x"), locked, "newer")
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("name", "Bash", "is not a Debian package name"),
-    ("version", "1.0;rm -rf /", "is not a Debian version"),
-    ("sha256", "abc", "is not a sha256"),
-    ("filename", "pool/../../etc/passwd.deb", "is not a pool path"),
-    ("filename", "http://evil/x.deb", "is not a pool path"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("name", "Bash", "is not a Debian package name"),
+        ("version", "1.0;rm -rf /", "is not a Debian version"),
+        ("sha256", "abc", "is not a sha256"),
+        ("filename", "pool/../../etc/passwd.deb", "is not a pool path"),
+        ("filename", "http://evil/x.deb", "is not a pool path"),
+    ],
+)
 def test_a_malformed_debian_pin_is_refused(field, value, message):
     good = _pins().base[0].model_dump()
     with pytest.raises(ValueError, match=message):
@@ -233,9 +257,14 @@ def test_a_lock_with_a_malformed_debian_entry_is_one_line(tmp_path):
     assert "\n" not in str(info.value) and "malformed lock" in str(info.value) and "debian" in str(info.value)
 
 
-@pytest.mark.parametrize("edit", [("mirror: http://deb.debian.org/debian", "mirror: file:///etc"),
-                                  ("mirror: http://deb.debian.org/debian", "mirror: /srv/mirror"),
-                                  ("suite: bookworm", "suite: ../../x")])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("mirror: http://deb.debian.org/debian", "mirror: file:///etc"),
+        ("mirror: http://deb.debian.org/debian", "mirror: /srv/mirror"),
+        ("suite: bookworm", "suite: ../../x"),
+    ],
+)
 def test_a_lock_whose_debian_mirror_or_suite_is_not_one_is_refused(tmp_path, edit):
     root = copy_project(tmp_path)
     path = root / "recipes" / "torch-cu130-bookworm.lock.yaml"
@@ -261,8 +290,13 @@ def test_the_verdict_names_the_first_differing_layer(tmp_path):
     committed.record(loaded, "linux/amd64", committed.CommittedImage(image="sha256:" + "f" * 64, layers=layers))
     same, line = committed.verdict(loaded, "linux/amd64", "sha256:" + "f" * 64, layers, ["a", "b", "c"])
     assert same and line.startswith("matches the committed digest sha256:ffff")
-    same, line = committed.verdict(loaded, "linux/amd64", "sha256:" + "e" * 64, layers[:1] + ["sha256:" + "d" * 64,
-                                                                                           layers[2]], ["a", "RUN pip", "c"])
+    same, line = committed.verdict(
+        loaded,
+        "linux/amd64",
+        "sha256:" + "e" * 64,
+        layers[:1] + ["sha256:" + "d" * 64, layers[2]],
+        ["a", "RUN pip", "c"],
+    )
     assert not same and "first differing layer 2 of 3" in line and "RUN pip" in line
     same, line = committed.verdict(loaded, "linux/arm64", "sha256:" + "e" * 64, layers, [])
     assert not same and line.startswith("no committed id for linux/arm64")
@@ -280,6 +314,7 @@ def test_a_recipe_derived_with_no_lock_of_its_own_takes_its_parents_debian_pins(
     """A user's recipe that extends a locked one to change only its aot kernels installs the parent
     lock's .debs (the same apt layers, the same base key), not what the mirror serves today."""
     from servebuild.lock.lockfile import debian_pins
+
     root = copy_project(tmp_path)
     name = _derived(root, "my-aot", "aot:\n  kernels: []\n")
     parent = load_lock_file(load_recipe("sglang-native-fp8-bookworm", root)).debian
@@ -288,18 +323,23 @@ def test_a_recipe_derived_with_no_lock_of_its_own_takes_its_parents_debian_pins(
         assert pins == parent[platform] and where == "recipes/sglang-native-fp8-bookworm.lock.yaml"
 
 
-@pytest.mark.parametrize("body,own_lock", [
-    ("apt:\n  runtime: [curl]\n", False),  # another apt step: the parent's pins are not its pins
-    ("aot:\n  kernels: []\n", True),        # a lock file of its own (stale here): never the parent's
-])
+@pytest.mark.parametrize(
+    "body,own_lock",
+    [
+        ("apt:\n  runtime: [curl]\n", False),  # another apt step: the parent's pins are not its pins
+        ("aot:\n  kernels: []\n", True),  # a lock file of its own (stale here): never the parent's
+    ],
+)
 def test_a_derived_recipe_whose_apt_steps_differ_or_that_has_a_lock_inherits_nothing(tmp_path, body, own_lock):
     from servebuild.lock.lockfile import debian_pins
+
     root = copy_project(tmp_path)
     name = _derived(root, "mine", body)
     if own_lock:
         text = (root / "recipes" / "sglang-native-fp8-bookworm.lock.yaml").read_text()
-        (root / "recipes" / "mine.lock.yaml").write_text(text.replace("\nrecipe: sglang-native-fp8-bookworm\n",
-                                                                      "\nrecipe: mine\n"))
+        (root / "recipes" / "mine.lock.yaml").write_text(
+            text.replace("\nrecipe: sglang-native-fp8-bookworm\n", "\nrecipe: mine\n")
+        )
     pins, where = debian_pins(load_recipe(name, root), "linux/amd64")
     assert pins is None
     assert where == ("recipes/mine.lock.yaml" if own_lock else "recipes/sglang-native-fp8-bookworm.lock.yaml")
@@ -308,6 +348,7 @@ def test_a_derived_recipe_whose_apt_steps_differ_or_that_has_a_lock_inherits_not
 def test_the_build_plan_of_a_derived_recipe_installs_its_parents_pinned_debs(tmp_path):
     """The plan a build renders from: the parent lock's pins, checked against the steps it renders."""
     from servebuild.plan.make import BuildOptions, make_plan
+
     root = copy_project(tmp_path)
     name = _derived(root, "my-aot", "aot:\n  kernels: []\n")
     plan = make_plan(root, name, BuildOptions(platform="linux/amd64", dry_run=True))
@@ -317,8 +358,11 @@ def test_the_build_plan_of_a_derived_recipe_installs_its_parents_pinned_debs(tmp
 def test_a_parent_that_is_not_a_whole_recipe_alone_is_passed_over(tmp_path):
     """A chain through a fragment (valid only under its child) still finds the locked recipe above it."""
     from servebuild.lock.lockfile import debian_pins
+
     root = copy_project(tmp_path)
-    (root / "recipes" / "fragment.yaml").write_text("extends: sglang-native-fp8-bookworm\n")  # no name: not a recipe alone
+    (root / "recipes" / "fragment.yaml").write_text(
+        "extends: sglang-native-fp8-bookworm\n"
+    )  # no name: not a recipe alone
     (root / "recipes" / "mine.yaml").write_text("name: mine\nextends: fragment\naot:\n  kernels: []\n")
     pins, where = debian_pins(load_recipe("mine", root), "linux/amd64")
     assert where == "recipes/sglang-native-fp8-bookworm.lock.yaml" and pins is not None

@@ -51,26 +51,36 @@ def test_engine_sets_carry_the_13_0_compiler(stack):
     for target in depsets.load_stack(REPO_ROOT, stack).targets:
         pins = parse_pins(CONSTRAINTS / stack / depsets.set_name(target))
         assert {n: pins.get(n) for n in ("cuda-toolkit", "nvidia-cuda-nvcc", "nvidia-cuda-runtime")} == {
-            "cuda-toolkit": "13.0.2", "nvidia-cuda-nvcc": "13.0.88", "nvidia-cuda-runtime": "13.0.96"}
+            "cuda-toolkit": "13.0.2",
+            "nvidia-cuda-nvcc": "13.0.88",
+            "nvidia-cuda-runtime": "13.0.96",
+        }
 
 
 def test_old_sglang_set_fails_naming_the_packages():
     problem = cuda_compiler_problem(parse_pins(FIXTURES / "old-sglang-set.txt"))
     assert problem is not None and "\n" not in problem
-    for pin in ("nvidia-cuda-nvcc==13.5.37", "nvidia-cuda-crt==13.5.37", "nvidia-nvvm==13.5.37",
-                "nvidia-cuda-cccl==13.3.5.0.6"):
+    for pin in (
+        "nvidia-cuda-nvcc==13.5.37",
+        "nvidia-cuda-crt==13.5.37",
+        "nvidia-nvvm==13.5.37",
+        "nvidia-cuda-cccl==13.3.5.0.6",
+    ):
         assert pin in problem
     assert "cuda-toolkit==" not in problem and "nvidia-cuda-runtime" not in problem  # those are 13.0
 
 
-@pytest.mark.parametrize("pins, bad", [
-    ({"nvidia-cuda-nvcc": "13.0.88", "nvidia-cuda-cccl": "13.0.85", "numpy": "2.3.5"}, None),
-    ({"nvidia-cuda-nvcc-cu12": "12.8.93"}, "nvidia-cuda-nvcc-cu12==12.8.93"),
-    ({"nvidia_cuda_nvrtc": "13.3.73"}, "nvidia_cuda_nvrtc==13.3.73"),
-    ({"cuda-toolkit": "13.1.0"}, "cuda-toolkit==13.1.0"),
-    ({"nvidia-nvjitlink": "13.0.88", "nvidia-cuda-crt": "13.10.1"}, "nvidia-cuda-crt==13.10.1"),
-    ({"nvidia-cuda-nvdisasm": "13.3.73", "cuda-bindings": "13.3.1"}, None),  # tools and bindings: not compilers
-])
+@pytest.mark.parametrize(
+    "pins, bad",
+    [
+        ({"nvidia-cuda-nvcc": "13.0.88", "nvidia-cuda-cccl": "13.0.85", "numpy": "2.3.5"}, None),
+        ({"nvidia-cuda-nvcc-cu12": "12.8.93"}, "nvidia-cuda-nvcc-cu12==12.8.93"),
+        ({"nvidia_cuda_nvrtc": "13.3.73"}, "nvidia_cuda_nvrtc==13.3.73"),
+        ({"cuda-toolkit": "13.1.0"}, "cuda-toolkit==13.1.0"),
+        ({"nvidia-nvjitlink": "13.0.88", "nvidia-cuda-crt": "13.10.1"}, "nvidia-cuda-crt==13.10.1"),
+        ({"nvidia-cuda-nvdisasm": "13.3.73", "cuda-bindings": "13.3.1"}, None),  # tools and bindings: not compilers
+    ],
+)
 def test_cuda_compiler_problem(pins, bad):
     problem = cuda_compiler_problem(pins)
     if bad is None:
@@ -105,7 +115,7 @@ def test_headers_match_inputs(stack):
     for name, target, kind in expected:
         lines = depsets.header_lines(CONSTRAINTS / stack / name)
         want = depsets.header(inputs, target, kind).splitlines()
-        assert lines[:len(want)] == want, name
+        assert lines[: len(want)] == want, name
         assert f"# exclude-newer: {inputs.exclude_newer};" in "\n".join(lines)
         assert f"invoke deps --stack {stack}" in lines[1]
         if target is not None:
@@ -121,8 +131,12 @@ def test_declared_dates_and_engines():
     assert torch.engine is None and torch.exclude_newer == "2026-03-24T00:00:00Z"
     for inputs in (sglang, vllm):
         assert "cuda-toolkit[nvcc,crt,nvvm,cccl,cudart]==13.0.2" in inputs.requirements
-        assert {t.name for t in inputs.targets} == {"py3.12-linux-arm64", "py3.12-linux-amd64",
-                                                    "py3.11-linux-arm64", "py3.11-linux-amd64"}
+        assert {t.name for t in inputs.targets} == {
+            "py3.12-linux-arm64",
+            "py3.12-linux-amd64",
+            "py3.11-linux-arm64",
+            "py3.11-linux-amd64",
+        }
     assert "nvidia-cuda-nvcc==13.0.*" in sglang.constraints
 
 
@@ -137,8 +151,11 @@ def test_precompiled_files_hold_only_the_engine():
 def test_vllm_sdist_is_hash_pinned():
     path = CONSTRAINTS / "vllm-dspark" / "sdist.txt"
     assert check_hashed_requirements(path) is None
-    assert re.search(r"^vllm==0\.26\.0 --hash=sha256:23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502$",
-                     path.read_text(), re.M)
+    assert re.search(
+        r"^vllm==0\.26\.0 --hash=sha256:23e9fa19d7e20ce7dcc1c074d41503e2116d23f19e688f5d5ea91b741f958502$",
+        path.read_text(),
+        re.M,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +202,12 @@ BAD = [
     ("unknown", _mutate(extra_index_url="https://x"), "extra_index_url", "unknown field"),
     ("stack", _mutate(stack="other"), "stack", "must name the directory"),
     ("requirements-empty", _mutate(requirements=[]), "requirements", "non-empty"),
-    ("requirement-garbage", _mutate(requirements=["sglang==0.5.16", "not a req!"]), "requirements[1]", "not a requirement"),
+    (
+        "requirement-garbage",
+        _mutate(requirements=["sglang==0.5.16", "not a req!"]),
+        "requirements[1]",
+        "not a requirement",
+    ),
     ("requirement-twice", _mutate(requirements=["sglang==0.5.16", "SGLang>=0.5"]), "requirements[1]", "listed twice"),
     ("engine-missing", _mutate(engine="vllm"), "engine", "not one of the requirements"),
     ("engine-unpinned", _mutate(requirements=["sglang>=0.5.16"]), "requirements", "must be pinned with =="),
@@ -196,18 +218,38 @@ BAD = [
     ("index", _mutate(index_url="pypi.org"), "index_url", "http(s) URL"),
     ("uv", _mutate(uv="latest"), "uv", "uv version"),
     ("targets-empty", _mutate(targets=[]), "targets", "non-empty"),
-    ("python-float", _mutate(targets=[{"python": 3.1, "platform": "linux/amd64", "manylinux": "2_34"}]),
-     "targets[0].python", "quoted version"),
-    ("platform", _mutate(targets=[{"python": "3.12", "platform": "linux/ppc64le", "manylinux": "2_34"}]),
-     "targets[0].platform", "must be one of"),
-    ("manylinux", _mutate(targets=[{"python": "3.12", "platform": "linux/amd64", "manylinux": 2.28}]),
-     "targets[0].manylinux", "glibc tag"),
+    (
+        "python-float",
+        _mutate(targets=[{"python": 3.1, "platform": "linux/amd64", "manylinux": "2_34"}]),
+        "targets[0].python",
+        "quoted version",
+    ),
+    (
+        "platform",
+        _mutate(targets=[{"python": "3.12", "platform": "linux/ppc64le", "manylinux": "2_34"}]),
+        "targets[0].platform",
+        "must be one of",
+    ),
+    (
+        "manylinux",
+        _mutate(targets=[{"python": "3.12", "platform": "linux/amd64", "manylinux": 2.28}]),
+        "targets[0].manylinux",
+        "glibc tag",
+    ),
     ("target-keys", _mutate(targets=[{"python": "3.12", "platform": "linux/amd64"}]), "targets[0]", "exactly"),
     ("target-twice", _mutate(targets=[GOOD["targets"][0], GOOD["targets"][0]]), "targets[1]", "listed twice"),
-    ("absent", _mutate(absent=[{"requirement": "flashinfer-cubin>=0.6", "reason": "x"}]), "absent[0].requirement",
-     "name==version"),
-    ("absent-reason", _mutate(absent=[{"requirement": "flashinfer-cubin==0.6.14", "reason": " "}]),
-     "absent[0].reason", "must say why"),
+    (
+        "absent",
+        _mutate(absent=[{"requirement": "flashinfer-cubin>=0.6", "reason": "x"}]),
+        "absent[0].requirement",
+        "name==version",
+    ),
+    (
+        "absent-reason",
+        _mutate(absent=[{"requirement": "flashinfer-cubin==0.6.14", "reason": " "}]),
+        "absent[0].reason",
+        "must say why",
+    ),
     ("not-mapping", "- just\n- a list\n", "(top level)", "mapping"),
 ]
 
@@ -246,19 +288,21 @@ def test_unknown_stack_and_target(tmp_path):
 
 
 def _body(path: Path) -> str:
-    return "".join(line + "\n" for line in path.read_text().splitlines()[len(depsets.header_lines(path)):])
+    return "".join(line + "\n" for line in path.read_text().splitlines()[len(depsets.header_lines(path)) :])
 
 
 def _fake_uv(tmp_path: Path, output: str, version: str = "0.13.9") -> str:
     canned = tmp_path / "resolve.txt"
     canned.write_text(output)
     uv = tmp_path / "uv"
-    uv.write_text(textwrap.dedent(f"""\
+    uv.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         if [ "$1" = "--version" ]; then echo "uv {version} (fake)"; exit 0; fi
         [ -f requirements.in ] && [ -f constraints.txt ] || exit 3
         cat '{canned}'
-        """))
+        """)
+    )
     uv.chmod(0o755)
     return str(uv)
 
@@ -294,7 +338,9 @@ def test_generate_splits_the_engine_and_is_deterministic(tmp_path):
 
 def test_generate_refuses_a_set_with_the_13_5_compiler(tmp_path):
     root = _sglang_root(tmp_path)
-    fixture = _body(FIXTURES / "old-sglang-set.txt") + _body(CONSTRAINTS / "sglang" / "precompiled-py3.12-linux-amd64.txt")
+    fixture = _body(FIXTURES / "old-sglang-set.txt") + _body(
+        CONSTRAINTS / "sglang" / "precompiled-py3.12-linux-amd64.txt"
+    )
     uv = _fake_uv(tmp_path, fixture)
     out = tmp_path / "out"
     with pytest.raises(RecipeError) as err:
@@ -333,6 +379,9 @@ def test_a_set_with_a_cuda_compiler_outside_13_0_is_refused(project):
     copy_real(project, "tests/fixtures/old-sglang-set.txt")
     edits = {"constraints": {"linux/amd64": "tests/fixtures/old-sglang-set.txt"}, "expect": {"cuda": "13.0"}}
     (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edits)))
-    with pytest.raises(RecipeError, match=r"constraints.linux/amd64: .*CUDA compiler wheels outside CUDA 13.0.x: "
-                                          r".*nvidia-cuda-nvcc==13.5.37"):
+    with pytest.raises(
+        RecipeError,
+        match=r"constraints.linux/amd64: .*CUDA compiler wheels outside CUDA 13.0.x: "
+        r".*nvidia-cuda-nvcc==13.5.37",
+    ):
         load_recipe("hostile", project)

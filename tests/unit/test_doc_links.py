@@ -30,8 +30,9 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> list[str]:
-    return [t for t in LINK.findall(prose(path.read_text()))
-            if not re.match(r"[a-z][a-z0-9+.-]*:", t)]  # https:, mailto: ... are not files of the checkout
+    return [
+        t for t in LINK.findall(prose(path.read_text())) if not re.match(r"[a-z][a-z0-9+.-]*:", t)
+    ]  # https:, mailto: ... are not files of the checkout
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
@@ -57,8 +58,10 @@ def test_the_checks_see_links_and_headings():
 
 def test_the_readme_starts_with_the_quick_start_commands():
     blocks = re.findall(r"^```[^\n]*\n(.*?)^```", (REPO_ROOT / "README.md").read_text(), re.S | re.M)
-    assert [b.strip() for b in blocks[:2]] == ["bash scripts/setup.sh && .venv/bin/invoke main",
-                                               "bash scripts/setup.sh && .venv/bin/python scripts/run_tests.py"]
+    assert [b.strip() for b in blocks[:2]] == [
+        "bash scripts/setup.sh && .venv/bin/invoke main",
+        "bash scripts/setup.sh && .venv/bin/python scripts/run_tests.py",
+    ]
     assert "bash scripts/setup.sh && .venv/bin/python scripts/run_tests.py" in (REPO_ROOT / ".ci" / "run").read_text()
 
 

@@ -18,8 +18,9 @@ def script(name: str):
     return module
 
 
-@pytest.mark.parametrize("name, doc", [("architecture", "docs/architecture.md"),
-                                       ("recipe_reference", "docs/recipe-reference.md")])
+@pytest.mark.parametrize(
+    "name, doc", [("architecture", "docs/architecture.md"), ("recipe_reference", "docs/recipe-reference.md")]
+)
 def test_a_generated_doc_is_current(name, doc):
     assert (REPO_ROOT / doc).read_text() == script(name).render(), f"run: python scripts/{name}.py"
 
@@ -34,6 +35,7 @@ def test_every_package_says_what_goes_in_and_out():
 
 def test_the_reference_names_every_recipe_field():
     from servebuild.recipe.schema import Recipe
+
     text = (REPO_ROOT / "docs" / "recipe-reference.md").read_text()
     assert all(f"| `{name}` |" in text for name in Recipe.model_fields)
 
@@ -46,16 +48,17 @@ def test_the_readme_links_the_generated_docs():
 EXAMPLES = ("NAME", "trtllm", "wheel-rebuild", "wheel_rebuild", "<kind>")  # what a guide asks the reader to create
 
 
-@pytest.mark.parametrize("doc", ["docs/architecture.md", "docs/extending.md", "docs/recipe-reference.md",
-                                 "docs/input-validation.md"])
+@pytest.mark.parametrize(
+    "doc", ["docs/architecture.md", "docs/extending.md", "docs/recipe-reference.md", "docs/input-validation.md"]
+)
 def test_every_path_a_doc_names_exists(doc):
     """A path in backquotes (`servebuild/render/context.py`, `images/stages/runtime.j2`,
     `build/docker.DockerClient`) names a file or folder of the checkout, from the root, servebuild/ or
     one of its packages; the examples a guide asks the reader to create are left out."""
     import re
+
     text = (REPO_ROOT / doc).read_text()
-    bases = [REPO_ROOT, REPO_ROOT / "servebuild", REPO_ROOT / "servebuild" / "render",
-             REPO_ROOT / "images"]
+    bases = [REPO_ROOT, REPO_ROOT / "servebuild", REPO_ROOT / "servebuild" / "render", REPO_ROOT / "images"]
     bases += [p for p in (REPO_ROOT / "servebuild").iterdir() if p.is_dir()]
     missing = []
     for token in sorted(set(re.findall(r"`([A-Za-z0-9_.<>-]+/[A-Za-z0-9_./<>-]*)`", text))):

@@ -33,6 +33,7 @@ def silent_engine(path):
             except OSError:
                 return
             held.append(conn)
+
     threading.Thread(target=serve, daemon=True).start()
     return server, held
 
@@ -42,8 +43,13 @@ def test_doctor_gives_a_fail_line_against_an_engine_that_never_answers(tmp_path)
     server, held = silent_engine(sock)
     try:
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-c", DOCTOR], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "DOCKER_HOST": f"unix://{sock}"})
+        proc = subprocess.run(
+            [sys.executable, "-c", DOCTOR],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "DOCKER_HOST": f"unix://{sock}"},
+        )
         seconds = time.monotonic() - start
     finally:
         server.close()
@@ -63,7 +69,9 @@ import pytest  # noqa: E402
 from servebuild.check import host  # noqa: E402
 
 
-@pytest.mark.parametrize("printed", [b"9" * 5000 + b".1\n", b"\xff\xfe\x00\x81 binary\n", b"580." + b"7" * 5000 + b"\n"])
+@pytest.mark.parametrize(
+    "printed", [b"9" * 5000 + b".1\n", b"\xff\xfe\x00\x81 binary\n", b"580." + b"7" * 5000 + b"\n"]
+)
 def test_doctor_reads_an_nvidia_smi_that_prints_no_version_as_no_version(tmp_path, monkeypatch, printed):
     (tmp_path / "out").write_bytes(printed)
     smi = tmp_path / "nvidia-smi"
@@ -86,15 +94,19 @@ def test_doctor_still_reads_a_real_driver_version(tmp_path, monkeypatch):
     assert host.driver_check(None, "warn").status == "warn"
 
 
-@pytest.mark.parametrize("printed, shown", [
-    (b"9" * 5000 + b".1\n", "'99999999999999999999"),
-    (b"\xff\xfe\x00\x81 binary\n", "'\\ufffd\\ufffd\\x00\\ufffd binary'"),
-    (b"580." + b"7" * 5000 + b"\n", "'580.777777"),
-    (b"", "nothing"),
-])
+@pytest.mark.parametrize(
+    "printed, shown",
+    [
+        (b"9" * 5000 + b".1\n", "'99999999999999999999"),
+        (b"\xff\xfe\x00\x81 binary\n", "'\\ufffd\\ufffd\\x00\\ufffd binary'"),
+        (b"580." + b"7" * 5000 + b"\n", "'580.777777"),
+        (b"", "nothing"),
+    ],
+)
 @pytest.mark.parametrize("serve", [False, True])
-def test_doctor_gives_a_fail_line_for_an_nvidia_smi_that_prints_no_version(tmp_path, monkeypatch, printed, shown,
-                                                                              serve):
+def test_doctor_gives_a_fail_line_for_an_nvidia_smi_that_prints_no_version(
+    tmp_path, monkeypatch, printed, shown, serve
+):
     """Issue 31, point 7: an nvidia-smi that answers (exit 0) with a 5,000-digit "version" or binary bytes
     is a broken driver install, not a host without a GPU: one FAIL line naming nvidia-smi and what it
     printed (escaped, cut), whatever --serve says; never a traceback, never a 5,000-character line."""

@@ -35,8 +35,12 @@ def test_every_error_class_is_a_kind():
 
 
 def test_the_hint_follows_the_problem_on_one_line():
-    exc = errors.Refused("lock has 1 unresolved entry,\n first: x", hint="run `invoke lock`\n again",
-                         file="recipes/a.lock.yaml", field="unresolved")
+    exc = errors.Refused(
+        "lock has 1 unresolved entry,\n first: x",
+        hint="run `invoke lock`\n again",
+        file="recipes/a.lock.yaml",
+        field="unresolved",
+    )
     assert str(exc) == "recipes/a.lock.yaml: unresolved: lock has 1 unresolved entry, first: x; run `invoke lock` again"
     assert exc.problem.startswith("lock has") and exc.hint.startswith("run")
 

@@ -36,6 +36,8 @@ def test_committed_recipe_renders_and_has_a_current_lock(name):
             assert "AS profile-check" in text and all(p in text for p in recipe.launch.profiles)
     engine = recipe.engine.name if recipe.engine else None
     assert engine is None or engine in BUILT_ENGINES, f"{name}: no CI image parses {engine} profiles"
-    RECIPE_CHECKS.append(f"{name}: validated; rendered {', '.join(recipe.platforms)}; lock current "
-          f"({len(lock.unresolved)} unresolved); profiles "
-          + (f"parsed in the {BUILT_ENGINES[engine]} image (test_engine_images)" if engine else "none (no engine)"))
+    RECIPE_CHECKS.append(
+        f"{name}: validated; rendered {', '.join(recipe.platforms)}; lock current "
+        f"({len(lock.unresolved)} unresolved); profiles "
+        + (f"parsed in the {BUILT_ENGINES[engine]} image (test_engine_images)" if engine else "none (no engine)")
+    )

@@ -78,56 +78,103 @@ def test_good_farm_file(tmp_path, certs):
     assert farm.timeout == 20
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("platforms:\n  linux/riscv64:\n    - host: unix:///var/run/docker.sock\n",
-     "farm.yaml:2: platforms.linux/riscv64: unknown platform 'linux/riscv64'"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n    - host: unix:///var/run//docker.sock\n",
-     "farm.yaml:4: platforms.linux/amd64.1.host: unix:///var/run//docker.sock is listed twice for linux/amd64"),
-    ("platforms:\n  linux/amd64:\n    - host: ssh://Builder@NODE\n    - host: ssh://Builder@node:22\n",
-     "is listed twice"),
-    ("platforms:\n  linux/amd64:\n    - host: http://node:2375\n",
-     "farm.yaml:3: platforms.linux/amd64.0.host: 'http://node:2375': unsupported scheme 'http'"),
-    ("platforms:\n  linux/amd64:\n    - host: /var/run/docker.sock\n", "unsupported scheme '(none)'"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n",
-     "platforms.linux/amd64.0: tcp://node:2376 needs `tls`"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///run/d.sock\n      tls: {ca: certs/ca.pem}\n",
-     "`tls` is for tcp:// engines"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, key: certs/client-key.pem}\n",
-     "platforms.linux/amd64.0.tls: key is given without cert"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, cert: certs/nope.pem, key: certs/client-key.pem}\n",
-     "farm.yaml:4: platforms.linux/amd64.0.tls.cert: certs/nope.pem: cannot read a TLS or ssh_config file: no such file or directory"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs}\n",
-     "platforms.linux/amd64.0.tls.ca: certs is not a regular file"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, cert: certs/client-key.pem, key: certs/client-cert.pem}\n",
-     "platforms.linux/amd64.0.tls.cert: certs/client-key.pem is not a PEM certificate"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n      user: root\n",
-     "farm.yaml:4: platforms.linux/amd64.0.user: unknown field"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\nregistry: r:5000\n",
-     "farm.yaml:4: registry: unknown field"),
-    ("platforms:\n  linux/amd64:\n    - host: 2375\n", "platforms.linux/amd64.0.host: Input should be a valid string"),
-    ("platforms:\n  - linux/amd64\n", "farm.yaml:1: platforms: Input should be a valid dictionary"),
-    ("platforms:\n  linux/amd64: unix:///var/run/docker.sock\n", "platforms.linux/amd64: Input should be a valid list"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\npreflight_timeout: '30'\n",
-     "preflight_timeout: Input should be a valid integer"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n      network: bridge\n",
-     "platforms.linux/amd64.0.network: Input should be 'host'"),
-    ("platforms:\n  linux/amd64:\n    - host: ssh://-oProxyCommand=sh\n", "is not a ssh:// engine address"),
-    ("platforms:\n  linux/amd64:\n    - host: ssh://b@node\n      ssh_config: certs/none\n",
-     "farm.yaml:4: platforms.linux/amd64.0.ssh_config: certs/none: cannot read a TLS or ssh_config file: no such file or directory"),
-    ("platforms:\n  linux/amd64:\n    - host: ssh://b@node\n      ssh_config: certs/ca.pem\n",
-     "platforms.linux/amd64.0.ssh_config: certs/ca.pem is not an ssh_config file"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem}\n      ssh_config: x\n",
-     "platforms.linux/amd64.0: `ssh_config` is for ssh:// engines, not tcp://"),
-    ("platforms:\n  linux/amd64:\n    - host: tcp://node:70000\n      tls: {ca: certs/ca.pem}\n",
-     "port 70000 is out of range"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///run/../etc/d.sock\n", "is not a unix:// engine address"),
-    ("platforms:\n  linux/amd64: []\n", "platforms.linux/amd64: lists no engine"),
-    ("platforms: {}\n", "platforms: names no platform"),
-    ("platforms:\n  linux/amd64:\n    - host: unix:///a.sock\n  linux/amd64:\n    - host: unix:///b.sock\n",
-     "farm.yaml:4: platforms.linux/amd64: key 'linux/amd64' is given twice"),
-    ("- just a list\n", "farm.yaml: a farm file is a YAML mapping"),
-    ("platforms: [unclosed\n", "farm.yaml:2: invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "platforms:\n  linux/riscv64:\n    - host: unix:///var/run/docker.sock\n",
+            "farm.yaml:2: platforms.linux/riscv64: unknown platform 'linux/riscv64'",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n    - host: unix:///var/run//docker.sock\n",
+            "farm.yaml:4: platforms.linux/amd64.1.host: unix:///var/run//docker.sock is listed twice for linux/amd64",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: ssh://Builder@NODE\n    - host: ssh://Builder@node:22\n",
+            "is listed twice",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: http://node:2375\n",
+            "farm.yaml:3: platforms.linux/amd64.0.host: 'http://node:2375': unsupported scheme 'http'",
+        ),
+        ("platforms:\n  linux/amd64:\n    - host: /var/run/docker.sock\n", "unsupported scheme '(none)'"),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n",
+            "platforms.linux/amd64.0: tcp://node:2376 needs `tls`",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///run/d.sock\n      tls: {ca: certs/ca.pem}\n",
+            "`tls` is for tcp:// engines",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, key: certs/client-key.pem}\n",
+            "platforms.linux/amd64.0.tls: key is given without cert",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, cert: certs/nope.pem, key: certs/client-key.pem}\n",
+            "farm.yaml:4: platforms.linux/amd64.0.tls.cert: certs/nope.pem: cannot read a TLS or ssh_config file: no such file or directory",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs}\n",
+            "platforms.linux/amd64.0.tls.ca: certs is not a regular file",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem, cert: certs/client-key.pem, key: certs/client-cert.pem}\n",
+            "platforms.linux/amd64.0.tls.cert: certs/client-key.pem is not a PEM certificate",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n      user: root\n",
+            "farm.yaml:4: platforms.linux/amd64.0.user: unknown field",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\nregistry: r:5000\n",
+            "farm.yaml:4: registry: unknown field",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: 2375\n",
+            "platforms.linux/amd64.0.host: Input should be a valid string",
+        ),
+        ("platforms:\n  - linux/amd64\n", "farm.yaml:1: platforms: Input should be a valid dictionary"),
+        (
+            "platforms:\n  linux/amd64: unix:///var/run/docker.sock\n",
+            "platforms.linux/amd64: Input should be a valid list",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\npreflight_timeout: '30'\n",
+            "preflight_timeout: Input should be a valid integer",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///var/run/docker.sock\n      network: bridge\n",
+            "platforms.linux/amd64.0.network: Input should be 'host'",
+        ),
+        ("platforms:\n  linux/amd64:\n    - host: ssh://-oProxyCommand=sh\n", "is not a ssh:// engine address"),
+        (
+            "platforms:\n  linux/amd64:\n    - host: ssh://b@node\n      ssh_config: certs/none\n",
+            "farm.yaml:4: platforms.linux/amd64.0.ssh_config: certs/none: cannot read a TLS or ssh_config file: no such file or directory",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: ssh://b@node\n      ssh_config: certs/ca.pem\n",
+            "platforms.linux/amd64.0.ssh_config: certs/ca.pem is not an ssh_config file",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n      tls: {ca: certs/ca.pem}\n      ssh_config: x\n",
+            "platforms.linux/amd64.0: `ssh_config` is for ssh:// engines, not tcp://",
+        ),
+        (
+            "platforms:\n  linux/amd64:\n    - host: tcp://node:70000\n      tls: {ca: certs/ca.pem}\n",
+            "port 70000 is out of range",
+        ),
+        ("platforms:\n  linux/amd64:\n    - host: unix:///run/../etc/d.sock\n", "is not a unix:// engine address"),
+        ("platforms:\n  linux/amd64: []\n", "platforms.linux/amd64: lists no engine"),
+        ("platforms: {}\n", "platforms: names no platform"),
+        (
+            "platforms:\n  linux/amd64:\n    - host: unix:///a.sock\n  linux/amd64:\n    - host: unix:///b.sock\n",
+            "farm.yaml:4: platforms.linux/amd64: key 'linux/amd64' is given twice",
+        ),
+        ("- just a list\n", "farm.yaml: a farm file is a YAML mapping"),
+        ("platforms: [unclosed\n", "farm.yaml:2: invalid YAML"),
+    ],
+)
 def test_bad_farm_file(tmp_path, certs, text, expected):
     assert expected in load_error(tmp_path, text)
 
@@ -136,8 +183,11 @@ def test_key_problems_never_show_the_key(tmp_path, certs):
     """A key file holding a certificate, and a certificate file holding the key: the line names the
     file, never its bytes."""
     (certs / "swapped.pem").write_text(CERT)
-    line = load_error(tmp_path, "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n"
-                                "      tls: {ca: certs/client-key.pem, cert: certs/client-cert.pem, key: certs/swapped.pem}\n")
+    line = load_error(
+        tmp_path,
+        "platforms:\n  linux/amd64:\n    - host: tcp://node:2376\n"
+        "      tls: {ca: certs/client-key.pem, cert: certs/client-cert.pem, key: certs/swapped.pem}\n",
+    )
     assert "tls.ca: certs/client-key.pem is not a PEM certificate" in line
 
 
@@ -150,8 +200,9 @@ def test_unreadable_key(tmp_path, certs):
 def test_tls_files_linked_into_a_private_dir(tmp_path, certs):
     """The 20.10 client wants ca.pem/cert.pem/key.pem in one folder: other names get a 0700 dir of links."""
     client = DockerClient.__new__(DockerClient)
-    endpoint = Endpoint("tcp://node:2376", ca=certs / "ca.pem", cert=certs / "client-cert.pem",
-                        key=certs / "client-key.pem")
+    endpoint = Endpoint(
+        "tcp://node:2376", ca=certs / "ca.pem", cert=certs / "client-cert.pem", key=certs / "client-key.pem"
+    )
     env = client._endpoint_variables(endpoint)
     folder = Path(env["DOCKER_CERT_PATH"])
     assert env["DOCKER_HOST"] == "tcp://node:2376" and env["DOCKER_TLS_VERIFY"] == "1"
@@ -177,33 +228,52 @@ def test_endpoint_env_replaces_the_callers(monkeypatch):
 
 
 def _plan(platform="linux/amd64"):
-    return SimpleNamespace(platform=platform, bases={"build": "servebuild/debian:bookworm-arm64",
-                                                     "runtime": "servebuild/debian:bookworm-arm64"},
-                           loaded=SimpleNamespace(file="recipes/toy.yaml", recipe=SimpleNamespace(bases=SimpleNamespace(
-                               build=SimpleNamespace(ref="base:bookworm-{arch}"),
-                               runtime=SimpleNamespace(ref="base:bookworm-{arch}")))), lock=None, debian=None)
+    return SimpleNamespace(
+        platform=platform,
+        bases={"build": "servebuild/debian:bookworm-arm64", "runtime": "servebuild/debian:bookworm-arm64"},
+        loaded=SimpleNamespace(
+            file="recipes/toy.yaml",
+            recipe=SimpleNamespace(
+                bases=SimpleNamespace(
+                    build=SimpleNamespace(ref="base:bookworm-{arch}"),
+                    runtime=SimpleNamespace(ref="base:bookworm-{arch}"),
+                )
+            ),
+        ),
+        lock=None,
+        debian=None,
+    )
 
 
 def test_unreachable_endpoints_are_one_line(tmp_path):
     """Real client, real refusals: a closed TCP port (with TLS files) and a socket that is not there."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends
     (tmp_path / "ca.pem").write_text(CERT)
-    farm = farms.load_farm(farm_file(tmp_path, f"""\
+    farm = farms.load_farm(
+        farm_file(
+            tmp_path,
+            f"""\
         platforms:
           linux/amd64:
             - host: unix://{tmp_path}/nothing.sock
             - host: tcp://127.0.0.1:{port}
               tls: {{ca: ca.pem}}
         preflight_timeout: 10
-        """), tmp_path)
+        """,
+        ),
+        tmp_path,
+    )
     notes = StringIO()
     with pytest.raises(DockerError) as info:
         farms.preflight(farm, {"linux/amd64": _plan()}, note=notes)
     line = str(info.value)
-    assert line.startswith(f"farm.yaml:3: platforms.linux/amd64.0: engine unix://{tmp_path}/nothing.sock not reachable: ")
+    assert line.startswith(
+        f"farm.yaml:3: platforms.linux/amd64.0: engine unix://{tmp_path}/nothing.sock not reachable: "
+    )
     assert "not reachable" in line and "(and 1 more engines for linux/amd64 failed)" in line and "\n" not in line
     assert f"skipping tcp://127.0.0.1:{port}" in notes.getvalue()
 
@@ -211,18 +281,25 @@ def test_unreachable_endpoints_are_one_line(tmp_path):
 def test_silent_endpoint_times_out(tmp_path):
     """A TCP peer that accepts and never answers: the preflight gives up after preflight_timeout."""
     import socket
+
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     (tmp_path / "ca.pem").write_text(CERT)
     try:
-        farm = farms.load_farm(farm_file(tmp_path, f"""\
+        farm = farms.load_farm(
+            farm_file(
+                tmp_path,
+                f"""\
             platforms:
               linux/amd64:
                 - host: tcp://127.0.0.1:{server.getsockname()[1]}
                   tls: {{ca: ca.pem}}
             preflight_timeout: 2
-            """), tmp_path)
+            """,
+            ),
+            tmp_path,
+        )
         with pytest.raises(DockerError) as info:
             farms.preflight(farm, {"linux/amd64": _plan()})
         assert "did not answer `docker version` within 2s" in str(info.value) or "not reachable" in str(info.value)
@@ -255,12 +332,18 @@ class AnsweringEngine:
 
 def _gh200_farm(tmp_path):
     (tmp_path / "ca.pem").write_text(CERT)
-    return farms.load_farm(farm_file(tmp_path, """\
+    return farms.load_farm(
+        farm_file(
+            tmp_path,
+            """\
         platforms:
           linux/amd64:
             - host: tcp://gh200:2376
               tls: {ca: ca.pem}
-        """), tmp_path)
+        """,
+        ),
+        tmp_path,
+    )
 
 
 def test_wrong_arch_engine_without_qemu(tmp_path):
@@ -272,7 +355,8 @@ def test_wrong_arch_engine_without_qemu(tmp_path):
     assert str(info.value) == (
         "farm.yaml:3: platforms.linux/amd64.0: tcp://gh200:2376 is arm64 and cannot run linux/amd64 containers "
         "(exec /usr/bin/uname: exec format error); register QEMU binfmt on that host (`invoke binfmt`) "
-        "or list a amd64 engine for linux/amd64")
+        "or list a amd64 engine for linux/amd64"
+    )
     assert engine.calls[-1][:6] == ("run", "--rm", "--network", "none", "--platform", "linux/amd64")
 
 
@@ -301,22 +385,34 @@ def test_prefixed_stream_keeps_lines_whole():
 
 
 def invoke(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--platform", "linux/amd64,linux/amd64"], "error: --platform: linux/amd64 is given twice"),
-    (["--platform", "linux/amd64,linux/arm64", "--tag", "me/toy:latest"],
-     "error: --tag: 'me/toy:latest' would name every platform's image; put {arch} in it"),
-    (["--platform", "linux/amd64,linux/arm64", "--cache-to", "127.0.0.1:5000/cache/toy"],
-     "error: --cache-to: '127.0.0.1:5000/cache/toy' would name every platform's image"),
-    (["--platform", "linux/amd64", "--cache-to", "cache/toy:{arch}"],
-     "error: --cache-to: 'cache/toy:amd64' is not a registry reference"),
-    (["--platform", "linux/s390x,linux/amd64"], "error: --platform: unknown platform 'linux/s390x'"),
-    (["--platform", "linux/amd64", "--farm", "/nonexistent/farm.yaml"],
-     "error: --farm: farm file '/nonexistent/farm.yaml' does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--platform", "linux/amd64,linux/amd64"], "error: --platform: linux/amd64 is given twice"),
+        (
+            ["--platform", "linux/amd64,linux/arm64", "--tag", "me/toy:latest"],
+            "error: --tag: 'me/toy:latest' would name every platform's image; put {arch} in it",
+        ),
+        (
+            ["--platform", "linux/amd64,linux/arm64", "--cache-to", "127.0.0.1:5000/cache/toy"],
+            "error: --cache-to: '127.0.0.1:5000/cache/toy' would name every platform's image",
+        ),
+        (
+            ["--platform", "linux/amd64", "--cache-to", "cache/toy:{arch}"],
+            "error: --cache-to: 'cache/toy:amd64' is not a registry reference",
+        ),
+        (["--platform", "linux/s390x,linux/amd64"], "error: --platform: unknown platform 'linux/s390x'"),
+        (
+            ["--platform", "linux/amd64", "--farm", "/nonexistent/farm.yaml"],
+            "error: --farm: farm file '/nonexistent/farm.yaml' does not exist",
+        ),
+    ],
+)
 def test_cli_bad_options(args, expected):
     proc = invoke("build", "--recipe", "torch-cu130-bookworm", *args)
     assert proc.returncode == 2, proc.stderr
@@ -328,15 +424,22 @@ def test_cli_bad_farm_file_and_unreachable_engine(tmp_path):
     bad = farm_file(tmp_path, "platforms:\n  linux/amd64:\n    - host: ftp://node\n")
     proc = invoke("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64", "--farm", str(bad))
     assert proc.returncode == 2
-    assert proc.stderr == f"error: {bad}:3: platforms.linux/amd64.0.host: 'ftp://node': unsupported scheme 'ftp'; " \
-                          f"an engine is {farms.SCHEMES}\n"
-    dead = farm_file(tmp_path, f"platforms:\n  linux/amd64:\n    - host: unix://{tmp_path}/dead.sock\n"
-                               f"  linux/arm64:\n    - host: unix:///var/run/docker.sock\n")
-    proc = invoke("build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64,linux/arm64",
-                  "--farm", str(dead))
+    assert (
+        proc.stderr == f"error: {bad}:3: platforms.linux/amd64.0.host: 'ftp://node': unsupported scheme 'ftp'; "
+        f"an engine is {farms.SCHEMES}\n"
+    )
+    dead = farm_file(
+        tmp_path,
+        f"platforms:\n  linux/amd64:\n    - host: unix://{tmp_path}/dead.sock\n"
+        f"  linux/arm64:\n    - host: unix:///var/run/docker.sock\n",
+    )
+    proc = invoke(
+        "build", "--recipe", "torch-cu130-bookworm", "--platform", "linux/amd64,linux/arm64", "--farm", str(dead)
+    )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {dead}:3: platforms.linux/amd64.0: engine unix://{tmp_path}/dead.sock "
-                                  f"not reachable: ")
+    assert proc.stderr.startswith(
+        f"error: {dead}:3: platforms.linux/amd64.0: engine unix://{tmp_path}/dead.sock not reachable: "
+    )
     assert "not reachable" in proc.stderr and proc.stderr.count("\n") == 1
 
 
@@ -344,20 +447,34 @@ def test_one_failed_platform_reports_the_others(capsys):
     """The CLI's report when one platform fails: the built one is printed, the failed one is one line,
     exit 2. The farm steps are stand-ins here (the real concurrent build is tests/integration/test_farm.py)."""
     from servebuild.cli.build import farm_build
-    built = SimpleNamespace(tag="me/toy:amd64", image_id="sha256:" + "a" * 64, manifest_path=Path("m.json"),
-                            log_path=Path("b.log"), cache_ref=None)
+
+    built = SimpleNamespace(
+        tag="me/toy:amd64",
+        image_id="sha256:" + "a" * 64,
+        manifest_path=Path("m.json"),
+        log_path=Path("b.log"),
+        cache_ref=None,
+    )
     node = SimpleNamespace(name="unix:///var/run/docker.sock", client=SimpleNamespace(server_version="20.10"))
     stand_in = SimpleNamespace(
         local_farm=lambda platforms: None,
         preflight=lambda farm, plans: {p: node for p in plans},
-        build_all=lambda plans, nodes: ({"linux/amd64": built},
-                                        {"linux/arm64": DockerError("build failed (exit 1): pip: no match; full "
-                                                                    "log: build/toy/linux-arm64/build.log", field="build")}))
+        build_all=lambda plans, nodes: (
+            {"linux/amd64": built},
+            {
+                "linux/arm64": DockerError(
+                    "build failed (exit 1): pip: no match; full log: build/toy/linux-arm64/build.log", field="build"
+                )
+            },
+        ),
+    )
     with pytest.raises(DockerError) as info:
         farm_build(Path("."), stand_in, {"linux/arm64": None, "linux/amd64": None}, None)
     assert info.value.exit_code == 2
-    assert str(info.value) == ("linux/arm64: build: build failed (exit 1): pip: no match; full log: "
-                               "build/toy/linux-arm64/build.log; built: me/toy:amd64")
+    assert str(info.value) == (
+        "linux/arm64: build: build failed (exit 1): pip: no match; full log: "
+        "build/toy/linux-arm64/build.log; built: me/toy:amd64"
+    )
     assert "built me/toy:amd64 (sha256:" in capsys.readouterr().out
 
 
@@ -374,5 +491,6 @@ def test_missing_base_names_the_node(tmp_path):
     assert str(info.value) == (
         "farm.yaml:3: platforms.linux/amd64.0: tcp://gh200:2376 has no base image base:bookworm-amd64 "
         "(recipes/toy.yaml: bases.build) and cannot pull it; load it there (`docker save base:bookworm-amd64 | "
-        "DOCKER_HOST=tcp://gh200:2376 docker load`) or make it with `invoke bootstrap-base` against that engine")
+        "DOCKER_HOST=tcp://gh200:2376 docker load`) or make it with `invoke bootstrap-base` against that engine"
+    )
     assert engine.calls == [("pull", "--platform", "linux/amd64", "base:bookworm-amd64")]

@@ -25,34 +25,95 @@ from servebuild.render.context import render_dockerfile
 from support import copy_real
 from unit.minimal_recipe import BASE, merge
 
-RECIPE = merge(BASE, {
-    "name": "fuzz",
-    "apt": {"build": ["git"], "runtime": ["curl"]},
-    "launch": {"workdir": "/workspace", "user": "root", "cache_dirs": ["/cache/x"],
-               "profiles": {"p": {"description": "d", "module": "vllm.entrypoints.cli.main",
-                                  "args": ["serve", "/m", "--port", "8000"], "env": {"A_B": "v"}}}},
-    "engine": {"source": {"subdir": "python", "tag": "v0.26.0"}},
-    "expect": {"imports": ["vllm"], "versions": {"vllm": "0.26.0"}, "cuda": "13.0", "archs": ["sm_90a"]},
-    "variants": {"bare": {"description": "the release", "patches": []}},
-})
+RECIPE = merge(
+    BASE,
+    {
+        "name": "fuzz",
+        "apt": {"build": ["git"], "runtime": ["curl"]},
+        "launch": {
+            "workdir": "/workspace",
+            "user": "root",
+            "cache_dirs": ["/cache/x"],
+            "profiles": {
+                "p": {
+                    "description": "d",
+                    "module": "vllm.entrypoints.cli.main",
+                    "args": ["serve", "/m", "--port", "8000"],
+                    "env": {"A_B": "v"},
+                }
+            },
+        },
+        "engine": {"source": {"subdir": "python", "tag": "v0.26.0"}},
+        "expect": {"imports": ["vllm"], "versions": {"vllm": "0.26.0"}, "cuda": "13.0", "archs": ["sm_90a"]},
+        "variants": {"bare": {"description": "the release", "patches": []}},
+    },
+)
 
 # every string leaf the fuzzer may replace: (path into RECIPE, is it a dict key?)
 FIELDS = [
-    ("name",), ("description",), ("python",), ("cuda_arch_list",), ("bases", "build", "ref"),
-    ("bases", "runtime", "ref"), ("apt", "build", 0), ("apt", "runtime", 0), ("engine", "version"),
-    ("engine", "source", "url"), ("engine", "source", "commit"), ("engine", "source", "subdir"),
-    ("launch", "workdir"), ("launch", "user"), ("launch", "cache_dirs", 0),
-    ("launch", "profiles", "p", "description"), ("launch", "profiles", "p", "module"),
-    ("launch", "profiles", "p", "args", 1), ("launch", "profiles", "p", "args", 3),
-    ("launch", "profiles", "p", "env", "A_B"), ("expect", "imports", 0),
-    ("constraints", "linux/amd64"), ("engine", "source", "tag"), ("expect", "versions", "vllm"),
-    ("expect", "cuda"), ("expect", "archs", 0), ("variants", "bare", "description"),
+    ("name",),
+    ("description",),
+    ("python",),
+    ("cuda_arch_list",),
+    ("bases", "build", "ref"),
+    ("bases", "runtime", "ref"),
+    ("apt", "build", 0),
+    ("apt", "runtime", 0),
+    ("engine", "version"),
+    ("engine", "source", "url"),
+    ("engine", "source", "commit"),
+    ("engine", "source", "subdir"),
+    ("launch", "workdir"),
+    ("launch", "user"),
+    ("launch", "cache_dirs", 0),
+    ("launch", "profiles", "p", "description"),
+    ("launch", "profiles", "p", "module"),
+    ("launch", "profiles", "p", "args", 1),
+    ("launch", "profiles", "p", "args", 3),
+    ("launch", "profiles", "p", "env", "A_B"),
+    ("expect", "imports", 0),
+    ("constraints", "linux/amd64"),
+    ("engine", "source", "tag"),
+    ("expect", "versions", "vllm"),
+    ("expect", "cuda"),
+    ("expect", "archs", 0),
+    ("variants", "bare", "description"),
 ]
-KEYS = [("launch", "profiles", "p", "env"), ("launch", "profiles"), ("expect", "versions"), ("variants",)]  # dicts whose key is fuzzed
+KEYS = [
+    ("launch", "profiles", "p", "env"),
+    ("launch", "profiles"),
+    ("expect", "versions"),
+    ("variants",),
+]  # dicts whose key is fuzzed
 
 CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\u2028", "\nRUN id", "\nRUN touch /pwned"]
-SHELL = ["'", '"', "`", "$(", ")", "${", "}", ";", "&&", "|", "\\", " ", "#", "RUN touch /pwned",
-         "$(touch /pwned)", "`touch /pwned`", "..", "/", "*", "~", "-", "=", "%", "{{", "{%"]
+SHELL = [
+    "'",
+    '"',
+    "`",
+    "$(",
+    ")",
+    "${",
+    "}",
+    ";",
+    "&&",
+    "|",
+    "\\",
+    " ",
+    "#",
+    "RUN touch /pwned",
+    "$(touch /pwned)",
+    "`touch /pwned`",
+    "..",
+    "/",
+    "*",
+    "~",
+    "-",
+    "=",
+    "%",
+    "{{",
+    "{%",
+]
 PRINTABLE = st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=6)
 # two classes of value, each tried in every field: one that holds a control character somewhere
 # (must be refused) and one of printable shell metacharacters and text only (may be accepted,
@@ -85,8 +146,10 @@ def project(tmp_path_factory):
     copy_real(root, "constraints/torch-cu130/py3.12-linux-amd64.txt")
     (root / "recipes").mkdir()
     shim = root / "show-argv"  # stands in for the venv's python: prints argv and environment
-    shim.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                    "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n")
+    shim.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n"
+    )
     shim.chmod(0o755)
     return root
 
@@ -101,8 +164,9 @@ def render(root: Path, recipe: dict):
 def run_launcher(root: Path, name: str, profile) -> dict:
     script = root / "launcher"
     script.write_text(launcher_script(name, profile, python=str(root / "show-argv")))
-    proc = subprocess.run(["/bin/sh", str(script), "EXTRA"], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]}, timeout=10)
+    proc = subprocess.run(
+        ["/bin/sh", str(script), "EXTRA"], capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=10
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -152,6 +216,7 @@ FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scope
 @given(value=WITH_CONTROL)
 def test_a_value_with_a_control_character_is_refused_in_every_field(project, field, value):
     import copy
+
     assert check(project, set_at(copy.deepcopy(RECIPE), field, value)) == "refused", (field, value)
 
 
@@ -160,6 +225,7 @@ def test_a_value_with_a_control_character_is_refused_in_every_field(project, fie
 @given(value=PRINTABLE_ONLY)
 def test_a_printable_value_in_any_field_is_refused_or_inert(project, field, value):
     import copy
+
     event(f"{label(field)}: {check(project, set_at(copy.deepcopy(RECIPE), field, value))}")
 
 
@@ -169,6 +235,7 @@ def test_a_printable_value_in_any_field_is_refused_or_inert(project, field, valu
 @given(data=st.data())
 def test_any_key_is_refused_or_inert(project, where, kind, data):
     import copy
+
     value = data.draw(CLASSES[kind], label="key")
     result = check(project, rename_key(copy.deepcopy(RECIPE), where, value))
     assert kind == "printable" or result == "refused", (where, value)
@@ -184,6 +251,11 @@ def test_the_fuzzer_can_see_an_injection(project):
     evil = profile.model_copy(update={"args": ["serve", "/m; touch /pwned"]})
     script = launcher_script("p", evil, python=str(project / "show-argv")).replace("'", "")
     (project / "launcher").write_text(script)
-    proc = subprocess.run(["/bin/sh", str(project / "launcher")], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]}, cwd=project)
+    proc = subprocess.run(
+        ["/bin/sh", str(project / "launcher")],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+        cwd=project,
+    )
     assert json.loads(proc.stdout.splitlines()[0])["argv"] != evil.argv()[1:]  # unquoted: argv splits

@@ -25,8 +25,10 @@ PRECIOUS = "root:x:0:0:root:/root:/bin/bash\n"
 @contextmanager
 def within(seconds: int):
     """Fail (instead of hanging the suite) if the block takes longer: a FIFO opened for writing blocks."""
+
     def expired(signum, frame):
         raise TimeoutError(f"blocked for more than {seconds} s")
+
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
     try:
@@ -104,7 +106,13 @@ def fake_client(tmp_path: Path) -> DockerClient:
     script.write_text(FAKE_DOCKER)
     script.chmod(0o755)
     client = DockerClient.__new__(DockerClient)  # no engine is asked: build() only runs the client
-    client.client, client.endpoint, client.timeout, client._endpoint_env, client._api = str(script), None, None, {}, None
+    client.client, client.endpoint, client.timeout, client._endpoint_env, client._api = (
+        str(script),
+        None,
+        None,
+        {},
+        None,
+    )
     return client
 
 
@@ -209,6 +217,7 @@ def test_a_fault_on_the_temp_file_of_an_atomic_write_names_the_file_being_writte
     """writing(PATH) takes an OSError naming PATH's temp file (.PATH.tmpPID) as its own: one line naming PATH."""
     from servebuild.errors import HostError
     from servebuild.fsutil import writing
+
     target = build_dir / "dry-run-source.tar"
     (build_dir / f".dry-run-source.tar.tmp{os.getpid()}").mkdir()  # the temp file cannot be made
     with pytest.raises(HostError) as caught:

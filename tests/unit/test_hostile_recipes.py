@@ -25,8 +25,10 @@ CASES = {
     "engine.source.subdir": ({"engine": {"source": {"subdir": "py; touch /pwned"}}}, "engine.source.subdir"),
     "engine.overlay_from": ({"engine": {"overlay_from": "../../etc"}}, "engine.overlay_from"),
     "profile description": ({"launch": {"profiles": {"p": {"description": "a\ntouch /pwned"}}}}, "launch.profiles"),
-    "commit with newline": ({"engine": {"source": {"commit": "568afb3a13806beb53bb2e6bd518269357b237c0\n"}}},
-                            "engine.source.commit"),
+    "commit with newline": (
+        {"engine": {"source": {"commit": "568afb3a13806beb53bb2e6bd518269357b237c0\n"}}},
+        "engine.source.commit",
+    ),
     "python with newline": ({"python": "3.12\n"}, "python"),
     "arch list with newline": ({"cuda_arch_list": "9.0a\n"}, "cuda_arch_list"),
     "name with newline": ({"name": "hostile\n"}, "name"),
@@ -45,10 +47,14 @@ CASES = {
     "base ref x//y": ({"bases": {"runtime": {"ref": "x//y"}}}, "bases.runtime.ref"),
     "base ref empty tag": ({"bases": {"runtime": {"ref": "a/b:"}}}, "bases.runtime.ref"),
     "version not PEP 440": ({"engine": {"version": "1!!"}}, "engine.version"),
-    "profile named like a command": ({"launch": {"profiles": {"cat": {"module": "vllm.entrypoints.cli.main"}}}},
-                                     "launch.profiles.cat"),
-    "variant description newline": ({"variants": {"v": {"description": "a\nb", "patches": []}}},
-                                    "variants.v.description"),
+    "profile named like a command": (
+        {"launch": {"profiles": {"cat": {"module": "vllm.entrypoints.cli.main"}}}},
+        "launch.profiles.cat",
+    ),
+    "variant description newline": (
+        {"variants": {"v": {"description": "a\nb", "patches": []}}},
+        "variants.v.description",
+    ),
 }
 
 
@@ -79,15 +85,18 @@ def test_the_real_recipes_still_load_under_the_hostile_input_rules():
         assert load_recipe(name, REPO_ROOT).recipe.name == name
 
 
-@pytest.mark.parametrize("text,message", [
-    ("extends: /tmp/outside.yaml\n", "is not a recipe name"),
-    ("extends: ../../x\n", "is not a recipe name"),
-    ("? [a, b]\n: 1\n", "keys are plain names"),
-    ({"launch": {"profiles": {"a": 5, "b": {"from": "a"}}}}, "`from` needs mapping profiles"),
-    ({"launch": {"profiles": {"a": {"module": "x"}, "b": {"from": ["a"]}}}}, "`from` names unknown profile"),
-    ({"launch": {"profiles": {"a": {"module": "x", "extra_args": 5}, "b": {"from": "a"}}}}, "`from` needs mapping"),
-    ({"bad\nkey": 1}, r"bad\\nkey: unknown field"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("extends: /tmp/outside.yaml\n", "is not a recipe name"),
+        ("extends: ../../x\n", "is not a recipe name"),
+        ("? [a, b]\n: 1\n", "keys are plain names"),
+        ({"launch": {"profiles": {"a": 5, "b": {"from": "a"}}}}, "`from` needs mapping profiles"),
+        ({"launch": {"profiles": {"a": {"module": "x"}, "b": {"from": ["a"]}}}}, "`from` names unknown profile"),
+        ({"launch": {"profiles": {"a": {"module": "x", "extra_args": 5}, "b": {"from": "a"}}}}, "`from` needs mapping"),
+        ({"bad\nkey": 1}, r"bad\\nkey: unknown field"),
+    ],
+)
 def test_hostile_structure_is_one_line(project, text, message):
     if isinstance(text, dict):
         text = yaml.safe_dump(merge(BASE, text))
@@ -106,9 +115,14 @@ def test_duplicate_keys_and_wheel_names_are_refused(project):
         load_recipe("hostile", project)
 
 
-@pytest.mark.parametrize("edit,field", [({"build": {"max_jobs": True}}, "build.max_jobs"),
-                                         ({"expect": {"torchvision_pair": "yes"}}, "expect.torchvision_pair"),
-                                         ({"python": "3.\u0661\u0662"}, "python")])
+@pytest.mark.parametrize(
+    "edit,field",
+    [
+        ({"build": {"max_jobs": True}}, "build.max_jobs"),
+        ({"expect": {"torchvision_pair": "yes"}}, "expect.torchvision_pair"),
+        ({"python": "3.\u0661\u0662"}, "python"),
+    ],
+)
 def test_loose_types_and_unicode_digits_are_refused(project, edit, field):
     (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, edit)))
     with pytest.raises(RecipeError, match=field):
@@ -138,4 +152,8 @@ def test_release_artifact_must_be_the_engine_version(tmp_path):
     with pytest.raises(RecipeError) as info:
         load_recipe(str(tmp_path / "recipes" / "sglang-native-fp8.yaml"), REPO_ROOT)
     line = str(info.value)
-    assert "\n" not in line and "pins sglang==0.5.16, but engine.version is 0.5.17" in line and "engine.precompiled" in line
+    assert (
+        "\n" not in line
+        and "pins sglang==0.5.16, but engine.version is 0.5.17" in line
+        and "engine.precompiled" in line
+    )

@@ -129,13 +129,22 @@ def fakes(tmp_path):
 
 
 def aot(tmp_path, kernels, max_bytes=1 << 30):
-    spec = {"recipe": "r", "arch_list": "9.0a;10.0a", "max_bytes": max_bytes,
-            "kernels": [{"where": f"aot.kernels[{i}]", **k} for i, k in enumerate(kernels)]}
+    spec = {
+        "recipe": "r",
+        "arch_list": "9.0a;10.0a",
+        "max_bytes": max_bytes,
+        "kernels": [{"where": f"aot.kernels[{i}]", **k} for i, k in enumerate(kernels)],
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "FLASHINFER_CUDA_ARCH_LIST"}
-    return subprocess.run([sys.executable, str(TOOLS_DIR / "aot_build.py"), "--spec", "spec.json", "--cache", "cache",
-                           "--seed", "seed"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={**env, "PYTHONPATH": str(tmp_path), "FAKE_CACHE": str(tmp_path / "cache")})
+    return subprocess.run(
+        [sys.executable, str(TOOLS_DIR / "aot_build.py"), "--spec", "spec.json", "--cache", "cache", "--seed", "seed"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(tmp_path), "FAKE_CACHE": str(tmp_path / "cache")},
+    )
 
 
 WRITES = {"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_writes_module", "args": [64]}
@@ -177,20 +186,33 @@ def test_an_empty_cache_directory_of_the_image_is_not_seeded(fakes):
     assert sorted(os.listdir(fakes / "cache")) == ["deep_gemm", "tvm-ffi"]
 
 
-@pytest.mark.parametrize("kernel,words", [
-    ({"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_nothing_module", "args": [1]},
-     "the builder returned but wrote nothing under cache"),
-    ({"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_fails_module", "args": [1]},
-     "the build failed: RuntimeError: ninja: build stopped ptxas error: too many resources"),
-    ({"jit": "flashinfer", "builder": "flashinfer.jit.demo:gen_not_a_spec_module", "args": [1]},
-     "gen_not_a_spec_module returned int, not a FlashInfer JitSpec"),
-    (WRITES, "wrote nothing"),  # the same kernel twice: the second adds nothing, it is not counted as built
-])
+@pytest.mark.parametrize(
+    "kernel,words",
+    [
+        (
+            {"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_nothing_module", "args": [1]},
+            "the builder returned but wrote nothing under cache",
+        ),
+        (
+            {"jit": "tvm-ffi", "builder": "sglang.jit_kernel.demo:_jit_fails_module", "args": [1]},
+            "the build failed: RuntimeError: ninja: build stopped ptxas error: too many resources",
+        ),
+        (
+            {"jit": "flashinfer", "builder": "flashinfer.jit.demo:gen_not_a_spec_module", "args": [1]},
+            "gen_not_a_spec_module returned int, not a FlashInfer JitSpec",
+        ),
+        (WRITES, "wrote nothing"),  # the same kernel twice: the second adds nothing, it is not counted as built
+    ],
+)
 def test_a_builder_that_writes_nothing_or_fails_is_one_line_naming_the_kernel(fakes, kernel, words):
     proc = aot(fakes, [WRITES, kernel])
     lines = [line for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
-    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    assert lines[0].startswith(f"servebuild: recipe r, aot.kernels[1] ({kernel['jit']} {kernel['builder']}): "), lines[0]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stdout + proc.stderr, (
+        proc.stdout + proc.stderr
+    )
+    assert lines[0].startswith(f"servebuild: recipe r, aot.kernels[1] ({kernel['jit']} {kernel['builder']}): "), lines[
+        0
+    ]
     assert words in lines[0], lines[0]
     assert not (fakes / "seed" / "aot.json").exists()
 
@@ -198,7 +220,8 @@ def test_a_builder_that_writes_nothing_or_fails_is_one_line_naming_the_kernel(fa
 def test_aot_max_bytes_is_enforced(fakes):
     proc = aot(fakes, [WRITES], max_bytes=127)
     assert proc.returncode == 1 and proc.stdout.splitlines()[-1] == (
-        "servebuild: recipe r: the ahead-of-time kernels take 128 bytes, above aot.max_bytes 127"), proc.stdout
+        "servebuild: recipe r: the ahead-of-time kernels take 128 bytes, above aot.max_bytes 127"
+    ), proc.stdout
     assert not (fakes / "seed" / "aot.json").exists()
     shutil.rmtree(fakes / "cache")  # the refused run left its build there
     assert aot(fakes, [WRITES], max_bytes=128).returncode == 0
@@ -248,19 +271,33 @@ for name, caches in (("k", {{0: (None, None, target)}}), ("f.<locals>.k", {{0: (
 def test_the_recorder_says_which_builds_are_replayable(fakes):
     rec = fakes / "rec.jsonl"
     (fakes / "manifest.json").write_text('{"engine": {"name": "sglang", "version": "0.5.16"}}')
-    proc = subprocess.run([sys.executable, "-c", RECORD.format(tools=str(TOOLS_DIR))], capture_output=True, text=True,
-                          timeout=30, cwd=fakes, env={**os.environ, "PYTHONPATH": str(fakes),
-                                                      "SERVEBUILD_JIT_RECORD_FILE": str(rec),
-                                                      "SERVEBUILD_MANIFEST": str(fakes / "manifest.json")})
+    proc = subprocess.run(
+        [sys.executable, "-c", RECORD.format(tools=str(TOOLS_DIR))],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=fakes,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(fakes),
+            "SERVEBUILD_JIT_RECORD_FILE": str(rec),
+            "SERVEBUILD_MANIFEST": str(fakes / "manifest.json"),
+        },
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     lines = [json.loads(line) for line in rec.read_text().splitlines()]
     assert all(x["v"] == 1 and x["engine"] == "sglang" and x["engine_version"] == "0.5.16" for x in lines)
     tvm = [(x["builder"], x["args"], x["key"], x["arch"], x["replayable"]) for x in lines if x["jit"] == "tvm-ffi"]
-    assert tvm == [("sglang.jit_kernel.demo:_jit_recorded_module", [7, "torch.bfloat16"], "demo_7_k3y", "9.0a", True),
-                   ("sglang.jit_kernel.demo:_jit_recorded_module", [8, None], "demo_8_k3y", "9.0a", False),
-                   (None, None, None, "9.0a", False)]
+    assert tvm == [
+        ("sglang.jit_kernel.demo:_jit_recorded_module", [7, "torch.bfloat16"], "demo_7_k3y", "9.0a", True),
+        ("sglang.jit_kernel.demo:_jit_recorded_module", [8, None], "demo_8_k3y", "9.0a", False),
+        (None, None, None, "9.0a", False),
+    ]
     triton = [(x["kernel"], x["target"], x["replayable"]) for x in lines if x["jit"] == "triton"]
-    assert triton == [("sglang.srt.x:k", ["cuda", 90, 32], True), ("sglang.srt.x:f.<locals>.k", ["cuda", 90, 32], False),
-                      ("sglang.srt.x:k", None, False)]
+    assert triton == [
+        ("sglang.srt.x:k", ["cuda", 90, 32], True),
+        ("sglang.srt.x:f.<locals>.k", ["cuda", 90, 32], False),
+        ("sglang.srt.x:k", None, False),
+    ]
     libs = json.loads(lines[3]["specialization"])["options"]["extern_libs"]
     assert libs == [["libdevice", "{triton}/lib/libdevice.bc"]]  # the image's own path, put back at replay

@@ -22,9 +22,14 @@ def census_since(tmp_path, listing):
     (tmp_path / "cache" / "triton").mkdir(parents=True, exist_ok=True)
     (tmp_path / "cache" / "triton" / "k.cubin").write_bytes(b"x")
     (tmp_path / "manifest.json").write_text("{}")
-    return subprocess.run([sys.executable, CACHE_TOOL, "census", "--cache", str(tmp_path / "cache"), "--since",
-                           str(listing)], capture_output=True, text=True, timeout=10, cwd=tmp_path,
-                          env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json")})
+    return subprocess.run(
+        [sys.executable, CACHE_TOOL, "census", "--cache", str(tmp_path / "cache"), "--since", str(listing)],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        cwd=tmp_path,
+        env={**os.environ, "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json")},
+    )
 
 
 def assert_refused(proc, *words):
@@ -48,14 +53,17 @@ def test_census_since_a_link_is_refused(tmp_path):
     assert_refused(census_since(tmp_path, tmp_path / "listing.json"), "not a regular file")
 
 
-@pytest.mark.parametrize("text,words", [
-    ("{not json", "not JSON"),
-    ("[1, 2]", "not a JSON object"),
-    ("null", "not a JSON object"),
-    ("[" * 100_000 + "]" * 100_000, "not JSON"),
-    ('{"triton/k.cubin": ' + "9" * 5000 + "}", "not JSON"),
-    ('{"triton/k.cubin": 5}', None),  # a listing entry of the wrong shape: counted as changed, no traceback
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ("null", "not a JSON object"),
+        ("[" * 100_000 + "]" * 100_000, "not JSON"),
+        ('{"triton/k.cubin": ' + "9" * 5000 + "}", "not JSON"),
+        ('{"triton/k.cubin": 5}', None),  # a listing entry of the wrong shape: counted as changed, no traceback
+    ],
+)
 def test_census_since_a_hostile_listing_is_one_line(tmp_path, text, words):
     listing = tmp_path / "listing.json"
     listing.write_text(text)
@@ -84,10 +92,18 @@ print("server goes on")
 
 def record(tmp_path, record_file, manifest_text="{}"):
     (tmp_path / "manifest.json").write_text(manifest_text)
-    return subprocess.run([sys.executable, "-c", RECORD.format(tools=str(TOOLS_DIR))], capture_output=True, text=True,
-                          timeout=10, cwd=tmp_path,
-                          env={**os.environ, "SERVEBUILD_JIT_RECORD_FILE": str(record_file),
-                               "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json")})
+    return subprocess.run(
+        [sys.executable, "-c", RECORD.format(tools=str(TOOLS_DIR))],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "SERVEBUILD_JIT_RECORD_FILE": str(record_file),
+            "SERVEBUILD_MANIFEST": str(tmp_path / "manifest.json"),
+        },
+    )
 
 
 def test_the_recorder_skips_a_fifo_at_its_record_path_without_blocking(tmp_path):
@@ -154,4 +170,4 @@ def test_the_recorder_appends_after_what_the_file_holds(tmp_path):
     proc = record(tmp_path, rec)
     assert proc.returncode == 0, proc.stderr
     text = rec.read_text()
-    assert text.startswith(earlier) and json.loads(text[len(earlier):])["module"] == "m", text[:200]
+    assert text.startswith(earlier) and json.loads(text[len(earlier) :])["module"] == "m", text[:200]

@@ -60,7 +60,7 @@ class Index:
                 for i in range(len(self.page)):
                     if self.stop.wait(0.3):
                         return
-                    h.wfile.write(self.page[i:i + 1])
+                    h.wfile.write(self.page[i : i + 1])
                     h.wfile.flush()
                 return
             body = b"[" * 50_000 + b"]" * 50_000 if mode == "deep" else self.page
@@ -89,8 +89,9 @@ class Index:
 def index(tmp_path, monkeypatch):
     server = Index()
     digest = hashlib.sha256(bytes(BIG)).hexdigest()
-    server.page = json.dumps({"files": [{"filename": "demo-1.0.tar.gz", "url": "/files/demo-1.0.tar.gz",
-                                         "hashes": {"sha256": digest}}]}).encode()
+    server.page = json.dumps(
+        {"files": [{"filename": "demo-1.0.tar.gz", "url": "/files/demo-1.0.tar.gz", "hashes": {"sha256": digest}}]}
+    ).encode()
     monkeypatch.setattr(artifacts, "INDEX", server.url)
     monkeypatch.delenv("SERVEBUILD_CA_BUNDLE", raising=False)
     req = tmp_path / "req.txt"
@@ -145,13 +146,20 @@ def test_a_large_release_file_is_streamed_to_disk(index):
     The peak is the child's own VmHWM (/proc/self/status), not ru_maxrss: Linux carries the forking
     process's high-water mark into the child's ru_maxrss across exec, so late in a long pytest run the
     child reported the parent's ~290 MiB whatever it read."""
-    script = ("import sys; from pathlib import Path; sys.path.insert(0, 'tests');"
-              "from servebuild.sources import artifacts; artifacts.INDEX = sys.argv[1];"
-              "p, d = artifacts.fetch_artifact(Path(sys.argv[2]), 'req.txt', 'sdist', 'linux/amd64', '3.12',"
-              " Path(sys.argv[3])); hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')];"
-              " print(p.stat().st_size, hwm[0])")
-    proc = subprocess.run([sys.executable, "-c", script, index.url, str(index.req), str(index.tmp / "cache")],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, 'tests');"
+        "from servebuild.sources import artifacts; artifacts.INDEX = sys.argv[1];"
+        "p, d = artifacts.fetch_artifact(Path(sys.argv[2]), 'req.txt', 'sdist', 'linux/amd64', '3.12',"
+        " Path(sys.argv[3])); hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')];"
+        " print(p.stat().st_size, hwm[0])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, index.url, str(index.req), str(index.tmp / "cache")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     size, peak_kib = map(int, proc.stdout.split())
     assert size == BIG

@@ -17,12 +17,24 @@ from support import copy_real
 
 CONSTRAINTS = "constraints/torch-cu130/py3.12-linux-amd64.txt"
 BASE = {
-    "name": "inputs", "description": "d", "platforms": ["linux/amd64"], "python": "3.12",
-    "bases": {"build": {"ref": "servebuild/debian:bookworm-{arch}"}, "runtime": {"ref": "servebuild/debian:bookworm-{arch}"}},
+    "name": "inputs",
+    "description": "d",
+    "platforms": ["linux/amd64"],
+    "python": "3.12",
+    "bases": {
+        "build": {"ref": "servebuild/debian:bookworm-{arch}"},
+        "runtime": {"ref": "servebuild/debian:bookworm-{arch}"},
+    },
     "constraints": {"linux/amd64": CONSTRAINTS},
-    "engine": {"name": "vllm", "version": "0.26.0", "install": "pip-source",
-               "source": {"url": "https://github.com/vllm-project/vllm.git",
-                          "commit": "568afb3a13806beb53bb2e6bd518269357b237c0"}},
+    "engine": {
+        "name": "vllm",
+        "version": "0.26.0",
+        "install": "pip-source",
+        "source": {
+            "url": "https://github.com/vllm-project/vllm.git",
+            "commit": "568afb3a13806beb53bb2e6bd518269357b237c0",
+        },
+    },
     "launch": {"profiles": {"p": {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m"]}}},
 }
 
@@ -58,6 +70,7 @@ def refused(project) -> str:
 
 # ------------------------------------------------------------------ patches
 
+
 def test_a_patch_over_8_mib_is_refused_naming_file_limit_and_size(project):
     data = (b"+" + b"x" * 1023 + b"\n") * (9 << 10)  # 9 MiB in 9,216 lines: over the bytes, under the lines
     with_patch(project, data)
@@ -85,6 +98,7 @@ def test_the_patch_read_for_the_tree_is_bounded_too(project):
     """The source stack reads the patch again when it applies it: through the same reader."""
     from servebuild.recipe.schema import PatchEntry
     from servebuild.sources.stack import SourceCache
+
     data = b"+\n" * 250_000
     (project / "patches" / "big.patch").write_bytes(data)
     entry = PatchEntry(id="big", file="patches/big.patch", sha256=hashlib.sha256(data).hexdigest())
@@ -95,6 +109,7 @@ def test_the_patch_read_for_the_tree_is_bounded_too(project):
 
 
 # ------------------------------------------------------------------ hashed requirement sets
+
 
 def test_a_constraints_file_over_4_mib_is_refused(project):
     path = project / CONSTRAINTS
@@ -120,6 +135,7 @@ def test_parse_hashes_refuses_a_package_pinned_twice(tmp_path):
     """fetch_artifact reads the release requirement with parse_hashes: two pins of one name must not
     collapse into one (pip would then accept either hash)."""
     from servebuild.recipe.requirements import parse_hashes
+
     path = tmp_path / "sdist.txt"
     path.write_text(f"vllm==0.26.0 --hash=sha256:{'aa' * 32}\nVLLM==0.26.0 --hash=sha256:{'bb' * 32}\n")
     with pytest.raises(RecipeError, match="line 2.*vllm.*twice"):
@@ -127,6 +143,7 @@ def test_parse_hashes_refuses_a_package_pinned_twice(tmp_path):
 
 
 # ------------------------------------------------------------------ wheels named by a recipe
+
 
 def test_a_local_wheel_is_size_checked_without_reading_it(project):
     wheel = project / "wheels" / "x-1.0-py3-none-any.whl"
@@ -149,6 +166,7 @@ def test_a_ca_bundle_from_the_environment_that_is_a_fifo_is_refused_without_bloc
     """$SERVEBUILD_CA_BUNDLE reaches the release download without build's option check: ssl would
     block opening a FIFO."""
     from servebuild.sources.artifacts import _context
+
     os.mkfifo(tmp_path / "ca.pem")
     monkeypatch.setenv("SERVEBUILD_CA_BUNDLE", str(tmp_path / "ca.pem"))
     with pytest.raises(ServebuildError, match="not a regular file"):
@@ -157,10 +175,13 @@ def test_a_ca_bundle_from_the_environment_that_is_a_fifo_is_refused_without_bloc
 
 # ------------------------------------------------------------------ the reader itself
 
-@pytest.mark.parametrize("kind", ["yaml", "patch", "requirements", "private-key", "public-key", "credentials",
-                                  "tls", "artifact", "secret"])
+
+@pytest.mark.parametrize(
+    "kind", ["yaml", "patch", "requirements", "private-key", "public-key", "credentials", "tls", "artifact", "secret"]
+)
 def test_every_kind_refuses_a_fifo_a_directory_and_a_device_without_blocking(tmp_path, kind):
     from servebuild import fsutil
+
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "dir").mkdir()
     for path in (tmp_path / "fifo", tmp_path / "dir", fsutil.Path("/dev/zero")):
@@ -174,15 +195,20 @@ def test_every_kind_refuses_a_fifo_a_directory_and_a_device_without_blocking(tmp
 def test_the_limits_table_in_the_docs_is_the_code(tmp_path):
     from servebuild import fsutil
     from support import REPO_ROOT
+
     doc = (REPO_ROOT / "docs" / "reference" / "input-limits.md").read_text()
-    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:] for line in doc.splitlines()
-            if line.startswith("| a ") or line.startswith("| an ")}
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[2:]
+        for line in doc.splitlines()
+        if line.startswith("| a ") or line.startswith("| an ")
+    }
     for kind, limit in fsutil.LIMITS.items():
         assert rows.get(limit.what) == [fsutil.human(limit.max_bytes), str(limit.max_lines or "-")], (kind, rows)
 
 
 def test_fifo_and_huge_recipes_are_refused_without_reading(project):
     import os
+
     fifo = project / "recipes" / "fifo.yaml"
     os.mkfifo(fifo)
     with pytest.raises(RecipeError, match="is not a regular file"):

@@ -33,8 +33,14 @@ def fake(folder: Path, name: str, body: str) -> Path:
 def probe(name: str, env: dict, *args: str) -> tuple[int, dict]:
     clean = {k: v for k, v in os.environ.items() if k not in ("CC", "CUDA_HOME", "CUDA_PATH")}
     with tempfile.TemporaryDirectory() as where:  # a fake compiler writes its last argument ('--version' too) here
-        proc = subprocess.run([sys.executable, str(PROBES), name, *args], env={**clean, **env}, cwd=where,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(PROBES), name, *args],
+            env={**clean, **env},
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith('{"probe"')]
     assert lines, (proc.stdout, proc.stderr)
     return proc.returncode, json.loads(lines[-1])
@@ -51,10 +57,13 @@ def test_cext_probe_passes_with_a_real_compiler():
     assert (code, out["ok"], out.get("compiled")) == (0, True, True), out
 
 
-@pytest.mark.parametrize("body, words", [
-    ("echo 'cc1: fatal error' >&2; exit 1", "failed"),                         # cannot compile at all
-    ('for a; do n=$a; done; : > "$n"; exit 0', "ImportError"),                   # "succeeds", writes an empty .so
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("echo 'cc1: fatal error' >&2; exit 1", "failed"),  # cannot compile at all
+        ('for a; do n=$a; done; : > "$n"; exit 0', "ImportError"),  # "succeeds", writes an empty .so
+    ],
+)
 def test_cext_probe_fails_when_the_compiler_cannot_build(tmp_path, body, words):
     """A compile that fails, or a "compile" that leaves no loadable module, is a failed probe."""
     cc = fake(tmp_path / "bin", "cc", body)
@@ -88,8 +97,11 @@ def test_cext_probe_fails_when_the_built_module_computes_wrong(tmp_path):
     (the probe checks what the kernel computes, not only that something was built)."""
     gcc = shutil.which("gcc")
     assert gcc, "no gcc on this host: scripts/setup.sh installs it"
-    cc = fake(tmp_path / "bin", "cc", f'for a; do case "$a" in *.c) sed -i "s/a + b)/a + b + 1)/" "$a";; esac; done; '
-                                      f'exec {gcc} "$@"')
+    cc = fake(
+        tmp_path / "bin",
+        "cc",
+        f'for a; do case "$a" in *.c) sed -i "s/a + b)/a + b + 1)/" "$a";; esac; done; exec {gcc} "$@"',
+    )
     code, out = probe("cext", {"CC": str(cc)})
     assert code == 1 and out["ok"] is False and out.get("compiled") is True, out
     assert "add(40, 2) = 43" in out["detail"], out

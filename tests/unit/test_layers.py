@@ -32,8 +32,11 @@ def test_the_in_image_rule_holds_exactly_the_modules_the_payload_table_puts_in_i
     modes' tools (the engine stage's relabelling): a new in-image file outside the rule fails here."""
     sources = payload.in_image_sources(KINDS.values()) | {Path(p) for p in RELABEL_TOOL.values()}
     carried = {layers.module_name(p, PACKAGE) for p in sources}
-    ruled = {layers.module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
-             and layers.in_image(layers.module_name(p, PACKAGE))}
+    ruled = {
+        layers.module_name(p, PACKAGE)
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" and layers.in_image(layers.module_name(p, PACKAGE))
+    }
     assert carried == ruled, (sorted(carried - ruled), sorted(ruled - carried))
     assert "servebuild.tools.servebuild_cache" in carried and "servebuild.engines.sglang.argcheck" in carried
 
@@ -53,20 +56,36 @@ def copy_with(tmp_path: Path, module: str, text: str, at_top: bool = True) -> Pa
     return tree
 
 
-@pytest.mark.parametrize("module, line, expect", [
-    ("recipe/schema.py", "from servebuild.release.publish import publish",
-     "servebuild.recipe.schema (line 4) imports servebuild.release.publish.publish: release is above recipe"),
-    ("lock/lockfile.py", "from servebuild.release import registry",
-     "imports servebuild.release.registry: release is above lock"),
-    ("errors.py", "import servebuild.build.docker", "imports servebuild.build.docker: build is above errors"),
-    ("modes/base.py", "from servebuild.engines import kind_for", "modes and engines are siblings"),
-    ("sources/stack.py", "from servebuild.plan.make import make_plan", "plan is above sources"),
-    ("tools/profile_check.py", "from servebuild.errors import ServebuildError",
-     "code that runs inside an image imports nothing from servebuild"),
-    ("tools/profile_check.py", "import yaml", "tools/ runs inside images and imports only the standard library"),
-    ("engines/vllm/argcheck.py", "from servebuild.engines import kind_for", "inside an image imports nothing from servebuild"),
-    ("plan/make.py", "import servebuild", "`import servebuild` reaches every package"),
-])
+@pytest.mark.parametrize(
+    "module, line, expect",
+    [
+        (
+            "recipe/schema.py",
+            "from servebuild.release.publish import publish",
+            "servebuild.recipe.schema (line 4) imports servebuild.release.publish.publish: release is above recipe",
+        ),
+        (
+            "lock/lockfile.py",
+            "from servebuild.release import registry",
+            "imports servebuild.release.registry: release is above lock",
+        ),
+        ("errors.py", "import servebuild.build.docker", "imports servebuild.build.docker: build is above errors"),
+        ("modes/base.py", "from servebuild.engines import kind_for", "modes and engines are siblings"),
+        ("sources/stack.py", "from servebuild.plan.make import make_plan", "plan is above sources"),
+        (
+            "tools/profile_check.py",
+            "from servebuild.errors import ServebuildError",
+            "code that runs inside an image imports nothing from servebuild",
+        ),
+        ("tools/profile_check.py", "import yaml", "tools/ runs inside images and imports only the standard library"),
+        (
+            "engines/vllm/argcheck.py",
+            "from servebuild.engines import kind_for",
+            "inside an image imports nothing from servebuild",
+        ),
+        ("plan/make.py", "import servebuild", "`import servebuild` reaches every package"),
+    ],
+)
 def test_an_upward_import_is_caught(tmp_path, module, line, expect):
     found = layers.problems(copy_with(tmp_path, module, line))
     assert len(found) == 1 and expect in found[0], found
@@ -136,6 +155,11 @@ def test_the_image_definitions_live_in_images_at_the_top():
     root = PACKAGE.parent
     assert context.TEMPLATES == root / "images"
     assert {p.relative_to(root / "images").as_posix() for p in (root / "images").rglob("*.j2")} >= {
-        "Dockerfile.j2", "stages/build.j2", "stages/engine.j2", "stages/runtime.j2", "macros/pip.j2"}
+        "Dockerfile.j2",
+        "stages/build.j2",
+        "stages/engine.j2",
+        "stages/runtime.j2",
+        "macros/pip.j2",
+    }
     stray = [p.relative_to(root).as_posix() for p in PACKAGE.rglob("*.j2") if p.parent.name != "modes"]
     assert stray == [], f"templates outside images/ and modes/: {stray}"

@@ -43,10 +43,17 @@ def test_a_lock_version_other_than_1_is_refused(project, value):
     assert "lock_version" in line, line
 
 
-@pytest.mark.parametrize("field, value", [
-    ("recipe_sha256", 1), ("recipe_sha256", "not-a-hash"), ("recipe", 5), ("recipe", "another-recipe"),
-    ("unresolved", "one line"), ("files", {"constraints/torch-cu130/py3.12-linux-amd64.txt": 7}),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("recipe_sha256", 1),
+        ("recipe_sha256", "not-a-hash"),
+        ("recipe", 5),
+        ("recipe", "another-recipe"),
+        ("unresolved", "one line"),
+        ("files", {"constraints/torch-cu130/py3.12-linux-amd64.txt": 7}),
+    ],
+)
 def test_top_level_lock_fields_have_exact_types(project, field, value):
     assert field in lock_with(project, lambda d: d.update({field: value}))
 
@@ -54,13 +61,30 @@ def test_top_level_lock_fields_have_exact_types(project, field, value):
 @pytest.fixture
 def engine_project(tmp_path):
     root = tmp_path / "project"
-    copy_real(root, "recipes/sglang-native-fp8.yaml", "recipes/sglang-native-fp8.lock.yaml", "recipes/torch-cu130.yaml",
-              "constraints", "patches", "recordings")
+    copy_real(
+        root,
+        "recipes/sglang-native-fp8.yaml",
+        "recipes/sglang-native-fp8.lock.yaml",
+        "recipes/torch-cu130.yaml",
+        "constraints",
+        "patches",
+        "recordings",
+    )
     return root
 
 
-@pytest.mark.parametrize("field, value", [("python_only", "true"), ("python_only", 1), ("optional", "no"),
-                                          ("pr", True), ("pr", "33276"), ("requires", "x"), ("files", "a.py")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("python_only", "true"),
+        ("python_only", 1),
+        ("optional", "no"),
+        ("pr", True),
+        ("pr", "33276"),
+        ("requires", "x"),
+        ("files", "a.py"),
+    ],
+)
 def test_patch_entry_fields_have_exact_types(engine_project, field, value):
     path = engine_project / "recipes" / "sglang-native-fp8.lock.yaml"
     data = yaml.safe_load(path.read_text())
@@ -94,6 +118,7 @@ def test_a_lock_file_hash_that_is_not_a_sha256_is_refused(project, digest):
     def edit(d):
         name = next(iter(d["files"]))
         d["files"][name] = digest
+
     line = lock_with(project, edit)
     assert "is not a sha256 (64 lowercase hex digits)" in line and "files" in line, line
 
@@ -108,6 +133,7 @@ def test_a_lock_with_an_empty_unresolved_or_files_loads(project, field):
 
 def test_a_lock_with_unresolved_entries_is_refused_for_a_locked_build(project):
     from servebuild.errors import Refused
+
     loaded = load_recipe("torch-cu130", project)
     with pytest.raises(Refused, match="lock has 2 unresolved entries, first: bases.build") as info:
         lockfile.read_lock(loaded)
@@ -116,16 +142,26 @@ def test_a_lock_with_unresolved_entries_is_refused_for_a_locked_build(project):
     assert lockfile.read_lock(loaded).unresolved == []
 
 
-@pytest.mark.parametrize("change, words, field", [
-    ("recipe", "lock is stale: recipe torch-cu130 changed since it was locked", "recipe_sha256"),
-    ("file", "lock is stale: constraints/torch-cu130/py3.12-linux-amd64.txt hashes to",
-     "files.constraints/torch-cu130/py3.12-linux-amd64.txt"),
-    ("omitted", "lock is stale: it does not record constraints/torch-cu130/py3.12-linux-amd64.txt",
-     "files.constraints/torch-cu130/py3.12-linux-amd64.txt"),
-])
+@pytest.mark.parametrize(
+    "change, words, field",
+    [
+        ("recipe", "lock is stale: recipe torch-cu130 changed since it was locked", "recipe_sha256"),
+        (
+            "file",
+            "lock is stale: constraints/torch-cu130/py3.12-linux-amd64.txt hashes to",
+            "files.constraints/torch-cu130/py3.12-linux-amd64.txt",
+        ),
+        (
+            "omitted",
+            "lock is stale: it does not record constraints/torch-cu130/py3.12-linux-amd64.txt",
+            "files.constraints/torch-cu130/py3.12-linux-amd64.txt",
+        ),
+    ],
+)
 def test_a_stale_lock_is_an_integrity_error_naming_what_changed(project, change, words, field):
     """A stale lock is bytes that are not what they claim (IntegrityError), not bad input or a refusal."""
     from servebuild.errors import IntegrityError
+
     rel = "constraints/torch-cu130/py3.12-linux-amd64.txt"
     if change == "recipe":
         recipe = project / "recipes" / "torch-cu130.yaml"
@@ -139,16 +175,20 @@ def test_a_stale_lock_is_an_integrity_error_naming_what_changed(project, change,
         edit_lock(project, "torch-cu130", lambda d: d["files"].pop(rel))
     with pytest.raises(IntegrityError) as info:
         lockfile.current_lock(load_recipe("torch-cu130", project))
-    assert type(info.value) is IntegrityError and words in str(info.value) and info.value.field == field, str(info.value)
+    assert type(info.value) is IntegrityError and words in str(info.value) and info.value.field == field, str(
+        info.value
+    )
 
 
 def test_an_unresolved_lock_entry_leaves_the_recipes_own_pin(engine_project):
     """A plain build applies what the lock resolved; an entry it left unresolved (no commit, no diff hash)
     never overwrites the commit the recipe itself pins."""
+
     def unresolve(d):
         first = d["patches"][0]
         assert first["id"] == "sglang-pr-33276"
         first.update(commit=None, sha256=None)
+
     edit_lock(engine_project, "sglang-native-fp8", unresolve)
     loaded = load_recipe("sglang-native-fp8", engine_project)
     pinned, lock = lockfile.pin_for_build(loaded)

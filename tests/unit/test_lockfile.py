@@ -31,13 +31,16 @@ def test_every_recipe_with_an_engine_has_a_typed_stack():
     assert all(len(p.sha256) == 64 for lock in with_stack for p in lock.patches if p.file)
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda d: d.update(surprise=1), "extra"),
-    (lambda d: d["bases"]["build"].update(resolved="yes"), "bool"),
-    (lambda d: d["patches"][0].update(pr="33276"), "int"),
-    (lambda d: d["patches"][0].pop("sha256"), "missing"),
-    (lambda d: d.update(files=[1, 2]), "dict"),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda d: d.update(surprise=1), "extra"),
+        (lambda d: d["bases"]["build"].update(resolved="yes"), "bool"),
+        (lambda d: d["patches"][0].update(pr="33276"), "int"),
+        (lambda d: d["patches"][0].pop("sha256"), "missing"),
+        (lambda d: d.update(files=[1, 2]), "dict"),
+    ],
+)
 def test_a_lock_of_the_wrong_shape_is_refused(edit, words):
     data = yaml.safe_load((REPO_ROOT / "recipes" / "sglang-native-fp8.lock.yaml").read_text())
     edit(data)
@@ -58,8 +61,21 @@ def test_a_stored_reason_is_a_fact_not_advice(path):
 def test_the_locked_refusal_gives_one_piece_of_advice():
     import subprocess
     import sys
-    proc = subprocess.run([str(Path(sys.executable).parent / "invoke"), "build", "--locked", "--dry-run", "--recipe",
-                           "vllm-dspark-bookworm"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "invoke"),
+            "build",
+            "--locked",
+            "--dry-run",
+            "--recipe",
+            "vllm-dspark-bookworm",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = proc.stderr.strip()
     assert proc.returncode == 2 and "\n" not in line, proc.stderr
     assert line.count("run `invoke") == 1 and "--offline" not in line, line
@@ -92,26 +108,40 @@ def test_committed_locks_survive_schema_growth(monkeypatch):
 REAL_LOCKED = sorted(p.name.removesuffix(".lock.yaml") for p in (REPO_ROOT / "recipes").glob("*.lock.yaml"))
 
 
-LOCK_BASE = {"lock_version": 1, "recipe": "hostile", "files": {}, "unresolved": [], "source": None,
-             "bases": {"build": {"ref": "x", "digest": None}, "runtime": {"ref": "y", "digest": None}}}
+LOCK_BASE = {
+    "lock_version": 1,
+    "recipe": "hostile",
+    "files": {},
+    "unresolved": [],
+    "source": None,
+    "bases": {"build": {"ref": "x", "digest": None}, "runtime": {"ref": "y", "digest": None}},
+}
 
 
-@pytest.mark.parametrize("edit,message", [
-    ({"bases": {"build": {"digest": "sha256:" + "a" * 64 + "\nRUN touch /pwned"}, "runtime": {}}}, "lock value refused"),
-    ({"bases": 5}, "bases: malformed lock"),
-    ({"files": {"/etc/hostname": "x"}}, "files: malformed lock"),
-    ({"files": {"/dev/zero": "x"}}, "files: malformed lock"),
-    ({"unresolved": 5}, "unresolved: malformed lock"),
-    ({"patches": [1]}, r"patches\.0: malformed lock: must be a mapping"),
-    ("- a list", r"\(top level\): malformed lock"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (
+            {"bases": {"build": {"digest": "sha256:" + "a" * 64 + "\nRUN touch /pwned"}, "runtime": {}}},
+            "lock value refused",
+        ),
+        ({"bases": 5}, "bases: malformed lock"),
+        ({"files": {"/etc/hostname": "x"}}, "files: malformed lock"),
+        ({"files": {"/dev/zero": "x"}}, "files: malformed lock"),
+        ({"unresolved": 5}, "unresolved: malformed lock"),
+        ({"patches": [1]}, r"patches\.0: malformed lock: must be a mapping"),
+        ("- a list", r"\(top level\): malformed lock"),
+    ],
+)
 def test_hostile_lock_is_one_line_and_reaches_no_dockerfile(project, edit, message):
     from servebuild.errors import ServebuildError
     from servebuild.plan.make import BuildOptions, make_plan
+
     path = project / "recipes" / "hostile.yaml"
     path.write_text(yaml.safe_dump({**BASE, "engine": None}))
     loaded = load_recipe("hostile", project)
     from servebuild.lock.lockfile import file_hashes  # a lock records every file the recipe names (else it is stale)
+
     current = {**LOCK_BASE, "recipe_sha256": loaded.sha256, "files": file_hashes(loaded)}
     lock = yaml.safe_dump(merge(current, edit)) if isinstance(edit, dict) else edit
     (project / "recipes" / "hostile.lock.yaml").write_text(lock)

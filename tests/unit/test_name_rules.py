@@ -22,13 +22,18 @@ def project(tmp_path):
 
 # ------------------------------------------------------------------ values that become names
 
-@pytest.mark.parametrize("images", [
-    {"nvidia/cuda:13.0.2-devel-ubuntu24.04": "registry.local/" + "a" * 5000},
-    {"nvidia/cuda:13.0.2-devel-ubuntu24.04": "registry.local/" + "a/" * 200 + "b"},
-    {"registry.local/" + "a" * 5000: "registry.local/cuda:13"},
-])
+
+@pytest.mark.parametrize(
+    "images",
+    [
+        {"nvidia/cuda:13.0.2-devel-ubuntu24.04": "registry.local/" + "a" * 5000},
+        {"nvidia/cuda:13.0.2-devel-ubuntu24.04": "registry.local/" + "a/" * 200 + "b"},
+        {"registry.local/" + "a" * 5000: "registry.local/cuda:13"},
+    ],
+)
 def test_a_mirror_map_name_over_255_characters_is_refused(tmp_path, images):
     from servebuild.plan.config import load_mirror_map
+
     path = tmp_path / "map.yaml"
     path.write_text(yaml.safe_dump({"images": images}))
     with pytest.raises(RecipeError) as info:
@@ -39,6 +44,7 @@ def test_a_mirror_map_name_over_255_characters_is_refused(tmp_path, images):
 
 def test_image_mirrors_in_the_config_and_environment_follow_the_same_rule(tmp_path, monkeypatch):
     from servebuild.plan.config import load_config
+
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"image_mirrors": {"a/b:1": "r.local/" + "x" * 300}}))
     with pytest.raises(RecipeError, match="255"):
@@ -51,6 +57,7 @@ def test_image_mirrors_in_the_config_and_environment_follow_the_same_rule(tmp_pa
 
 def test_a_git_mirror_value_is_bounded_like_its_key(tmp_path):
     from servebuild.plan.config import load_config
+
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"git_mirrors": {"https://github.com/a/b.git": "/srv/" + "x" * 5000}}))
     with pytest.raises(RecipeError) as info:

@@ -37,13 +37,29 @@ def test_sync_writes_only_what_the_stack_changes(tmp_path):
     site, tree = tmp_path / "site", tmp_path / "tree"
     make_site(site)
     tree.mkdir()
-    (tree / "__init__.py").write_text("VALUE = 2\n")        # changed
-    (tree / "keep.py").write_text("KEEP = True\n")          # same
-    (tree / "new.py").write_text("NEW = True\n")            # added
-    (tree / "data.cuh").write_text("// jit source\n")       # same
+    (tree / "__init__.py").write_text("VALUE = 2\n")  # changed
+    (tree / "keep.py").write_text("KEEP = True\n")  # same
+    (tree / "new.py").write_text("NEW = True\n")  # added
+    (tree / "data.cuh").write_text("// jit source\n")  # same
     keep_before = os.stat(site / "demo" / "keep.py").st_mtime_ns
-    out = subprocess.run([sys.executable, str(TOOL), "--site", str(site), "--dist", "demo", "--package", "demo",
-                          "--tree", str(tree), "--version", "1.0+sb1.abc"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--site",
+            str(site),
+            "--dist",
+            "demo",
+            "--package",
+            "demo",
+            "--tree",
+            str(tree),
+            "--version",
+            "1.0+sb1.abc",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "2 file(s) of demo changed" in out.stdout
     pkg = site / "demo"
@@ -54,12 +70,16 @@ def test_sync_writes_only_what_the_stack_changes(tmp_path):
     dist = importlib.metadata.Distribution.at(site / "demo-1.0+sb1.abc.dist-info")
     assert dist.version == "1.0+sb1.abc"
     recorded = {row[0] for row in csv.reader((site / "demo-1.0+sb1.abc.dist-info" / "RECORD").read_text().splitlines())}
-    assert "demo/new.py" in recorded and "demo/gone.py" not in recorded and "demo-1.0.dist-info/METADATA" not in recorded
+    assert (
+        "demo/new.py" in recorded and "demo/gone.py" not in recorded and "demo-1.0.dist-info/METADATA" not in recorded
+    )
 
 
 def _tree_of(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"")
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def run_tool(*args) -> subprocess.CompletedProcess:
@@ -81,8 +101,20 @@ def test_with_info_from_the_relabel_deletes_nothing(tmp_path):
     before_site, before_info = _tree_of(site), _tree_of(info)
     info.chmod(0o555)  # a read-only bind mount in the image
     try:
-        out = run_tool("--site", site, "--dist", "demo", "--package", "demo", "--tree", tree,
-                       "--version", "1.0+sb1.abc", "--info-from", info)
+        out = run_tool(
+            "--site",
+            site,
+            "--dist",
+            "demo",
+            "--package",
+            "demo",
+            "--tree",
+            tree,
+            "--version",
+            "1.0+sb1.abc",
+            "--info-from",
+            info,
+        )
     finally:
         info.chmod(0o755)
     assert out.returncode == 0, out.stderr

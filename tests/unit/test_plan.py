@@ -58,30 +58,67 @@ def test_build_resources_derived_unless_pinned():
 
 def test_dry_run_needs_no_engine(tmp_path):
     """--dry-run renders the context and prints the command; a dead DOCKER_HOST does not matter."""
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), "build", "--recipe",
-                           "torch-cu130", "--platform", "linux/arm64", "--dry-run"], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(REPO_ROOT),
+            "build",
+            "--recipe",
+            "torch-cu130",
+            "--platform",
+            "linux/arm64",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "would build torch-cu130 for linux/arm64 as servebuild/torch-cu130:arm64" in proc.stdout
     assert "--build-arg MAX_JOBS=" not in proc.stdout  # nothing compiles in a torch-only image
     context = REPO_ROOT / "build/torch-cu130/linux-arm64/dry-run/context"  # never a real build's context
-    assert (context / "Dockerfile").read_text() == (REPO_ROOT / "tests/golden/torch-cu130.linux-arm64.Dockerfile").read_text()
-    assert (context / "requirements.txt").read_bytes() == (REPO_ROOT / "constraints/torch-cu130/py3.12-linux-arm64.txt").read_bytes()
+    assert (context / "Dockerfile").read_text() == (
+        REPO_ROOT / "tests/golden/torch-cu130.linux-arm64.Dockerfile"
+    ).read_text()
+    assert (context / "requirements.txt").read_bytes() == (
+        REPO_ROOT / "constraints/torch-cu130/py3.12-linux-arm64.txt"
+    ).read_bytes()
 
 
 def test_render_cli_prints_the_golden_dockerfile():
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), "render", "--recipe",
-                           "sglang-fused-fp4", "--platform", "linux/amd64"], capture_output=True, text=True,
-                          cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(REPO_ROOT),
+            "render",
+            "--recipe",
+            "sglang-fused-fp4",
+            "--platform",
+            "linux/amd64",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (REPO_ROOT / "tests/golden/sglang-fused-fp4.linux-amd64.Dockerfile").read_text()
 
 
-@pytest.mark.parametrize("text,message", [
-    (b"images:\n  nvidia/cuda:13.0.2-devel-ubuntu24.04: \"x\\nRUN touch /pwned\"\n", "is not an image reference"),
-    (b"images: {a: [b\n", "invalid YAML"),
-    (b"images:\n  a: \xff\n", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (b'images:\n  nvidia/cuda:13.0.2-devel-ubuntu24.04: "x\\nRUN touch /pwned"\n', "is not an image reference"),
+        (b"images: {a: [b\n", "invalid YAML"),
+        (b"images:\n  a: \xff\n", "not UTF-8"),
+    ],
+)
 def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
     path = tmp_path / "map.yaml"
     path.write_bytes(text)
@@ -93,6 +130,7 @@ def test_hostile_mirror_map_is_one_line(tmp_path, text, message):
 def test_bootstrap_suite_must_be_a_suite_name(tmp_path):
     from servebuild.build.bases import rootfs_tarball
     from servebuild.lock.lockfile import load_lock_file
+
     pins = load_lock_file(load_recipe("torch-cu130-bookworm", REPO_ROOT)).debian["linux/amd64"]
     with pytest.raises(InputError, match=r"--suite: '../../x' is not a Debian suite name"):
         rootfs_tarball(pins.model_copy(update={"suite": "../../x"}), "amd64", tmp_path, "r", "r.lock.yaml")
@@ -103,6 +141,7 @@ def test_base_digest_is_taken_only_from_the_referenced_repository():
     """A RepoDigest left behind by pushing the base to another registry (as a test does) is not the
     digest of `servebuild/debian:bookworm-amd64`; the label then carries the image id instead."""
     from servebuild.build.run import digest_for_ref
+
     other = ["127.0.0.1:55653/servebuild/debian@sha256:" + "3" * 64]
     assert digest_for_ref("servebuild/debian:bookworm-amd64", other) is None
     assert digest_for_ref("127.0.0.1:55653/servebuild/debian:x", other) == "sha256:" + "3" * 64
@@ -114,6 +153,7 @@ def test_base_digest_is_taken_only_from_the_referenced_repository():
 @pytest.mark.parametrize("tag", ["x:1:2", "a:", "a//b", "a..b", "a:--x", "a/b:c/d", "A/b", "a:" + "x" * 200, "-x"])
 def test_tags_follow_the_docker_reference_grammar(tag):
     from servebuild.plan.make import BuildOptions, make_plan
+
     with pytest.raises(InputError, match="not a valid image tag"):
         make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True))
 
@@ -121,15 +161,21 @@ def test_tags_follow_the_docker_reference_grammar(tag):
 @pytest.mark.parametrize("tag", ["servebuild/x:amd64", "127.0.0.1:5000/a/b:v1.0", "a__b/c-d:x_y"])
 def test_good_tags_pass(tag):
     from servebuild.plan.make import BuildOptions, make_plan
+
     assert make_plan(REPO_ROOT, "torch-cu130", BuildOptions(platform="linux/amd64", tag=tag, dry_run=True)).tag == tag
 
 
 # -- the default platform, as documented ---------------------------------------------------------------------------
 
+
 def test_a_recipe_without_platforms_is_for_linux_arm64_as_documented(project, monkeypatch):
     from servebuild.plan import make
-    recipe = {k: v for k, v in merge(BASE, {"constraints": {"linux/arm64": BASE["constraints"]["linux/amd64"]}}).items()
-              if k != "platforms"}
+
+    recipe = {
+        k: v
+        for k, v in merge(BASE, {"constraints": {"linux/arm64": BASE["constraints"]["linux/amd64"]}}).items()
+        if k != "platforms"
+    }
     (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(recipe))
     assert load_recipe("hostile", project).recipe.platforms == ["linux/arm64"]
     assert "| `platforms` | `list[str]` | `['linux/arm64']` |" in (REPO_ROOT / "docs/recipe-reference.md").read_text()
@@ -139,10 +185,12 @@ def test_a_recipe_without_platforms_is_for_linux_arm64_as_documented(project, mo
     assert plan.platform == "linux/arm64"
 
 
-@pytest.mark.parametrize("host,expected", [("linux/amd64", "linux/amd64"), ("linux/arm64", "linux/arm64"),
-                                           ("linux/s390x", "linux/arm64")])
+@pytest.mark.parametrize(
+    "host,expected", [("linux/amd64", "linux/amd64"), ("linux/arm64", "linux/arm64"), ("linux/s390x", "linux/arm64")]
+)
 def test_without_platform_a_build_is_for_the_host_if_listed_else_the_first_listed(monkeypatch, host, expected):
     from servebuild.plan import make
+
     monkeypatch.setattr(make, "host_platform", lambda: host)
     plan = make.make_plan(REPO_ROOT, "torch-cu130", make.BuildOptions(dry_run=True, fetching=False))
     assert plan.platform == expected

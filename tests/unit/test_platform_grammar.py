@@ -39,7 +39,23 @@ def test_the_grammar_refuses(value, line):
 @pytest.mark.parametrize("task", [["build", "--dry-run"], ["publish", "--registry", "127.0.0.1:1"]])
 @pytest.mark.parametrize("value, line", BAD)
 def test_build_and_publish_refuse_the_same_platform_lists_in_the_same_line(task, value, line):
-    proc = subprocess.run([sys.executable, "-m", "invoke", "-r", str(REPO_ROOT), task[0], "--recipe",
-                           "torch-cu130-bookworm", *task[1:], "--platform", value],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "-r",
+            str(REPO_ROOT),
+            task[0],
+            "--recipe",
+            "torch-cu130-bookworm",
+            *task[1:],
+            "--platform",
+            value,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr == f"error: {line}\n", proc.stderr

@@ -65,7 +65,7 @@ def _write(root: Path, files: dict) -> None:
 
 def _launcher(path: Path, exports: dict, command: str) -> None:
     lines = ["#!/bin/sh", "echo 'a shell step before the server' >&2"]
-    lines += [f"[ -n \"${{{k}+set}}\" ] || {k}={v}; export {k}" for k, v in exports.items()]
+    lines += [f'[ -n "${{{k}+set}}" ] || {k}={v}; export {k}' for k, v in exports.items()]
     path.write_text("\n".join(lines + [command]) + "\n")
     path.chmod(0o755)
 
@@ -84,56 +84,93 @@ def run_check(tmp_path: Path, launchers: dict) -> tuple[subprocess.CompletedProc
     imports = tmp_path / "imports.txt"
     imports.write_text("")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "pkgs"), "FAKE_IMPORTS": str(imports)}
-    proc = subprocess.run([sys.executable, str(TOOLS_DIR / "profile_check.py"), "--recipe", "r", "--engine", "fake",
-                           "--dist", "fakeengine", "--site", str(site), "--hook", str(tmp_path / "hook.py"),
-                           "--launchers", str(bin_dir), "--out", str(tmp_path / "record.json"), *launchers],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOLS_DIR / "profile_check.py"),
+            "--recipe",
+            "r",
+            "--engine",
+            "fake",
+            "--dist",
+            "fakeengine",
+            "--site",
+            str(site),
+            "--hook",
+            str(tmp_path / "hook.py"),
+            "--launchers",
+            str(bin_dir),
+            "--out",
+            str(tmp_path / "record.json"),
+            *launchers,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     return proc, imports.read_text().split(), tmp_path / "record.json"
 
 
 def test_every_profile_is_parsed_after_one_import(tmp_path):
-    proc, imports, record = run_check(tmp_path, {
-        "a": ({"FAKE_A": "1"}, "exec {python} -m fakeengine.launch --model m \"$@\""),
-        "b": ({"FAKE_B": "1"}, "exec {python} -m fakeengine.launch --model m --mode exact \"$@\""),
-        "c": ({}, "exec {python} -m fakeengine.launch --model m --mode fast"),
-    })
+    proc, imports, record = run_check(
+        tmp_path,
+        {
+            "a": ({"FAKE_A": "1"}, 'exec {python} -m fakeengine.launch --model m "$@"'),
+            "b": ({"FAKE_B": "1"}, 'exec {python} -m fakeengine.launch --model m --mode exact "$@"'),
+            "c": ({}, "exec {python} -m fakeengine.launch --model m --mode fast"),
+        },
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "profile check: 3 of 3 profiles replayed after one import of fake" in proc.stdout
     assert len(imports) == 1, imports  # one import, by the checker (the captures import nothing)
-    assert json.loads(record.read_text())["profiles"] == {n: {"parsed_by": "fakeengine.launch.parse"}
-                                                          for n in "abc"}
+    assert json.loads(record.read_text())["profiles"] == {n: {"parsed_by": "fakeengine.launch.parse"} for n in "abc"}
 
 
 def test_a_rejection_names_its_profile_and_the_engines_words_and_the_others_still_pass(tmp_path):
-    proc, imports, record = run_check(tmp_path, {
-        "good": ({}, "exec {python} -m fakeengine.launch --model m"),
-        "bad": ({}, "exec {python} -m fakeengine.launch --model m --mode sloppy"),
-    })
+    proc, imports, record = run_check(
+        tmp_path,
+        {
+            "good": ({}, "exec {python} -m fakeengine.launch --model m"),
+            "bad": ({}, "exec {python} -m fakeengine.launch --model m --mode sloppy"),
+        },
+    )
     assert proc.returncode == 1 and not record.exists()
     ours = [line for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
-    assert ours == ["servebuild: recipe r, launch profile bad: fake 0.1 rejects the launcher's arguments: "
-                    "argument --mode: invalid choice: 'sloppy' (choose from 'fast', 'exact')"], proc.stdout
+    assert ours == [
+        "servebuild: recipe r, launch profile bad: fake 0.1 rejects the launcher's arguments: "
+        "argument --mode: invalid choice: 'sloppy' (choose from 'fast', 'exact')"
+    ], proc.stdout
     assert "profile good: accepted" in proc.stdout and len(imports) == 1
 
 
 def test_each_profile_parses_under_its_own_environment(tmp_path):
     """A variable one profile sets is seen when it parses, and not by the other profile."""
-    proc, _, _ = run_check(tmp_path, {
-        "strict": ({"FAKE_NEEDS_MODE": "exact"}, "exec {python} -m fakeengine.launch --model m"),
-        "plain": ({}, "exec {python} -m fakeengine.launch --model m"),
-    })
+    proc, _, _ = run_check(
+        tmp_path,
+        {
+            "strict": ({"FAKE_NEEDS_MODE": "exact"}, "exec {python} -m fakeengine.launch --model m"),
+            "plain": ({}, "exec {python} -m fakeengine.launch --model m"),
+        },
+    )
     ours = [line for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
-    assert ours == ["servebuild: recipe r, launch profile strict: fake 0.1 rejects the launcher's arguments: "
-                    "--mode must be exact here"], proc.stdout
+    assert ours == [
+        "servebuild: recipe r, launch profile strict: fake 0.1 rejects the launcher's arguments: "
+        "--mode must be exact here"
+    ], proc.stdout
     assert "profile plain: accepted" in proc.stdout
 
 
 def test_a_launcher_that_starts_python_another_way_is_run_whole(tmp_path):
     """`python -X dev -m ...` is not replayed (its interpreter options would be lost): it runs as before."""
-    proc, imports, record = run_check(tmp_path, {
-        "replayed": ({}, "exec {python} -m fakeengine.launch --model m"),
-        "whole": ({}, "exec {python} -X dev -m fakeengine.launch --model m"),
-    })
+    proc, imports, record = run_check(
+        tmp_path,
+        {
+            "replayed": ({}, "exec {python} -m fakeengine.launch --model m"),
+            "whole": ({}, "exec {python} -X dev -m fakeengine.launch --model m"),
+        },
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 of 2 profiles replayed after one import of fake (the others run whole)" in proc.stdout
     assert len(imports) == 2 and sorted(json.loads(record.read_text())["profiles"]) == ["replayed", "whole"]
@@ -142,5 +179,7 @@ def test_a_launcher_that_starts_python_another_way_is_run_whole(tmp_path):
 def test_a_server_that_never_parses_is_a_finding_not_a_pass(tmp_path):
     proc, _, record = run_check(tmp_path, {"nothing": ({}, "exec {python} -m fakeengine")})
     assert proc.returncode == 1 and not record.exists()
-    assert ("servebuild: recipe r, launch profile nothing: its launcher exited (rc 4) before fake's argument "
-            "parser answered") in proc.stdout, proc.stdout
+    assert (
+        "servebuild: recipe r, launch profile nothing: its launcher exited (rc 4) before fake's argument "
+        "parser answered"
+    ) in proc.stdout, proc.stdout

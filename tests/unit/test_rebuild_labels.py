@@ -41,11 +41,17 @@ class FakeRegistryClient:
     def __init__(self, labels: dict, rootfs=None):
         self.blob, diff_id = layer_bytes()
         rootfs = {"type": "layers", "diff_ids": [diff_id]} if rootfs is None else rootfs
-        self.config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Labels": labels},
-                                  "rootfs": rootfs}).encode()
-        self.manifest = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST,
-                                    "config": {"digest": sha(self.config), "size": len(self.config)},
-                                    "layers": [{"digest": sha(self.blob), "size": len(self.blob)}]}).encode()
+        self.config = json.dumps(
+            {"os": "linux", "architecture": "amd64", "config": {"Labels": labels}, "rootfs": rootfs}
+        ).encode()
+        self.manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": DOCKER_MANIFEST,
+                "config": {"digest": sha(self.config), "size": len(self.config)},
+                "layers": [{"digest": sha(self.blob), "size": len(self.blob)}],
+            }
+        ).encode()
         self.fetched: list[str] = []
 
     @contextmanager
@@ -65,8 +71,11 @@ class FakeRegistryClient:
 
 
 def labels(recipe, variant=None) -> dict:
-    out = {"io.servebuild.manifest.sha256": "0" * 64, "io.servebuild.recipe": recipe,
-           "io.servebuild.platform": "linux/amd64"}
+    out = {
+        "io.servebuild.manifest.sha256": "0" * 64,
+        "io.servebuild.recipe": recipe,
+        "io.servebuild.platform": "linux/amd64",
+    }
     if variant is not None:
         out["io.servebuild.variant"] = variant
     return out
@@ -80,25 +89,30 @@ def no_build(monkeypatch):
     def record(plan, image, docker):
         built.append((image.label("recipe"), image.label("variant")))
         raise AssertionError(f"rebuild built {image.label('recipe')!r} variant {image.label('variant')!r}")
+
     monkeypatch.setattr(rebuilding, "rebuild", record)
     return built
 
 
-@pytest.mark.parametrize("recipe, variant, field", [
-    ("recipes/hostile-base.yaml", None, "io.servebuild.recipe"),   # a path in the checkout: it was loaded and built
-    ("/etc/servebuild/hostile.yaml", None, "io.servebuild.recipe"),  # absolute: refused only by accident before
-    ("../torch-cu130", None, "io.servebuild.recipe"),
-    ("torch-cu130.yaml", None, "io.servebuild.recipe"),
-    ("Torch", None, "io.servebuild.recipe"),
-    ("torch-cu130\nx", None, "io.servebuild.recipe"),
-    ("t" * 64, None, "io.servebuild.recipe"),
-    ("sglang-native-fp8", "../x", "io.servebuild.variant"),
-    ("sglang-native-fp8", "fixed prefill", "io.servebuild.variant"),
-])
+@pytest.mark.parametrize(
+    "recipe, variant, field",
+    [
+        ("recipes/hostile-base.yaml", None, "io.servebuild.recipe"),  # a path in the checkout: it was loaded and built
+        ("/etc/servebuild/hostile.yaml", None, "io.servebuild.recipe"),  # absolute: refused only by accident before
+        ("../torch-cu130", None, "io.servebuild.recipe"),
+        ("torch-cu130.yaml", None, "io.servebuild.recipe"),
+        ("Torch", None, "io.servebuild.recipe"),
+        ("torch-cu130\nx", None, "io.servebuild.recipe"),
+        ("t" * 64, None, "io.servebuild.recipe"),
+        ("sglang-native-fp8", "../x", "io.servebuild.variant"),
+        ("sglang-native-fp8", "fixed prefill", "io.servebuild.variant"),
+    ],
+)
 def test_a_label_that_is_not_a_name_is_refused_before_any_layer_is_fetched(no_build, recipe, variant, field):
     client = FakeRegistryClient(labels(recipe, variant))
-    with pytest.raises(InputError, match=f"{field} label .* is not a recipe name|{field} label .* is not a variant "
-                                         f"name") as err:
+    with pytest.raises(
+        InputError, match=f"{field} label .* is not a recipe name|{field} label .* is not a variant name"
+    ) as err:
         rebuilding.check(REPO_ROOT, client, "servebuild/toy", "v1", "linux/amd64", docker=None, echo=False)
     assert err.value.field == "--check" and "\n" not in str(err.value)
     assert client.fetched == [] and no_build == []
@@ -112,13 +126,20 @@ def test_a_recipe_name_label_goes_on_to_the_layers_and_the_build(no_build):
     assert client.fetched == [sha(client.blob)] and no_build == [("torch-cu130-bookworm", "")]
 
 
-@pytest.mark.parametrize("rootfs, field, words", [
-    ("layers", "rootfs", "is a str, not a mapping"),  # a string: `.get` on it was an AttributeError traceback
-    (["sha256:" + "0" * 64], "rootfs", "is a list, not a mapping"),
-    ({"type": "layers", "diff_ids": "sha256:" + "0" * 64}, "rootfs.diff_ids", "is a str, not a list"),
-    ({"type": "layers", "diff_ids": [7]}, "rootfs.diff_ids[0]", "7 is not a sha256:<64 hex> digest"),
-    ({"type": "layers", "diff_ids": ["sha256:x"]}, "rootfs.diff_ids[0]", "'sha256:x' is not a sha256:<64 hex> digest"),
-])
+@pytest.mark.parametrize(
+    "rootfs, field, words",
+    [
+        ("layers", "rootfs", "is a str, not a mapping"),  # a string: `.get` on it was an AttributeError traceback
+        (["sha256:" + "0" * 64], "rootfs", "is a list, not a mapping"),
+        ({"type": "layers", "diff_ids": "sha256:" + "0" * 64}, "rootfs.diff_ids", "is a str, not a list"),
+        ({"type": "layers", "diff_ids": [7]}, "rootfs.diff_ids[0]", "7 is not a sha256:<64 hex> digest"),
+        (
+            {"type": "layers", "diff_ids": ["sha256:x"]},
+            "rootfs.diff_ids[0]",
+            "'sha256:x' is not a sha256:<64 hex> digest",
+        ),
+    ],
+)
 def test_a_config_whose_rootfs_is_not_a_mapping_of_digests_is_one_line(no_build, rootfs, field, words):
     """A fake registry serves a config whose rootfs is malformed: rebuild --check said it with an
     AttributeError traceback (issue 31, trust); now it is one RegistryError line naming the config and

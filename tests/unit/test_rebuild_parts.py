@@ -27,12 +27,15 @@ def layer(tmp_path, name: str, files: dict[str, bytes], mtime: int = 946684800):
     return path
 
 
-@pytest.mark.parametrize("mode, words", [
-    ("ok", None),
-    ("wrong-blob", "with content hashing to"),
-    ("huge-blob", "is 629145600 bytes (Content-Length); the limit is 1048576"),
-    ("huge-blob-undeclared", "larger than its limit of 1048576 bytes"),
-])
+@pytest.mark.parametrize(
+    "mode, words",
+    [
+        ("ok", None),
+        ("wrong-blob", "with content hashing to"),
+        ("huge-blob", "is 629145600 bytes (Content-Length); the limit is 1048576"),
+        ("huge-blob-undeclared", "larger than its limit of 1048576 bytes"),
+    ],
+)
 def test_a_layer_blob_is_streamed_to_disk_within_its_limit_and_checked(tmp_path, mode, words):
     registry = HostileRegistry(mode)
     config = HostileRegistry("ok").t["config"]
@@ -73,7 +76,9 @@ def test_a_gzipped_layer_is_uncompressed_and_hashed(tmp_path):
     plain = layer(tmp_path, "a.tar", {"x": b"1"})
     blob = tmp_path / "a.blob"
     blob.write_bytes(gzip.compress(plain.read_bytes()))
-    assert _uncompressed(blob, tmp_path / "out.tar", 1 << 20, "layer") == "sha256:" + sha(plain.read_bytes()).split(":")[1]
+    assert (
+        _uncompressed(blob, tmp_path / "out.tar", 1 << 20, "layer") == "sha256:" + sha(plain.read_bytes()).split(":")[1]
+    )
     assert (tmp_path / "out.tar").read_bytes() == plain.read_bytes()
     blob.write_bytes(b"\x1f\x8b" + b"garbage")
     assert _uncompressed(blob, tmp_path / "out.tar", 1 << 20, "layer") == ""
@@ -88,10 +93,27 @@ def test_the_config_fields_that_differ_are_named():
 def test_a_layer_is_named_by_its_step_without_the_settle_preamble():
     from servebuild.release.rebuild import Published
     from servebuild.render.settle import INDENT, TMP, settle
+
     # BuildKit's history holds a RUN's command without its --mount flags
-    run = settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n").removeprefix(f"RUN {TMP}{INDENT}").replace(" \\\n", " ")
-    image = Published("r", "linux/amd64", "d", "c", {"history": [
-        {"created_by": "ADD rootfs.tar / # buildkit"}, {"created_by": "ENV A=1", "empty_layer": True},
-        {"created_by": "RUN /bin/bash -o pipefail -c " + run}]}, [])
-    assert [image.created_by(i) for i in range(3)] == ["ADD rootfs.tar / # buildkit",
-                                                       "RUN cp -p /mnt/launchers/* /usr/local/bin/", ""]
+    run = (
+        settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n").removeprefix(f"RUN {TMP}{INDENT}").replace(" \\\n", " ")
+    )
+    image = Published(
+        "r",
+        "linux/amd64",
+        "d",
+        "c",
+        {
+            "history": [
+                {"created_by": "ADD rootfs.tar / # buildkit"},
+                {"created_by": "ENV A=1", "empty_layer": True},
+                {"created_by": "RUN /bin/bash -o pipefail -c " + run},
+            ]
+        },
+        [],
+    )
+    assert [image.created_by(i) for i in range(3)] == [
+        "ADD rootfs.tar / # buildkit",
+        "RUN cp -p /mnt/launchers/* /usr/local/bin/",
+        "",
+    ]

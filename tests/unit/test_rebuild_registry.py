@@ -30,6 +30,7 @@ def registry():
     def start(*args, **kwargs) -> LayerRegistry:
         started.append(LayerRegistry(*args, **kwargs))
         return started[-1]
+
     yield start
     for r in started:
         r.stop()
@@ -55,6 +56,7 @@ def fake_build(monkeypatch):
             raise AssertionError("rebuild --check went on to the build")
         data = json.dumps(built.config, sort_keys=True).encode()
         return sha(data), built.config
+
     monkeypatch.setattr(rebuilding, "rebuild", rebuild)
     monkeypatch.setattr(rebuilding, "_saved_layer", lambda *args: None)
     return built
@@ -73,8 +75,10 @@ def one_line(err) -> str:
 
 # -- (issue 31, point 4) the inflated bytes of a layer are bounded ------------------------------------
 
+
 def test_the_inflated_bound_is_a_hundred_times_the_blob_with_a_64_mib_floor():
     from servebuild.registry import limits
+
     assert rebuilding.inflated_limit(1 << 10) == 64 << 20  # the floor
     assert rebuilding.inflated_limit(10 << 20) == 1000 << 20  # 100 times the blob
     assert rebuilding.inflated_limit(limits.LAYER_BYTES) == limits.IMAGE_INFLATED_BYTES  # at most this
@@ -116,6 +120,7 @@ def test_many_layers_each_within_the_bound_are_bounded_together(registry, fake_b
 
 # -- (issue 31, point 3) every request under the registry deadline; a total for the command -----------
 
+
 def test_a_layer_trickled_a_byte_at_a_time_ends_at_the_registry_deadline(registry, fake_build, monkeypatch):
     """The layer read had its own 3,600 s (limits.LAYER_S) outside any operation, whatever
     SERVEBUILD_REGISTRY_DEADLINE said; now each layer read is one operation under it."""
@@ -152,6 +157,7 @@ def test_the_registry_reads_of_one_rebuild_end_at_its_total_deadline(registry, f
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "x", "90000"])
 def test_a_bad_total_deadline_is_refused_before_the_registry_is_asked(value, monkeypatch):
     from servebuild.cli import release as cli_release
+
     monkeypatch.setenv("SERVEBUILD_REBUILD_DEADLINE", value)
     with pytest.raises(InputError) as err:  # port 1: nothing listens, and nothing may be asked
         cli_release.rebuild_check(REPO_ROOT, "127.0.0.1:1/servebuild/toy:v1", "linux/amd64")
@@ -161,8 +167,11 @@ def test_a_bad_total_deadline_is_refused_before_the_registry_is_asked(value, mon
 
 # -- (issue 31, point 6) labels and the plan are checked before any layer blob is asked for -----------
 
-@pytest.mark.parametrize("recipe, variant", [("recipes/hostile-base.yaml", None), ("/etc/hostile.yaml", None),
-                                             ("../x", None), (RECIPE, "../x")])
+
+@pytest.mark.parametrize(
+    "recipe, variant",
+    [("recipes/hostile-base.yaml", None), ("/etc/hostile.yaml", None), ("../x", None), (RECIPE, "../x")],
+)
 def test_a_hostile_label_fails_before_a_single_layer_blob_get(registry, fake_build, recipe, variant):
     reg = registry([layer({"etc/x": b"x"})], labels(recipe, variant))
     with pytest.raises(InputError, match="label .* is not a (recipe|variant) name") as err:
@@ -172,12 +181,16 @@ def test_a_hostile_label_fails_before_a_single_layer_blob_get(registry, fake_bui
     assert reg.layer_gets() == [] and fake_build.calls == 0
 
 
-@pytest.mark.parametrize("recipe, variant, words", [
-    ("no-such-recipe", None, "unknown recipe 'no-such-recipe'"),
-    (RECIPE, "no-such-variant", "unknown variant 'no-such-variant'"),
-])
-def test_a_label_naming_what_this_checkout_cannot_build_fails_before_a_layer_get(registry, fake_build, recipe,
-                                                                                   variant, words):
+@pytest.mark.parametrize(
+    "recipe, variant, words",
+    [
+        ("no-such-recipe", None, "unknown recipe 'no-such-recipe'"),
+        (RECIPE, "no-such-variant", "unknown variant 'no-such-variant'"),
+    ],
+)
+def test_a_label_naming_what_this_checkout_cannot_build_fails_before_a_layer_get(
+    registry, fake_build, recipe, variant, words
+):
     """A name by the grammar, but no recipe (or variant) of this checkout: every layer was downloaded
     (gigabytes) before the plan was made and refused it; now the plan is made first."""
     reg = registry([layer({"etc/x": b"x"})], labels(recipe, variant))
@@ -189,6 +202,7 @@ def test_a_label_naming_what_this_checkout_cannot_build_fails_before_a_layer_get
 
 
 # -- (issue 31, point 10) behaviours no test held -----------------------------------------------------
+
 
 def test_two_images_whose_configs_alone_differ_are_called_different(registry, fake_build):
     reg = registry([layer({"etc/x": b"x"})], labels())
@@ -211,8 +225,9 @@ def test_only_the_first_differing_layer_is_named(registry, fake_build, differing
     fake_build.config = dict(theirs, rootfs={"type": "layers", "diff_ids": ours})
     report = check(reg)
     named = [line for line in report.difference if line.startswith("layer ")]
-    assert named == [f"layer {differing[0]} (no history) differs: registry {layers[differing[0]][1]}, "
-                     f"rebuild {ours[differing[0]]}"], report.difference
+    assert named == [
+        f"layer {differing[0]} (no history) differs: registry {layers[differing[0]][1]}, rebuild {ours[differing[0]]}"
+    ], report.difference
 
 
 def test_an_index_with_two_entries_for_the_platform_is_refused_in_one_line(registry, fake_build):
@@ -226,7 +241,8 @@ def test_an_index_with_two_entries_for_the_platform_is_refused_in_one_line(regis
 
 
 def test_a_layer_matching_its_blob_digest_but_not_its_diff_id_is_an_integrity_error_before_any_build(
-        registry, fake_build):
+    registry, fake_build
+):
     """The blob hashes to its descriptor; its uncompressed bytes are not the config's diff_id (an image
     not self-consistent). It was a 'difference' found after the whole --no-cache build; now it is an
     IntegrityError before the build."""
@@ -241,8 +257,7 @@ def test_a_layer_matching_its_blob_digest_but_not_its_diff_id_is_an_integrity_er
 
 
 @pytest.mark.parametrize("diff_ids", [1, 3], ids=["fewer", "more"])
-def test_a_config_naming_other_than_one_diff_id_per_layer_is_refused_before_a_layer_get(registry, fake_build,
-                                                                                        diff_ids):
+def test_a_config_naming_other_than_one_diff_id_per_layer_is_refused_before_a_layer_get(registry, fake_build, diff_ids):
     """The manifest's layers and the config's rootfs.diff_ids are one per layer: a registry image whose two
     lists differ in length is one RegistryError line before any layer blob is read (an IndexError, or a
     layer compared with nothing, without the check)."""
@@ -277,6 +292,7 @@ class SavedDocker:
             buf.seek(0)
             with tarfile.open(fileobj=buf, mode="r|") as tar:
                 yield tar
+
         return stream()
 
 
@@ -286,6 +302,7 @@ def test_a_docker_save_config_is_read_within_its_size_limit(extra, refused):
     exactly at the limit is read)."""
     from servebuild.build.imageconfig import CONFIG_LIMIT, read_config
     from servebuild.errors import DockerError
+
     config = json.dumps({"rootfs": {"type": "layers", "diff_ids": []}}).encode()
     config += b" " * (CONFIG_LIMIT + extra - len(config))
     docker = SavedDocker({"abc.json": config, "manifest.json": json.dumps([{"Config": "abc.json"}]).encode()})
@@ -301,17 +318,32 @@ def _index(entries) -> bytes:
     return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
 
 
-@pytest.mark.parametrize("make, kind, words", [
-    (lambda reg: _index(7), RegistryError, "index: manifests is a int, not a list"),
-    (lambda reg: _index([{"digest": sha(reg.image), "platform": "linux/amd64"}]), InputError,
-     "holds no linux/amd64 image (it lists None/None)"),
-    (lambda reg: _index([{"digest": 7, "platform": {"os": "linux", "architecture": "amd64"}}]), RegistryError,
-     "its linux/amd64 entry names 7, not a sha256 digest"),
-    (lambda reg: reg.image.replace(b'"config": {', b'"config": "x", "c": {'), RegistryError,
-     "its config is not a descriptor"),
-    (lambda reg: reg.image.replace(b'"layers": [', b'"layers": ["x", '), RegistryError,
-     "its layers not a list of descriptors"),
-])
+@pytest.mark.parametrize(
+    "make, kind, words",
+    [
+        (lambda reg: _index(7), RegistryError, "index: manifests is a int, not a list"),
+        (
+            lambda reg: _index([{"digest": sha(reg.image), "platform": "linux/amd64"}]),
+            InputError,
+            "holds no linux/amd64 image (it lists None/None)",
+        ),
+        (
+            lambda reg: _index([{"digest": 7, "platform": {"os": "linux", "architecture": "amd64"}}]),
+            RegistryError,
+            "its linux/amd64 entry names 7, not a sha256 digest",
+        ),
+        (
+            lambda reg: reg.image.replace(b'"config": {', b'"config": "x", "c": {'),
+            RegistryError,
+            "its config is not a descriptor",
+        ),
+        (
+            lambda reg: reg.image.replace(b'"layers": [', b'"layers": ["x", '),
+            RegistryError,
+            "its layers not a list of descriptors",
+        ),
+    ],
+)
 def test_an_index_or_manifest_of_the_wrong_shape_is_one_line(registry, fake_build, make, kind, words):
     """A platform that is a string, an entry digest that is a number, a config descriptor that is a
     string: AttributeError tracebacks before (`.get` on a str, `.startswith` on an int); manifests

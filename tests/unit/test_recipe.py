@@ -19,19 +19,29 @@ from servebuild.lock.lockfile import load_lock_file
 from servebuild.render.context import render_dockerfile
 from support import REPO_ROOT
 
-REAL = ["torch-cu130", "torch-cu130-bookworm", "vllm-dspark", "sglang-native-fp8", "sglang-fused-fp4",
-        "sglang-native-fp8-bookworm", "vllm-dspark-bookworm", "sglang-hgx-h200"]
+REAL = [
+    "torch-cu130",
+    "torch-cu130-bookworm",
+    "vllm-dspark",
+    "sglang-native-fp8",
+    "sglang-fused-fp4",
+    "sglang-native-fp8-bookworm",
+    "vllm-dspark-bookworm",
+    "sglang-hgx-h200",
+]
 GOLDEN = REPO_ROOT / "tests" / "golden"
 
 
 def render(name: str, platform: str) -> str:
     loaded = load_recipe(name, REPO_ROOT)
-    bases = {s: getattr(loaded.recipe.bases, s).ref.replace("{arch}", platform.split("/")[1])
-             for s in ("build", "runtime")}
+    bases = {
+        s: getattr(loaded.recipe.bases, s).ref.replace("{arch}", platform.split("/")[1]) for s in ("build", "runtime")
+    }
     lock = load_lock_file(loaded)  # the bookworm recipes' locks pin their apt steps
     pins = lock.debian.get(platform) if lock else None
-    return render_dockerfile(loaded.recipe, loaded.sha256, platform, bases, REPO_ROOT,
-                             pins.apt_specs() if pins else None)
+    return render_dockerfile(
+        loaded.recipe, loaded.sha256, platform, bases, REPO_ROOT, pins.apt_specs() if pins else None
+    )
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -93,7 +103,7 @@ def test_launcher_script_exports_env_and_execs():
     profile = load_recipe("sglang-native-fp8", REPO_ROOT).recipe.launch.profiles["sglang-native-fp8"]
     script = launcher_script("sglang-native-fp8", profile)
     assert script.startswith("#!/bin/sh\n")
-    assert "[ -n \"${SGLANG_DSV4_ADAPTIVE_PREFILL+set}\" ] || SGLANG_DSV4_ADAPTIVE_PREFILL=1" in script
+    assert '[ -n "${SGLANG_DSV4_ADAPTIVE_PREFILL+set}" ] || SGLANG_DSV4_ADAPTIVE_PREFILL=1' in script
     assert script.rstrip().endswith('--warmups prefill_shapes "$@"')
     # the script is valid POSIX shell
     subprocess.run(["sh", "-n", "-c", script], check=True)
@@ -104,6 +114,7 @@ def test_servers_listen_on_all_interfaces_at_the_exposed_port(name, tmp_path):
     """The launchers the context gets (not a re-implementation): every profile's server binds
     0.0.0.0 (SGLang's default 127.0.0.1 is unreachable behind -p) at a port the image EXPOSEs."""
     from servebuild.render.context import write_context
+
     loaded = load_recipe(name, REPO_ROOT)
     bases = {"build": "b", "runtime": "r"}
     (tmp_path / "source.tar").write_bytes(b"")  # the engine tree is not what this test reads
@@ -187,8 +198,11 @@ def test_error_names_file_field_and_line(tmp_path):
     path = tmp_path / "bad.yaml"
     data = yaml.safe_load((REPO_ROOT / "recipes/torch-cu130.yaml").read_text())
     data["name"] = "bad"
-    data["engine"] = {"name": "x", "version": "1", "source": {"url": "https://example.invalid/x.git",
-                                                            "commit": "abc1234"}}
+    data["engine"] = {
+        "name": "x",
+        "version": "1",
+        "source": {"url": "https://example.invalid/x.git", "commit": "abc1234"},
+    }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(RecipeError) as info:
         load_recipe(str(path), REPO_ROOT)
@@ -199,8 +213,9 @@ def test_error_names_file_field_and_line(tmp_path):
 
 def test_sglang_variants_reproduce_the_seed_ab_table():
     loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
-    stacks = {name: [p.id for p in loaded.with_variant(name).recipe.engine.source.patches]
-              for name in loaded.recipe.variants}
+    stacks = {
+        name: [p.id for p in loaded.with_variant(name).recipe.engine.source.patches] for name in loaded.recipe.variants
+    }
     assert stacks["original-fix"] == ["sglang-original-shared-expert-remap"]
     assert stacks["pr-33312-only"] == ["sglang-pr-33889", "sglang-pr-33312"]
     assert stacks["final"] == [p.id for p in loaded.recipe.engine.source.patches]
@@ -222,36 +237,54 @@ def _with(tmp_path, **variants):
     return path
 
 
-@pytest.mark.parametrize("variants,message", [
-    ({"a": {"patches": ["nope"]}}, "variants.a: unknown patch 'nope'"),
-    ({"a": {"patches": ["sglang-pr-33312"]}}, "variants.a: patch entry 'sglang-pr-33312' requires 'sglang-pr-33889'"),
-    ({"a": {"patches": ["sglang-pr-33276", "sglang-pr-33276"]}}, "variants.a: duplicate patch entry"),
-    ({"Bad": {"patches": []}}, "'Bad' is not a valid variant name"),
-])
+@pytest.mark.parametrize(
+    "variants,message",
+    [
+        ({"a": {"patches": ["nope"]}}, "variants.a: unknown patch 'nope'"),
+        (
+            {"a": {"patches": ["sglang-pr-33312"]}},
+            "variants.a: patch entry 'sglang-pr-33312' requires 'sglang-pr-33889'",
+        ),
+        ({"a": {"patches": ["sglang-pr-33276", "sglang-pr-33276"]}}, "variants.a: duplicate patch entry"),
+        ({"Bad": {"patches": []}}, "'Bad' is not a valid variant name"),
+    ],
+)
 def test_bad_variants(tmp_path, variants, message):
     with pytest.raises(RecipeError, match=message.replace("(", r"\(")):
         load_recipe(str(_with(tmp_path, **variants)), REPO_ROOT)
 
 
 def test_unknown_variant_names_the_known_ones():
-    with pytest.raises(RecipeError, match="unknown variant 'x'; this recipe has: adaptive-prefill-only, final, original-fix"):
+    with pytest.raises(
+        RecipeError, match="unknown variant 'x'; this recipe has: adaptive-prefill-only, final, original-fix"
+    ):
         load_recipe("sglang-native-fp8", REPO_ROOT).with_variant("x")
 
 
-@pytest.mark.parametrize("args,problem", [
-    (["--speculative-algorithm", "DSPARK"], None),  # gamma from the draft checkpoint
-    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "6"], None),
-    (["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "5"], None),
-    (["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "4"],
-     "--speculative-dspark-block-size is 4, below the DSpark block size 5"),
-    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "5"],
-     "--speculative-num-draft-tokens minus one is 4, below the DSpark block size 5"),
-    (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "six"],
-     "DSPARK needs an integer --speculative-num-draft-tokens"),
-])
+@pytest.mark.parametrize(
+    "args,problem",
+    [
+        (["--speculative-algorithm", "DSPARK"], None),  # gamma from the draft checkpoint
+        (["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "6"], None),
+        (["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "5"], None),
+        (
+            ["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "4"],
+            "--speculative-dspark-block-size is 4, below the DSpark block size 5",
+        ),
+        (
+            ["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "5"],
+            "--speculative-num-draft-tokens minus one is 4, below the DSpark block size 5",
+        ),
+        (
+            ["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "six"],
+            "DSPARK needs an integer --speculative-num-draft-tokens",
+        ),
+    ],
+)
 def test_sglang_dspark_spellings(args, problem):
     from servebuild.engines import kind_for
     from servebuild.engines.profiles import LaunchProfile
+
     profile = LaunchProfile(module="sglang.launch_server", args=args, dspark_block_size=5)
     if problem is None:
         kind_for("sglang").check_profile("p", profile)
@@ -263,31 +296,61 @@ def test_sglang_dspark_spellings(args, problem):
 SPEC3 = '{"method":"dspark","num_speculative_tokens":3}'
 
 
-@pytest.mark.parametrize("kind,args,problem", [
-    # every spelling the engines' parsers accept reaches the same rule (block size 5, 3 proposals)
-    ("vllm", ["--speculative-config", SPEC3], "num_speculative_tokens is 3, below"),
-    ("vllm", ["--speculative_config", SPEC3], "num_speculative_tokens is 3, below"),
-    ("vllm", ["-sc", SPEC3], "num_speculative_tokens is 3, below"),
-    ("vllm", [f"--speculative-config={SPEC3}"], "num_speculative_tokens is 3, below"),
-    ("vllm", ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "3"],
-     "num_speculative_tokens is 3, below"),
-    ("vllm", ["--speculative_config.method=dspark", "--speculative-config.num-speculative-tokens=3"],
-     "num_speculative_tokens is 3, below"),
-    ("vllm", ["--speculative-config", '{"method":"dspark"}', "--speculative-config.num_speculative_tokens", "3"],
-     "num_speculative_tokens is 3, below"),
-    ("vllm", ["--speculative-config", SPEC3, "-sc", SPEC3], "given 2 times"),
-    ("vllm", ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "7"], None),
-    ("sglang", ["--speculative-algo", "DSPARK", "--speculative-num-draft", "3"],
-     "--speculative-num-draft-tokens minus one is 2, below"),
-    ("sglang", ["--speculative-algorithm=dspark", "--speculative-dspark=3"], "--speculative-dspark-block-size is 3"),
-    ("sglang", ["--speculative", "DSPARK"], "ambiguous abbreviation"),
-    ("sglang", ["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "7",
-                "--speculative-num-draft", "3"], "given 2 times"),
-    ("sglang", ["--speculative-algo", "DSPARK", "--speculative-num-draft", "6"], None),
-])
+@pytest.mark.parametrize(
+    "kind,args,problem",
+    [
+        # every spelling the engines' parsers accept reaches the same rule (block size 5, 3 proposals)
+        ("vllm", ["--speculative-config", SPEC3], "num_speculative_tokens is 3, below"),
+        ("vllm", ["--speculative_config", SPEC3], "num_speculative_tokens is 3, below"),
+        ("vllm", ["-sc", SPEC3], "num_speculative_tokens is 3, below"),
+        ("vllm", [f"--speculative-config={SPEC3}"], "num_speculative_tokens is 3, below"),
+        (
+            "vllm",
+            ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "3"],
+            "num_speculative_tokens is 3, below",
+        ),
+        (
+            "vllm",
+            ["--speculative_config.method=dspark", "--speculative-config.num-speculative-tokens=3"],
+            "num_speculative_tokens is 3, below",
+        ),
+        (
+            "vllm",
+            ["--speculative-config", '{"method":"dspark"}', "--speculative-config.num_speculative_tokens", "3"],
+            "num_speculative_tokens is 3, below",
+        ),
+        ("vllm", ["--speculative-config", SPEC3, "-sc", SPEC3], "given 2 times"),
+        ("vllm", ["--speculative-config.method", "dspark", "--speculative-config.num_speculative_tokens", "7"], None),
+        (
+            "sglang",
+            ["--speculative-algo", "DSPARK", "--speculative-num-draft", "3"],
+            "--speculative-num-draft-tokens minus one is 2, below",
+        ),
+        (
+            "sglang",
+            ["--speculative-algorithm=dspark", "--speculative-dspark=3"],
+            "--speculative-dspark-block-size is 3",
+        ),
+        ("sglang", ["--speculative", "DSPARK"], "ambiguous abbreviation"),
+        (
+            "sglang",
+            [
+                "--speculative-algorithm",
+                "DSPARK",
+                "--speculative-num-draft-tokens",
+                "7",
+                "--speculative-num-draft",
+                "3",
+            ],
+            "given 2 times",
+        ),
+        ("sglang", ["--speculative-algo", "DSPARK", "--speculative-num-draft", "6"], None),
+    ],
+)
 def test_dspark_rules_read_every_spelling(kind, args, problem):
     from servebuild.engines import kind_for
     from servebuild.engines.profiles import LaunchProfile
+
     profile = LaunchProfile(module="m", args=args, dspark_block_size=5)
     if problem is None:
         kind_for(kind).check_profile("p", profile)

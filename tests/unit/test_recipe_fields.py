@@ -66,39 +66,72 @@ CASES = [
     ("wrong-type-python", [("python", 3.12)], ["python", "valid string"]),
     ("short-sha", [("engine.source.commit", "fdebc938")], ["engine.source.commit", "short or malformed"]),
     ("non-hex-sha", [("engine.source.commit", "z" * 40)], ["engine.source.commit", "not a full 40-hex"]),
-    ("patch-short-commit", [("engine.source.patches.0.commit", "ec741e41")],
-     ["engine.source.patches.0.commit", "short or malformed"]),
+    (
+        "patch-short-commit",
+        [("engine.source.patches.0.commit", "ec741e41")],
+        ["engine.source.patches.0.commit", "short or malformed"],
+    ),
     ("missing-bases", [("bases", DELETE)], ["bases", "required field is missing"]),
     ("missing-runtime-base", [("bases.runtime", DELETE)], ["bases.runtime", "required"]),
-    ("base-ref-with-digest", [("bases.build.ref", "nvidia/cuda@sha256:" + "a" * 64)],
-     ["bases.build.ref", "put a digest in `digest`"]),
+    (
+        "base-ref-with-digest",
+        [("bases.build.ref", "nvidia/cuda@sha256:" + "a" * 64)],
+        ["bases.build.ref", "put a digest in `digest`"],
+    ),
     ("bad-digest", [("bases.build.digest", "sha256:1234")], ["bases.build.digest", "sha256:<64 hex>"]),
     ("bad-platform", [("platforms", ["linux/riscv64"])], ["platforms", "unknown platform 'linux/riscv64'"]),
     ("duplicate-platform", [("platforms", ["linux/arm64", "linux/arm64"])], ["platforms", "listed twice"]),
-    ("no-constraints-for-platform", [("constraints", {"linux/arm64": "constraints/sglang/py3.12-linux-arm64.txt"})],
-     ["no hashed requirement set for linux/amd64"]),
-    ("constraints-file-missing", [("constraints.linux/arm64", "constraints/nope.txt")],
-     ["constraints.linux/arm64", "does not exist"]),
-    ("constraints-not-hashed", [("constraints.linux/arm64", "tests/fixtures/unhashed.txt")],
-     ["constraints.linux/arm64", "has no --hash=sha256"]),
+    (
+        "no-constraints-for-platform",
+        [("constraints", {"linux/arm64": "constraints/sglang/py3.12-linux-arm64.txt"})],
+        ["no hashed requirement set for linux/amd64"],
+    ),
+    (
+        "constraints-file-missing",
+        [("constraints.linux/arm64", "constraints/nope.txt")],
+        ["constraints.linux/arm64", "does not exist"],
+    ),
+    (
+        "constraints-not-hashed",
+        [("constraints.linux/arm64", "tests/fixtures/unhashed.txt")],
+        ["constraints.linux/arm64", "has no --hash=sha256"],
+    ),
     ("bad-arch-list", [("cuda_arch_list", "sm90")], ["cuda_arch_list", "not a TORCH_CUDA_ARCH_LIST"]),
     ("bad-python", [("python", "py3")], ["python", "3.N"]),
     ("bad-url", [("engine.source.url", "github.com/sgl-project/sglang")], ["engine.source.url", "not a git URL"]),
     ("bad-install", [("engine.install", "magic")], ["engine.install", "pip-source"]),
-    ("patch-sha256-mismatch", [("engine.source.patches.3.sha256", "0" * 64)],
-     ["engine.source.patches.3.sha256", "patch sha256 mismatch for sglang-adaptive-prefill"]),
-    ("patch-file-missing", [("engine.source.patches.3.file", "patches/nope.patch")],
-     ["engine.source.patches.3.file", "does not exist"]),
-    ("patch-both-kinds", [("engine.source.patches.0.file", "patches/sglang-adaptive-prefill.patch")],
-     ["engine.source.patches.0", "exactly one"]),
+    (
+        "patch-sha256-mismatch",
+        [("engine.source.patches.3.sha256", "0" * 64)],
+        ["engine.source.patches.3.sha256", "patch sha256 mismatch for sglang-adaptive-prefill"],
+    ),
+    (
+        "patch-file-missing",
+        [("engine.source.patches.3.file", "patches/nope.patch")],
+        ["engine.source.patches.3.file", "does not exist"],
+    ),
+    (
+        "patch-both-kinds",
+        [("engine.source.patches.0.file", "patches/sglang-adaptive-prefill.patch")],
+        ["engine.source.patches.0", "exactly one"],
+    ),
     ("duplicate-patch", [("engine.source.patches.1.pr", 33276)], ["duplicates 'sglang-pr-33276'"]),
-    ("requires-missing", [("engine.source.patches.2.requires", ["sglang-pr-99999"])],
-     ["requires 'sglang-pr-99999', which is not in the stack"]),
-    ("requires-order-or-cycle", [("engine.source.patches.1.requires", ["sglang-pr-33312"])],
-     ["requires 'sglang-pr-33312', which comes later in the stack"]),
+    (
+        "requires-missing",
+        [("engine.source.patches.2.requires", ["sglang-pr-99999"])],
+        ["requires 'sglang-pr-99999', which is not in the stack"],
+    ),
+    (
+        "requires-order-or-cycle",
+        [("engine.source.patches.1.requires", ["sglang-pr-33312"])],
+        ["requires 'sglang-pr-33312', which comes later in the stack"],
+    ),
     ("requires-itself", [("engine.source.patches.1.requires", ["sglang-pr-33889"])], ["requires itself"]),
-    ("dspark-below-block-size", [(ARGS, args_with(("--speculative-num-draft-tokens", "5")))],
-     ["below the DSpark block size 5"]),
+    (
+        "dspark-below-block-size",
+        [(ARGS, args_with(("--speculative-num-draft-tokens", "5")))],
+        ["below the DSpark block size 5"],
+    ),
     ("dspark-no-block-size", [(PROFILE + ".dspark_block_size", DELETE)], ["needs dspark_block_size"]),
     ("duplicate-flag", [(PROFILE + ".extra_args", ["--tp-size", "4"])], ["--tp-size is given 2 times"]),
     ("bad-env-name", [(PROFILE + ".env.bad-name", "1")], ["environment variable name 'bad-name'"]),
@@ -133,6 +166,7 @@ def test_bad_recipe_field(tmp_path, case_id, edits, fragments):
 
 # -- a profile's port: a TCP port, an integer 1..65535 --------------------------------------------------------------
 
+
 def profile_port(port) -> dict:
     return {"launch": {"profiles": {"p": {"port": port}}}}
 
@@ -155,8 +189,20 @@ def test_a_profile_port_out_of_range_or_not_an_integer_is_refused(project, port)
 
 # -- workdir and cache_dirs: absolute, letters, digits and '._-' only ----------------------------------------------
 
-BAD_DIRS = ["/work space", "/work$HOME", "/$(id)", "/a/${X}", "/a b/c", "/a\tb", "/a;b", "/a'b", "relative",
-            "/a/../../etc", "//", ""]
+BAD_DIRS = [
+    "/work space",
+    "/work$HOME",
+    "/$(id)",
+    "/a/${X}",
+    "/a b/c",
+    "/a\tb",
+    "/a;b",
+    "/a'b",
+    "relative",
+    "/a/../../etc",
+    "//",
+    "",
+]
 
 
 @pytest.mark.parametrize("path", BAD_DIRS)
@@ -176,11 +222,15 @@ def test_a_plain_absolute_launch_directory_is_kept(project, path):
 
 # -- vLLM: the DSpark rule matches the method in any case (vLLM lowercases it) ----------------------------------
 
+
 @pytest.mark.parametrize("method", ["dspark", "DSpark", "DSPARK"])
 def test_vllm_dspark_is_recognised_in_any_case(project, method):
     spec = json.dumps({"method": method, "num_speculative_tokens": 2})
-    profile = {"module": "vllm.entrypoints.cli.main", "args": ["serve", "/m", "--speculative-config", spec],
-               "dspark_block_size": 5}
+    profile = {
+        "module": "vllm.entrypoints.cli.main",
+        "args": ["serve", "/m", "--speculative-config", spec],
+        "dspark_block_size": 5,
+    }
     with pytest.raises(ServebuildError) as info:
         load_with(project, {"launch": {"profiles": {"p": profile}}})
     assert "num_speculative_tokens is 2, below the DSpark block size 5" in one_printable_line(info.value)

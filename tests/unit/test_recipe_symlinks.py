@@ -22,6 +22,7 @@ def project(tmp_path):
 
 # ------------------------------------------------------------------ recipes symlinked out of the project
 
+
 def test_a_recipe_symlinked_outside_the_project_is_refused(project, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -53,6 +54,7 @@ def test_a_recipe_symlinked_inside_the_project_is_allowed(project):
 
 def test_a_lock_symlinked_outside_the_project_is_refused(project, tmp_path):
     from servebuild.lock import lockfile
+
     outside = tmp_path / "outside"
     outside.mkdir()
     lock = project / "recipes" / "torch-cu130.lock.yaml"

@@ -70,6 +70,7 @@ def flaky(request):
     def make(*args, **kwargs):
         servers.append(FlakyRegistry(*args, **kwargs))
         return servers[-1]
+
     yield make
     for s in servers:
         s.close()
@@ -121,17 +122,20 @@ def test_credentials_file(tmp_path):
     assert "s3cret" not in repr(creds)
 
 
-@pytest.mark.parametrize("text,mode,fragment", [
-    ('{"username": "alice"}', 0o600, "missing 'password'"),
-    ('{"username": "alice", "password": ""}', 0o600, "password must be a non-empty string"),
-    ('{"username": "alice", "password": "hunter2\\nb"}', 0o600, "control character"),
-    ('{"username": "al ice:", "password": "x"}', 0o600, "username must be"),
-    ('{"username": 7, "password": "x"}', 0o600, "username must be"),
-    ('{"username": "a", "password": "x", "email": "e"}', 0o600, "unknown key 'email'"),
-    ('["a", "x"]', 0o600, "must hold a JSON object"),
-    ("user: a\npassword: hunter2-secret", 0o600, "is not JSON"),
-    ('{"username": "a", "password": "hunter2-secret"}', 0o640, "readable by others"),
-])
+@pytest.mark.parametrize(
+    "text,mode,fragment",
+    [
+        ('{"username": "alice"}', 0o600, "missing 'password'"),
+        ('{"username": "alice", "password": ""}', 0o600, "password must be a non-empty string"),
+        ('{"username": "alice", "password": "hunter2\\nb"}', 0o600, "control character"),
+        ('{"username": "al ice:", "password": "x"}', 0o600, "username must be"),
+        ('{"username": 7, "password": "x"}', 0o600, "username must be"),
+        ('{"username": "a", "password": "x", "email": "e"}', 0o600, "unknown key 'email'"),
+        ('["a", "x"]', 0o600, "must hold a JSON object"),
+        ("user: a\npassword: hunter2-secret", 0o600, "is not JSON"),
+        ('{"username": "a", "password": "hunter2-secret"}', 0o640, "readable by others"),
+    ],
+)
 def test_bad_credentials_files_are_one_line_without_the_secret(tmp_path, text, mode, fragment):
     path = write(tmp_path / "c.json", text, mode)
     with pytest.raises(CredentialsError) as info:
@@ -144,8 +148,12 @@ def test_credentials_from_the_docker_config(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     assert credentials.from_docker_config("reg.example:5000") is None  # no config at all
     auth = base64.b64encode(b"bob:pw:with:colons").decode()
-    write(tmp_path / "config.json", json.dumps({"auths": {"https://reg.example:5000": {"auth": auth},
-                                                          "other.example": {"username": "u", "password": "p"}}}))
+    write(
+        tmp_path / "config.json",
+        json.dumps(
+            {"auths": {"https://reg.example:5000": {"auth": auth}, "other.example": {"username": "u", "password": "p"}}}
+        ),
+    )
     creds = credentials.from_docker_config("reg.example:5000")
     assert (creds.username, creds.password) == ("bob", "pw:with:colons")
     assert credentials.from_docker_config("other.example").username == "u"
@@ -157,8 +165,13 @@ def test_credentials_from_the_docker_config(tmp_path, monkeypatch):
 
 # -- a password never appears in an error line, control characters or not ----------------------------------------
 
-PASSWORDS = ["hunter2-secret\x07", "hunter2-secret\nX", "hunter2-secret\x1b[2J", "\x00hunter2-secret",
-             "hunter2-secret\u2028"]
+PASSWORDS = [
+    "hunter2-secret\x07",
+    "hunter2-secret\nX",
+    "hunter2-secret\x1b[2J",
+    "\x00hunter2-secret",
+    "hunter2-secret\u2028",
+]
 
 
 def write_private(path: Path, text: str) -> Path:
@@ -178,12 +191,15 @@ def test_a_credentials_file_password_with_a_control_character_is_refused_unquote
 
 @pytest.mark.parametrize("password", PASSWORDS)
 @pytest.mark.parametrize("form", ["auth", "fields"])
-def test_a_docker_config_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch, password,
-                                                                                form):
+def test_a_docker_config_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch, password, form):
     import base64
+
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    entry = ({"auth": base64.b64encode(f"alice:{password}".encode()).decode()} if form == "auth"
-             else {"username": "alice", "password": password})
+    entry = (
+        {"auth": base64.b64encode(f"alice:{password}".encode()).decode()}
+        if form == "auth"
+        else {"username": "alice", "password": password}
+    )
     write_private(tmp_path / "config.json", json.dumps({"auths": {"reg.example": entry}}))
     with pytest.raises(CredentialsError) as info:
         credentials.from_docker_config("reg.example")
@@ -192,8 +208,7 @@ def test_a_docker_config_password_with_a_control_character_is_refused_unquoted(t
 
 
 @pytest.mark.parametrize("password", PASSWORDS)
-def test_a_credential_helper_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch,
-                                                                                    password):
+def test_a_credential_helper_password_with_a_control_character_is_refused_unquoted(tmp_path, monkeypatch, password):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     answer = tmp_path / "answer.json"
@@ -227,12 +242,22 @@ def test_sbom_and_statement_are_deterministic():
     one = cyclonedx(installed, "r.example/x", digest, "linux/arm64", "sha256:" + "b" * 64)
     assert one == cyclonedx(installed, "r.example/x", digest, "linux/arm64", "sha256:" + "b" * 64)
     assert one["components"][0]["purl"] == "pkg:pypi/six@1.17.0"
-    manifest = {"recipe": {"name": "toy", "sha256": "c" * 64}, "platform": "linux/arm64",
-                "bases": {"runtime": {"ref": "debian:{arch}", "resolved": "debian:arm64", "id": "sha256:" + "d" * 64,
-                                      "digest": None}},
-                "engine": {"source": {"url": "https://git.example/e.git", "commit": "e" * 40,
-                                      "patches": [{"id": "p1", "file": "patches/p1.patch", "sha256": "f" * 64}]}},
-                "files": [], "outputs": {"image_id": "sha256:" + "b" * 64}}
+    manifest = {
+        "recipe": {"name": "toy", "sha256": "c" * 64},
+        "platform": "linux/arm64",
+        "bases": {
+            "runtime": {"ref": "debian:{arch}", "resolved": "debian:arm64", "id": "sha256:" + "d" * 64, "digest": None}
+        },
+        "engine": {
+            "source": {
+                "url": "https://git.example/e.git",
+                "commit": "e" * 40,
+                "patches": [{"id": "p1", "file": "patches/p1.patch", "sha256": "f" * 64}],
+            }
+        },
+        "files": [],
+        "outputs": {"image_id": "sha256:" + "b" * 64},
+    }
     lock = {"path": "recipes/toy.lock.yaml", "sha256": "1" * 64}
     st = statement(manifest, "r.example/x", digest, lock, {"sbom": "sha256:" + "2" * 64})
     deps = {d["name"]: d for d in st["predicate"]["buildDefinition"]["resolvedDependencies"]}
@@ -250,6 +275,7 @@ def test_lock_digest_lookup_goes_through_the_bounded_client(monkeypatch):
     from hostile_registry import HostileRegistry, sha
     from servebuild.lock.basedigest import registry_digest
     from servebuild.registry.client import RegistryTimeout
+
     good = HostileRegistry("ok")
     try:
         assert registry_digest(good.ref) == sha(good.t["index"])
@@ -273,10 +299,13 @@ def test_lock_digest_lookup_goes_through_the_bounded_client(monkeypatch):
         lying.stop()
 
 
-@pytest.mark.parametrize("extra", [
-    [{"digest": "sha256:" + "e" * 64, "platform": {"os": "linux", "architecture": "arm64"}}],  # an extra platform
-    [],                                                                                          # exactly ours
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [{"digest": "sha256:" + "e" * 64, "platform": {"os": "linux", "architecture": "arm64"}}],  # an extra platform
+        [],  # exactly ours
+    ],
+)
 def test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms(tmp_path, extra):
     """publish's last check: the tag must name exactly the platforms it published. A registry cannot serve
     other bytes under the digest the client checks, so this is a stand-in: a client subclass (on a
@@ -285,6 +314,7 @@ def test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms(tmp_
     import json as _json
     from hostile_registry import HostileRegistry
     from servebuild.release.publish import PlatformBuild, PublishError, read_back
+
     image, digest = "sha256:" + "a" * 64, "sha256:" + "b" * 64
     ours = {"digest": digest, "platform": {"os": "linux", "architecture": "amd64"}}
     index = _json.dumps({"manifests": [ours, *extra]}).encode()
@@ -300,8 +330,11 @@ def test_publish_read_back_refuses_an_index_naming_other_or_extra_platforms(tmp_
         build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id=image, digest=digest)
         client = Rewriting(server.address)
         if extra:
-            with pytest.raises(PublishError, match=r"v1 names platforms \['linux/amd64', 'linux/arm64'\], "
-                                                   r"published \['linux/amd64'\]"):
+            with pytest.raises(
+                PublishError,
+                match=r"v1 names platforms \['linux/amd64', 'linux/arm64'\], "
+                r"published \['linux/amd64'\]",
+            ):
                 read_back(client, "servebuild/toy", "v1", [build], "sha256:" + "c" * 64)
         else:
             read_back(client, "servebuild/toy", "v1", [build], "sha256:" + "c" * 64)  # the control: accepted
@@ -317,6 +350,7 @@ class BlobCDN:
     def __init__(self, body: bytes, tmp_path: Path, tls: bool = True):
         import ssl
         import trustme
+
         self.body, self.seen = body, []
         outer = self
 
@@ -352,6 +386,7 @@ def test_a_blob_read_may_move_to_another_https_host_without_the_credentials(tmp_
     (here against the CDN's own CA, through REQUESTS_CA_BUNDLE: the registry is a plain-HTTP loopback one,
     for which the client does not verify TLS, but the other host is verified), and no Authorization goes."""
     from hostile_registry import HostileRegistry, REPO, sha
+
     config = HostileRegistry("ok").t["config"]
     cdn = BlobCDN(config, tmp_path)
     registry = HostileRegistry("blob-cdn", cdn=cdn.url)
@@ -360,7 +395,7 @@ def test_a_blob_read_may_move_to_another_https_host_without_the_credentials(tmp_
         client = RegistryClient(registry.address, Credentials("u", "secret-pass", "test"))
         assert client.get_blob(REPO, sha(config)) == config
         assert registry.authorization[-1] == "Bearer tkn-for-the-registry"  # the registry got the token...
-        assert cdn.seen == [None]                                             # ...the other host did not
+        assert cdn.seen == [None]  # ...the other host did not
         monkeypatch.delenv("REQUESTS_CA_BUNDLE")  # the default roots do not know the CDN's CA: refused
         with pytest.raises(RegistryError, match="untrusted certificate"):
             RegistryClient(registry.address, Credentials("u", "p", "test")).get_blob(REPO, sha(config))
@@ -371,12 +406,16 @@ def test_a_blob_read_may_move_to_another_https_host_without_the_credentials(tmp_
 
 def test_a_blob_redirect_to_plain_http_on_another_host_is_refused(tmp_path):
     from hostile_registry import HostileRegistry, REPO, sha
+
     config = HostileRegistry("ok").t["config"]
     cdn = BlobCDN(config, tmp_path, tls=False)
     registry = HostileRegistry("blob-cdn", cdn=cdn.url)
     try:
-        with pytest.raises(RegistryError, match=r"redirects blob sha256:\w+ to localhost:\d+; only a blob read "
-                                                r"may move to another host, over HTTPS"):
+        with pytest.raises(
+            RegistryError,
+            match=r"redirects blob sha256:\w+ to localhost:\d+; only a blob read "
+            r"may move to another host, over HTTPS",
+        ):
             RegistryClient(registry.address, Credentials("u", "p", "test")).get_blob(REPO, sha(config))
         assert cdn.seen == []
     finally:
@@ -391,6 +430,7 @@ def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
     from hostile_registry import HostileRegistry
     from servebuild.registry.client import RegistryTimeout
     from servebuild.release.publish import PlatformBuild, publish
+
     registry = HostileRegistry("slow-loris-body")
     try:
         client = RegistryClient(registry.address, timeout=30, operation_s=3)
@@ -399,8 +439,10 @@ def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
         with pytest.raises(RegistryTimeout) as info:
             publish(None, [build], client, "servebuild/toy", "v1")
         seconds = time.monotonic() - start
-        assert "checking what v1 of servebuild/toy names now did not finish within 3 s" in str(info.value), \
-            (str(info.value), seconds)
+        assert "checking what v1 of servebuild/toy names now did not finish within 3 s" in str(info.value), (
+            str(info.value),
+            seconds,
+        )
         assert seconds < 10, (seconds, str(info.value))  # the 3 s deadline, not the 30 s request's (or the trickle's)
         assert registry.writes() == []
     finally:

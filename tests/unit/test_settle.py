@@ -45,13 +45,18 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
             # one engine and not on another); dpkg's journal likewise in every apt step
             assert step.startswith(f"RUN {TMP}{INDENT}"), step[:120]
             assert ("apt-get install" not in step) or "--mount=type=tmpfs,target=/var/lib/dpkg/updates " in step
-            assert not SETTLE.endswith(" /tmp") and not re.search(r"cp -a --no-preserve=ownership /mnt/src\S* /tmp", step)
+            assert not SETTLE.endswith(" /tmp") and not re.search(
+                r"cp -a --no-preserve=ownership /mnt/src\S* /tmp", step
+            )
 
 
 def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
-    out = settle("FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
-                 "    a && b \\\n && c\nENV A=1\n")
-    assert out.startswith(f"FROM x\nRUN {TMP} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n")
+    out = settle(
+        "FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n    a && b \\\n && c\nENV A=1\n"
+    )
+    assert out.startswith(
+        f"FROM x\nRUN {TMP} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
+    )
     assert f"{START} \\\n && ( a && b \\\n && c ) \\\n && {SETTLE}\nENV A=1\n" in out
     assert "SOURCE_DATE_EPOCH=946684800" in START and "PYTHONHASHSEED=0" in START and MARK in SETTLE
 
@@ -70,8 +75,13 @@ def test_the_settled_step_really_settles(tmp_path):
     work.mkdir()
 
     def local(text: str) -> str:
-        return (settle(text).removeprefix(f"RUN {TMP}{INDENT}").replace("find /usr /opt ", f"find {inputs} ")
-                .replace("find / ", f"find {work} "))
+        return (
+            settle(text)
+            .removeprefix(f"RUN {TMP}{INDENT}")
+            .replace("find /usr /opt ", f"find {inputs} ")
+            .replace("find / ", f"find {work} ")
+        )
+
     old = work / "old"
     old.write_text("x")
     os.utime(old, (1_700_000_000, 1_700_000_000))
@@ -95,20 +105,30 @@ def test_the_settled_step_empties_the_logs_it_wrote(tmp_path):
     (logs / "apt.log").write_text("earlier\n")
     os.utime(logs / "old.log", (1_700_000_000, 1_700_000_000))
     os.utime(logs / "apt.log", (1_700_000_000, 1_700_000_000))
-    text = (settle(f"RUN echo installed >> {logs}/apt.log && echo new > {logs}/dpkg.log\n")
-            .removeprefix(f"RUN {TMP}{INDENT}").replace("find /usr /opt ", f"find {tmp_path / 'inputs'} ")
-            .replace("find /var/log /var/cache/ldconfig ", f"find {logs} ").replace("find / ", f"find {work} "))
+    text = (
+        settle(f"RUN echo installed >> {logs}/apt.log && echo new > {logs}/dpkg.log\n")
+        .removeprefix(f"RUN {TMP}{INDENT}")
+        .replace("find /usr /opt ", f"find {tmp_path / 'inputs'} ")
+        .replace("find /var/log /var/cache/ldconfig ", f"find {logs} ")
+        .replace("find / ", f"find {work} ")
+    )
     subprocess.run(["bash", "-o", "pipefail", "-c", text], cwd=work, check=True)
     assert (logs / "apt.log").read_text() == "" and (logs / "dpkg.log").read_text() == ""
     assert (logs / "old.log").read_text() == "from an earlier step\n"
 
 
-@pytest.mark.parametrize("copy, bind, into", [
-    ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "/opt/venv"),
-    ("COPY launchers/ /usr/local/bin/", "source=launchers/,target=/mnt/src", "/usr/local/bin"),
-    ("COPY manifest.json /opt/servebuild/manifest.json", "source=manifest.json,target=/mnt/src",
-     "/opt/servebuild/manifest.json"),
-])
+@pytest.mark.parametrize(
+    "copy, bind, into",
+    [
+        ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "/opt/venv"),
+        ("COPY launchers/ /usr/local/bin/", "source=launchers/,target=/mnt/src", "/usr/local/bin"),
+        (
+            "COPY manifest.json /opt/servebuild/manifest.json",
+            "source=manifest.json,target=/mnt/src",
+            "/opt/servebuild/manifest.json",
+        ),
+    ],
+)
 def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, into):
     out = settle(copy + "\n")
     assert out.startswith(f"RUN {TMP}{INDENT}--mount=type=tmpfs,target=/mnt{INDENT}--mount=type=bind,{bind} \\\n")
@@ -128,7 +148,10 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     def run(copy: str):
         body = settle(copy + "\n").split("&& ( ", 1)[1].split(" ) \\\n", 1)[0]
         body = body.replace("/mnt/src", str(src)).replace(" /dst", f" {tmp_path}/dst")
-        subprocess.run(["bash", "-c", body], check=True, env={"PATH": os.environ["PATH"], "SERVEBUILD_SETTLED": "1000000000"})
+        subprocess.run(
+            ["bash", "-c", body], check=True, env={"PATH": os.environ["PATH"], "SERVEBUILD_SETTLED": "1000000000"}
+        )
+
     run("COPY dir/ /dst/d")
     assert (tmp_path / "dst" / "d" / "a.txt").read_text() == "a"
     # a file keeps its mtime; every directory of a context source gets the step's settled time
@@ -144,14 +167,17 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     assert (tmp_path / "dst" / "g" / "f.txt").read_text() == "file"
 
 
-@pytest.mark.parametrize("text, words", [
-    ('RUN ["/bin/sh", "-c", "x"]\n', "exec-form RUN"),
-    ("RUN --mount=type=bind,source=a,target=/tmp/a cat /tmp/a\n", "must target /mnt/NAME"),
-    ("COPY --chown=1:1 a /a\n", "COPY --chown=1:1 cannot be settled"),
-    ("COPY a b /dst/\n", "one source and one destination"),
-    ("COPY wheels/ /tmp/wheels/\n", "writes into /tmp, which every step mounts as a tmpfs"),
-    ("ADD source.tar /tmp/\n", "writes into /tmp, which every step mounts as a tmpfs"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('RUN ["/bin/sh", "-c", "x"]\n', "exec-form RUN"),
+        ("RUN --mount=type=bind,source=a,target=/tmp/a cat /tmp/a\n", "must target /mnt/NAME"),
+        ("COPY --chown=1:1 a /a\n", "COPY --chown=1:1 cannot be settled"),
+        ("COPY a b /dst/\n", "one source and one destination"),
+        ("COPY wheels/ /tmp/wheels/\n", "writes into /tmp, which every step mounts as a tmpfs"),
+        ("ADD source.tar /tmp/\n", "writes into /tmp, which every step mounts as a tmpfs"),
+    ],
+)
 def test_what_cannot_be_settled_is_refused(text, words):
     with pytest.raises(SettleError, match=re.escape(words)):
         settle(text)
@@ -161,7 +187,9 @@ def test_created_is_a_fact_of_the_inputs(monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     torch = load_recipe("torch-cu130-bookworm", REPO_ROOT)
     assert created_timestamp(torch, "linux/amd64") == (
-        "2026-03-24T00:00:00Z", "exclude-newer of constraints/torch-cu130/py3.11-linux-amd64.txt")
+        "2026-03-24T00:00:00Z",
+        "exclude-newer of constraints/torch-cu130/py3.11-linux-amd64.txt",
+    )
     assert created_timestamp() == ("2000-01-01T00:00:00Z", "fixed (no dated input)")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert created_timestamp(torch, "linux/amd64") == ("2023-11-14T22:13:20Z", "$SOURCE_DATE_EPOCH")
@@ -170,39 +198,56 @@ def test_created_is_a_fact_of_the_inputs(monkeypatch):
         created_timestamp(torch, "linux/amd64")
 
 
-@pytest.mark.parametrize("precompiled, created, source", [
-    ("2026-05-01T00:00:00Z", "2026-07-26T00:00:00Z", "constraints/sglang/py3.12-linux-amd64.txt"),
-    ("2026-08-01T00:00:00Z", "2026-08-01T00:00:00Z", "constraints/sglang/precompiled-py3.12-linux-amd64.txt"),
-])
-def test_created_is_the_newest_exclude_newer_date_of_the_sets_the_image_installs(tmp_path, monkeypatch, precompiled,
-                                                                                 created, source):
+@pytest.mark.parametrize(
+    "precompiled, created, source",
+    [
+        ("2026-05-01T00:00:00Z", "2026-07-26T00:00:00Z", "constraints/sglang/py3.12-linux-amd64.txt"),
+        ("2026-08-01T00:00:00Z", "2026-08-01T00:00:00Z", "constraints/sglang/precompiled-py3.12-linux-amd64.txt"),
+    ],
+)
+def test_created_is_the_newest_exclude_newer_date_of_the_sets_the_image_installs(
+    tmp_path, monkeypatch, precompiled, created, source
+):
     """Of two hashed sets with other exclude-newer dates the image is created at the newer one, whichever
     set holds it (issue 31, point 10: the oldest could be taken)."""
     from support import copy_real
+
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     root = tmp_path / "project"
-    copy_real(root, "recipes/sglang-native-fp8.yaml", "recipes/torch-cu130.yaml", "constraints", "patches", "recordings")
+    copy_real(
+        root, "recipes/sglang-native-fp8.yaml", "recipes/torch-cu130.yaml", "constraints", "patches", "recordings"
+    )
     path = root / "constraints/sglang/precompiled-py3.12-linux-amd64.txt"
     text = path.read_text()
     assert text.count("2026-07-26T00:00:00Z") >= 1
     path.write_text(text.replace("2026-07-26T00:00:00Z", precompiled))
     assert created_timestamp(load_recipe("sglang-native-fp8", root), "linux/amd64") == (
-        created, f"exclude-newer of {source}")
+        created,
+        f"exclude-newer of {source}",
+    )
 
 
 def test_the_settled_config_changes_only_the_times_after_the_base():
-    config = {"architecture": "amd64", "created": "2026-12-01T10:00:00.123Z", "rootfs": {"diff_ids": ["a", "b"]},
-              "history": [{"created": "2026-07-01T00:00:00Z", "created_by": "ADD rootfs.tar /"},
-                          {"created": "2026-12-01T10:00:00.1Z", "created_by": "RUN x"},
-                          {"created": "2026-12-01T10:00:01.5Z", "created_by": "ENV A=1", "empty_layer": True}],
-              "config": {"Labels": {"b": "1", "a": "2"}}}
+    config = {
+        "architecture": "amd64",
+        "created": "2026-12-01T10:00:00.123Z",
+        "rootfs": {"diff_ids": ["a", "b"]},
+        "history": [
+            {"created": "2026-07-01T00:00:00Z", "created_by": "ADD rootfs.tar /"},
+            {"created": "2026-12-01T10:00:00.1Z", "created_by": "RUN x"},
+            {"created": "2026-12-01T10:00:01.5Z", "created_by": "ENV A=1", "empty_layer": True},
+        ],
+        "config": {"Labels": {"b": "1", "a": "2"}},
+    }
     out = settled_config(config, "2000-01-01T00:00:00Z", keep=1)
     assert out["created"] == "2000-01-01T00:00:00Z"
     assert [h["created"] for h in out["history"]] == ["2026-07-01T00:00:00Z"] + ["2000-01-01T00:00:00Z"] * 2
-    assert {k: v for k, v in out.items() if k not in ("created", "history")} == \
-        {k: v for k, v in config.items() if k not in ("created", "history")}
-    assert [{k: v for k, v in h.items() if k != "created"} for h in out["history"]] == \
-        [{k: v for k, v in h.items() if k != "created"} for h in config["history"]]
+    assert {k: v for k, v in out.items() if k not in ("created", "history")} == {
+        k: v for k, v in config.items() if k not in ("created", "history")
+    }
+    assert [{k: v for k, v in h.items() if k != "created"} for h in out["history"]] == [
+        {k: v for k, v in h.items() if k != "created"} for h in config["history"]
+    ]
     # canonical bytes: key order does not matter, so two engines' configs of one image hash alike
     shuffled = dict(reversed(list(config.items())))
     shuffled["config"] = {"Labels": {"a": "2", "b": "1"}}
@@ -212,10 +257,19 @@ def test_the_settled_config_changes_only_the_times_after_the_base():
 def test_the_inline_cache_records_take_the_settled_time_too():
     """--cache-to builds carry BuildKit's inline cache in the config, with the clock in each layer record."""
 
-    cache = [{"digest": "sha256:1"}, {"layers": [{"layer": 1, "createdAt": "2026-12-02T00:10:26.419068792Z"}],
-                                      "digest": "sha256:2", "inputs": [[{"link": 0}]]}]
-    config = {"created": "x", "rootfs": {"diff_ids": []},
-              "moby.buildkit.cache.v0": base64.b64encode(json.dumps(cache).encode()).decode()}
+    cache = [
+        {"digest": "sha256:1"},
+        {
+            "layers": [{"layer": 1, "createdAt": "2026-12-02T00:10:26.419068792Z"}],
+            "digest": "sha256:2",
+            "inputs": [[{"link": 0}]],
+        },
+    ]
+    config = {
+        "created": "x",
+        "rootfs": {"diff_ids": []},
+        "moby.buildkit.cache.v0": base64.b64encode(json.dumps(cache).encode()).decode(),
+    }
     out = settled_config(config, "2000-01-01T00:00:00Z", 0)
     records = json.loads(base64.b64decode(out["moby.buildkit.cache.v0"]))
     assert records[1]["layers"] == [{"layer": 1, "createdAt": "2000-01-01T00:00:00Z"}]
@@ -241,6 +295,7 @@ class StoreDocker:
 
 def test_the_image_store_is_trusted_only_for_bytes_that_hash_to_the_image_id():
     from servebuild.build.imageconfig import config_from_store
+
     raw = b'{"created":"x","rootfs":{"type":"layers","diff_ids":[]}}'
     image_id = "sha256:" + __import__("hashlib").sha256(raw).hexdigest()
     good = StoreDocker(raw)

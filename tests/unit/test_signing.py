@@ -25,15 +25,27 @@ from servebuild.release.signing import SigningError
 from support import one_printable_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATEMENT = json.dumps({"_type": "https://in-toto.io/Statement/v1", "subject": [
-    {"name": "r.example/servebuild/toy", "digest": {"sha256": "ab" * 32}}]}, indent=2, sort_keys=True).encode() + b"\n"
+STATEMENT = (
+    json.dumps(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "r.example/servebuild/toy", "digest": {"sha256": "ab" * 32}}],
+        },
+        indent=2,
+        sort_keys=True,
+    ).encode()
+    + b"\n"
+)
 NOENC = ser.NoEncryption()
 
 
 def new_key(kind: str):
-    return {"ed25519": ed25519.Ed25519PrivateKey.generate, "p256": lambda: ec.generate_private_key(ec.SECP256R1()),
-            "p384": lambda: ec.generate_private_key(ec.SECP384R1()),
-            "rsa": lambda: rsa.generate_private_key(public_exponent=65537, key_size=1024)}[kind]()
+    return {
+        "ed25519": ed25519.Ed25519PrivateKey.generate,
+        "p256": lambda: ec.generate_private_key(ec.SECP256R1()),
+        "p384": lambda: ec.generate_private_key(ec.SECP384R1()),
+        "rsa": lambda: rsa.generate_private_key(public_exponent=65537, key_size=1024),
+    }[kind]()
 
 
 def private_pem(key, fmt=ser.PrivateFormat.PKCS8, enc=NOENC) -> bytes:
@@ -52,7 +64,11 @@ def write(path: Path, data: bytes, mode: int = 0o600) -> Path:
 
 def key_files(tmp_path: Path, kind: str, name: str = "sign"):
     key = new_key(kind)
-    return key, write(tmp_path / f"{name}.key", private_pem(key)), write(tmp_path / f"{name}.pub", public_pem(key), 0o644)
+    return (
+        key,
+        write(tmp_path / f"{name}.key", private_pem(key)),
+        write(tmp_path / f"{name}.pub", public_pem(key), 0o644),
+    )
 
 
 def secrets_of(key) -> list[bytes]:
@@ -82,10 +98,13 @@ def assert_one_line(exc: SigningError, *fragments: str, key=None) -> str:
 
 # -- envelopes -------------------------------------------------------------------------------------------------
 
+
 def test_pae_is_the_dsse_encoding():
     """The DSSE specification's own example (protocol.md), byte for byte."""
-    assert signing.pae("http://example.com/HelloWorld", b"hello world") == \
-        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert (
+        signing.pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
     assert signing.pae("t", b"") == b"DSSEv1 1 t 0 "
 
 
@@ -100,8 +119,9 @@ def test_sign_verify_round_trip(kind, tmp_path):
     assert base64.b64decode(doc["payload"]) == STATEMENT  # the exact bytes, not a re-serialisation
     assert [s["keyid"] for s in doc["signatures"]] == [signer.keyid]
     # keyid: sha256 of the SubjectPublicKeyInfo DER, as OpenSSL writes it
-    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", str(pub_file), "-outform", "DER"],
-                         capture_output=True, check=True).stdout
+    der = subprocess.run(
+        ["openssl", "pkey", "-pubin", "-in", str(pub_file), "-outform", "DER"], capture_output=True, check=True
+    ).stdout
     assert signer.keyid == "sha256:" + hashlib.sha256(der).hexdigest()
     envelope = signing.verify_envelope(data, pub_file.read_bytes())  # PEM bytes ...
     assert envelope.payload == STATEMENT and envelope.payload_type == signing.PAYLOAD_TYPE
@@ -111,7 +131,9 @@ def test_sign_verify_round_trip(kind, tmp_path):
 
 def test_ecdsa_sec1_key_and_url_safe_base64_are_accepted(tmp_path):
     key = new_key("p256")
-    signer = signing.load_private_key(write(tmp_path / "ec.key", private_pem(key, ser.PrivateFormat.TraditionalOpenSSL)))
+    signer = signing.load_private_key(
+        write(tmp_path / "ec.key", private_pem(key, ser.PrivateFormat.TraditionalOpenSSL))
+    )
     doc = json.loads(signing.sign(STATEMENT, signer))
     doc["payload"] = base64.urlsafe_b64encode(STATEMENT).decode()  # DSSE allows either alphabet
     assert signing.verify_envelope(json.dumps(doc).encode(), signer.public).payload == STATEMENT
@@ -125,9 +147,18 @@ def test_tampered_envelope_does_not_verify(kind, tmp_path):
     cases = {
         "payload": {**doc, "payload": base64.b64encode(STATEMENT.replace(b"ab", b"ac", 1)).decode()},
         "payload-type": {**doc, "payloadType": "application/json"},  # the type is signed too (PAE)
-        "sig": {**doc, "signatures": [{**doc["signatures"][0], "sig": base64.b64encode(
-            bytes([base64.b64decode(doc["signatures"][0]["sig"])[0] ^ 1]) +
-            base64.b64decode(doc["signatures"][0]["sig"])[1:]).decode()}]},
+        "sig": {
+            **doc,
+            "signatures": [
+                {
+                    **doc["signatures"][0],
+                    "sig": base64.b64encode(
+                        bytes([base64.b64decode(doc["signatures"][0]["sig"])[0] ^ 1])
+                        + base64.b64decode(doc["signatures"][0]["sig"])[1:]
+                    ).decode(),
+                }
+            ],
+        },
     }
     for name, tampered in cases.items():
         with pytest.raises(SigningError) as info:
@@ -135,8 +166,9 @@ def test_tampered_envelope_does_not_verify(kind, tmp_path):
         assert_one_line(info.value, "the signature does not verify under", signer.keyid)
 
 
-@pytest.mark.parametrize("signer_kind,other_kind", [("ed25519", "ed25519"), ("p256", "p256"), ("ed25519", "p256"),
-                                                    ("p256", "ed25519")])
+@pytest.mark.parametrize(
+    "signer_kind,other_kind", [("ed25519", "ed25519"), ("p256", "p256"), ("ed25519", "p256"), ("p256", "ed25519")]
+)
 def test_wrong_key_does_not_verify(signer_kind, other_kind, tmp_path):
     _, key_file, _ = key_files(tmp_path, signer_kind, "a")
     _, _, other_pub = key_files(tmp_path, other_kind, "b")
@@ -161,15 +193,21 @@ def test_a_keyid_is_a_hint_not_a_claim(tmp_path):
     assert signing.verify_envelope(json.dumps(forged).encode(), ours.public).payload == STATEMENT
 
 
-@pytest.mark.parametrize("data,fragment", [
-    (b"not json", "not JSON"),
-    (b"[]", "not a JSON object"),
-    (b'{"payload": "e30=", "signatures": [{"sig": "AA=="}]}', "no payloadType"),
-    (b'{"payloadType": "t", "payload": "%%%", "signatures": [{"sig": "AA=="}]}', "payload is not base64"),
-    (b'{"payloadType": "t", "payload": "e30=", "signatures": []}', "no signatures"),
-    (b'{"payloadType": "t", "payload": "e30=", "signatures": ["x"]}', "signatures[0] is not an object"),
-    (b'{"payloadType": "t", "payload": "e30=", "signatures": [{"keyid": "k"}]}', "signatures[0].sig is not a base64"),
-])
+@pytest.mark.parametrize(
+    "data,fragment",
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"payload": "e30=", "signatures": [{"sig": "AA=="}]}', "no payloadType"),
+        (b'{"payloadType": "t", "payload": "%%%", "signatures": [{"sig": "AA=="}]}', "payload is not base64"),
+        (b'{"payloadType": "t", "payload": "e30=", "signatures": []}', "no signatures"),
+        (b'{"payloadType": "t", "payload": "e30=", "signatures": ["x"]}', "signatures[0] is not an object"),
+        (
+            b'{"payloadType": "t", "payload": "e30=", "signatures": [{"keyid": "k"}]}',
+            "signatures[0].sig is not a base64",
+        ),
+    ],
+)
 def test_malformed_envelope_is_one_line(data, fragment, tmp_path):
     _, _, pub = key_files(tmp_path, "ed25519")
     with pytest.raises(SigningError) as info:
@@ -179,15 +217,19 @@ def test_malformed_envelope_is_one_line(data, fragment, tmp_path):
 
 # -- key files -----------------------------------------------------------------------------------------------
 
+
 def _bad_private(tmp_path: Path, case: str, key):
     """(path to give as --sign-key, fragments of the one line) for one bad key file."""
     pem = private_pem(key)
     if case == "certificate":
         import trustme
+
         ca = trustme.CA()
         return write(tmp_path / "cert.pem", ca.cert_pem.bytes()), ["holds a certificate, not a PEM private key"]
     if case == "huge":  # a real key followed by 100 kB: refused by size, before any byte is read
-        return write(tmp_path / "huge.pem", pem + b"A" * (100 << 10)), ["bytes; at most 65536 are read (64 KiB, a PEM private key)"]
+        return write(tmp_path / "huge.pem", pem + b"A" * (100 << 10)), [
+            "bytes; at most 65536 are read (64 KiB, a PEM private key)"
+        ]
     if case == "directory":
         (tmp_path / "keys").mkdir()
         return tmp_path / "keys", ["is not a regular file"]
@@ -207,8 +249,10 @@ def _bad_private(tmp_path: Path, case: str, key):
         broken = pem.replace(pem.splitlines()[1], pem.splitlines()[1][::-1])
         return write(tmp_path / "broken.pem", broken), ["is not a readable PEM private key"]
     if case == "rsa":
-        return write(tmp_path / "rsa.pem", private_pem(new_key("rsa"))), ["is an RSA key (1024 bits)",
-                                                                          "Ed25519 or ECDSA P-256"]
+        return write(tmp_path / "rsa.pem", private_pem(new_key("rsa"))), [
+            "is an RSA key (1024 bits)",
+            "Ed25519 or ECDSA P-256",
+        ]
     if case == "p384":
         return write(tmp_path / "p384.pem", private_pem(new_key("p384"))), ["is an ECDSA secp384r1 key"]
     if case == "key-material-as-path":  # `--sign-key "$(cat sign.key)"`: refused without echoing it
@@ -216,8 +260,20 @@ def _bad_private(tmp_path: Path, case: str, key):
     raise AssertionError(case)
 
 
-PRIVATE_CASES = ["certificate", "huge", "directory", "fifo", "missing", "world-readable", "public-key", "encrypted",
-                 "garbage-with-marker", "rsa", "p384", "key-material-as-path"]
+PRIVATE_CASES = [
+    "certificate",
+    "huge",
+    "directory",
+    "fifo",
+    "missing",
+    "world-readable",
+    "public-key",
+    "encrypted",
+    "garbage-with-marker",
+    "rsa",
+    "p384",
+    "key-material-as-path",
+]
 
 
 @pytest.mark.parametrize("case", PRIVATE_CASES)
@@ -241,17 +297,21 @@ def serialization_key(path: Path):
     return ser.load_pem_private_key(path.read_bytes(), password=None)
 
 
-@pytest.mark.parametrize("case,fragments", [
-    ("certificate", ["holds a certificate, not a PEM public key"]),
-    ("private-key", ["holds a private key; give a PEM public key", "openssl pkey"]),
-    ("directory", ["is not a regular file"]),
-    ("rsa", ["is an RSA key (1024 bits)", "verifies Ed25519 or ECDSA P-256"]),
-    ("empty", ["is not a PEM public key"]),
-])
+@pytest.mark.parametrize(
+    "case,fragments",
+    [
+        ("certificate", ["holds a certificate, not a PEM public key"]),
+        ("private-key", ["holds a private key; give a PEM public key", "openssl pkey"]),
+        ("directory", ["is not a regular file"]),
+        ("rsa", ["is an RSA key (1024 bits)", "verifies Ed25519 or ECDSA P-256"]),
+        ("empty", ["is not a PEM public key"]),
+    ],
+)
 def test_bad_public_key_file_is_one_line(case, fragments, tmp_path):
     key = new_key("p256")
     if case == "certificate":
         import trustme
+
         path = write(tmp_path / "cert.pem", trustme.CA().cert_pem.bytes())
     elif case == "private-key":
         path = write(tmp_path / "sign.key", private_pem(key))
@@ -268,11 +328,14 @@ def test_bad_public_key_file_is_one_line(case, fragments, tmp_path):
 
 # -- a signing key is readable by its owner only ---------------------------------------------------------------
 
+
 def write_key(tmp_path: Path, mode: int) -> Path:
     from cryptography.hazmat.primitives import serialization as ser
     from cryptography.hazmat.primitives.asymmetric import ed25519
-    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8,
-                                                             ser.NoEncryption())
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()
+    )
     path = tmp_path / "sign.key"
     path.write_bytes(pem)
     path.chmod(mode)
@@ -295,6 +358,7 @@ def test_a_signing_key_only_its_owner_can_read_is_loaded(tmp_path, mode):
 
 # -- the publishing guide's check with standard tools (docs/how-to/publish.md) ------------------------------------
 
+
 def guide_check_block() -> list[str]:
     text = (REPO_ROOT / "docs" / "how-to" / "publish.md").read_text()
     blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "DSSEv1" in b]
@@ -315,8 +379,10 @@ def test_the_guides_openssl_check_verifies_our_envelopes(kind, tmp_path):
     if kind == "ed25519":  # this pair made by the OpenSSL CLI as the guide says; servebuild reads it
         subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(tmp_path / "sign.key")], check=True)
         (tmp_path / "sign.key").chmod(0o600)
-        subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "sign.key"), "-pubout", "-out",
-                        str(tmp_path / "sign.pub")], check=True)
+        subprocess.run(
+            ["openssl", "pkey", "-in", str(tmp_path / "sign.key"), "-pubout", "-out", str(tmp_path / "sign.pub")],
+            check=True,
+        )
         key_file = tmp_path / "sign.key"
     else:
         _, key_file, _ = key_files(tmp_path, kind)
@@ -339,9 +405,11 @@ def test_the_guides_openssl_check_verifies_our_envelopes(kind, tmp_path):
 
 # -- verify's decision over the envelopes attached to one digest (servebuild/release/verify.py) ------------------------
 
+
 def test_verify_decision_over_attached_envelopes(tmp_path):
     """A genuine envelope among strangers passes; otherwise the most telling problem is the one line."""
     from servebuild.release.verify import VerifyError, _check_signature
+
     _, ours_file, _ = key_files(tmp_path, "p256", "ours")
     _, theirs_file, _ = key_files(tmp_path, "ed25519", "theirs")
     ours, theirs = signing.load_private_key(ours_file), signing.load_private_key(theirs_file)
@@ -357,13 +425,19 @@ def test_verify_decision_over_attached_envelopes(tmp_path):
         assert "\n" not in str(info.value)
         return str(info.value)
 
-    assert _check_signature([stranger, b"junk", genuine], "R", digest, STATEMENT, ours.public) == \
-        f"signed by {ours.keyid}, verified"
-    assert line([]) == f"R linux/amd64: no signed provenance attached to {digest} (want a DSSE envelope signed by " \
-                       f"{ours.keyid})"
+    assert (
+        _check_signature([stranger, b"junk", genuine], "R", digest, STATEMENT, ours.public)
+        == f"signed by {ours.keyid}, verified"
+    )
+    assert (
+        line([]) == f"R linux/amd64: no signed provenance attached to {digest} (want a DSSE envelope signed by "
+        f"{ours.keyid})"
+    )
     assert line([stranger]) == f"R linux/amd64: the provenance signature does not verify under {ours.keyid}"
     assert line([b"junk"]) == "R linux/amd64: the signature artifact is not a DSSE envelope: not JSON"
     assert line([b"junk", stranger, other_statement]).startswith(
-        "R linux/amd64: the signed payload is not the attached statement (signed sha256:")
-    assert line([other_statement, other_type]) == ("R linux/amd64: the signed payload type is 'application/json', "
-                                                   "not application/vnd.in-toto+json")
+        "R linux/amd64: the signed payload is not the attached statement (signed sha256:"
+    )
+    assert line([other_statement, other_type]) == (
+        "R linux/amd64: the signed payload type is 'application/json', not application/vnd.in-toto+json"
+    )

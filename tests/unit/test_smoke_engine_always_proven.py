@@ -32,8 +32,11 @@ def test_a_recipe_without_an_engine_is_not_given_one():
 
 
 def test_the_manifest_path_proves_the_engine_too():
-    manifest = {"expect": {"imports": [], "versions": {}}, "recipe": {"name": "r"},
-                "launch": {"profiles": [], "user": "root", "workdir": "/", "cache_dirs": []},
-                "engine": {"name": "vllm", "version": "0.26.0", "source": {}}}
+    manifest = {
+        "expect": {"imports": [], "versions": {}},
+        "recipe": {"name": "r"},
+        "launch": {"profiles": [], "user": "root", "workdir": "/", "cache_dirs": []},
+        "engine": {"name": "vllm", "version": "0.26.0", "source": {}},
+    }
     got = expectations(None, manifest, image=True)
     assert got["imports"] == ["vllm"] and got["versions"] == {"vllm": "0.26.0"}

@@ -19,6 +19,7 @@ from support import git, one_printable_line
 
 # -- the source tarball keeps the exec bit, and only where git has it --------------------------------------------
 
+
 def test_the_source_tarball_keeps_the_exec_bit_and_only_that(tmp_path):
     tree = tmp_path / "tree"
     (tree / "bin").mkdir(parents=True)
@@ -53,6 +54,7 @@ def test_a_release_archive_keeps_the_exec_bit_and_only_that(tmp_path):
 
 # -- a release wheel or sdist may not hold a path out of its place ----------------------------------------------
 
+
 def make_wheel(path: Path, member: str) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("pkg/__init__.py", "")
@@ -69,10 +71,18 @@ def make_sdist(path: Path, member: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind,member", [
-    ("wheel", "../evil"), ("wheel", "pkg/../../evil"), ("wheel", "/tmp/evil"),
-    ("sdist", "pkg-1.0/../evil"), ("sdist", "pkg-1.0/../../evil"), ("sdist", "pkg-1.0/a/../../../evil"),
-    ("sdist", "pkg-1.0//tmp/evil")])
+@pytest.mark.parametrize(
+    "kind,member",
+    [
+        ("wheel", "../evil"),
+        ("wheel", "pkg/../../evil"),
+        ("wheel", "/tmp/evil"),
+        ("sdist", "pkg-1.0/../evil"),
+        ("sdist", "pkg-1.0/../../evil"),
+        ("sdist", "pkg-1.0/a/../../../evil"),
+        ("sdist", "pkg-1.0//tmp/evil"),
+    ],
+)
 def test_a_release_archive_with_a_path_out_of_the_tree_is_refused(tmp_path, kind, member):
     make = make_wheel if kind == "wheel" else make_sdist
     archive = make(tmp_path / ("pkg-1.0-py3-none-any.whl" if kind == "wheel" else "pkg-1.0.tar.gz"), member)

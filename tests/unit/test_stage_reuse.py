@@ -26,8 +26,12 @@ def engine(name=SGLANG):
 
 def patch_files(name: str) -> list[str]:
     """The files a committed patch changes, as the sources station lists them (git apply --numstat)."""
-    out = subprocess.run(["git", "apply", "--numstat", "-z", str(REPO_ROOT / "patches" / name)],
-                         capture_output=True, check=True, cwd=REPO_ROOT).stdout
+    out = subprocess.run(
+        ["git", "apply", "--numstat", "-z", str(REPO_ROOT / "patches" / name)],
+        capture_output=True,
+        check=True,
+        cwd=REPO_ROOT,
+    ).stdout
     return numstat_paths(out)
 
 
@@ -56,16 +60,23 @@ def test_the_adaptive_prefill_patch_shares_the_kernels_but_is_parsed_by_its_own_
     assert "python/sglang/srt/environ.py" in decided["profile-check"].because
 
 
-@pytest.mark.parametrize("path", ["python/sglang/jit_kernel/add_constant.py",
-                                  "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh",
-                                  "python/sglang/srt/layers/attention/kernel.cuh"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "python/sglang/jit_kernel/add_constant.py",
+        "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh",
+        "python/sglang/srt/layers/attention/kernel.cuh",
+    ],
+)
 def test_a_kernel_source_or_any_native_file_gets_its_own_kernels(path):
     decided = stage_bases(engine(), ["python/sglang/srt/managers/scheduler.py", path], "linux/amd64")
     assert decided["aot"].base == VARIANT and path in decided["aot"].because
 
 
-@pytest.mark.parametrize("path", ["python/sglang/srt/server_args.py", "python/sglang/launch_server.py",
-                                  "python/sglang/srt/configs/model_config.py"])
+@pytest.mark.parametrize(
+    "path",
+    ["python/sglang/srt/server_args.py", "python/sglang/launch_server.py", "python/sglang/srt/configs/model_config.py"],
+)
 def test_a_file_the_parser_reads_gets_its_own_profile_check(path):
     decided = stage_bases(engine(), [path], "linux/amd64")
     assert decided["profile-check"].base == VARIANT and path in decided["profile-check"].because
@@ -99,6 +110,7 @@ def _with_kind(e, kind):
     class Wrapped:
         mode = e.mode
         overlay_from = e.overlay_from
+
     Wrapped.kind = kind
     return Wrapped()
 
@@ -112,8 +124,14 @@ def test_the_dockerfile_puts_each_stage_where_the_rule_says_and_names_why():
     shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
     assert _stage_from(shared, "aot") == _stage_from(shared, "profile-check") == "engine-release"
     assert "FROM runtime-release AS engine-release" in shared and "FROM runtime-release AS runtime-base" in shared
-    own = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT,
-                            overlay_files=["python/sglang/jit_kernel/add_constant.py"])
+    own = render_dockerfile(
+        loaded.recipe,
+        loaded.sha256,
+        "linux/amd64",
+        BASES,
+        REPO_ROOT,
+        overlay_files=["python/sglang/jit_kernel/add_constant.py"],
+    )
     assert _stage_from(own, "aot") == "runtime-base" and _stage_from(own, "profile-check") == "engine-release"
     assert "# aot: built on this variant's engine (python/sglang/jit_kernel/add_constant.py is a kernel input" in own
     # everything up to the build-time stages is the same text: the runtime image's layers do not move
@@ -162,15 +180,22 @@ def _stage_body(text: str, stage: str) -> str:
 
 def test_the_dockerfile_of_a_kernel_source_edit_reuses_the_release_build():
     loaded = load_recipe(SGLANG, REPO_ROOT)
-    text = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT,
-                             overlay_files=["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"])
+    text = render_dockerfile(
+        loaded.recipe,
+        loaded.sha256,
+        "linux/amd64",
+        BASES,
+        REPO_ROOT,
+        overlay_files=["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"],
+    )
     assert _stage_from(text, "aot-release") == "engine-release" and _stage_from(text, "aot") == "runtime-base"
     # the release's aot stage is the release build's own text (BuildKit finds it cached)
     shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
     assert _stage_body(text, "aot-release") == _stage_body(shared, "aot")
     variant = _stage_body(text, "aot")
-    assert ("--reuse-from /opt/servebuild/release "
-            "--changed sglang/jit_kernel/include/sgl_kernel/add_constant.cuh") in variant, variant
+    assert (
+        "--reuse-from /opt/servebuild/release --changed sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"
+    ) in variant, variant
     assert "--reuse-from" not in _stage_body(shared, "aot")
     assert "from=aot-release" in variant and "/opt/servebuild/release/aot-files.json" in variant, variant
     # the image takes the variant's seed only

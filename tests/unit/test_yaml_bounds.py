@@ -20,6 +20,7 @@ from unit.minimal_recipe import BASE
 
 # depth as servebuild counts it: the document's root node is at 0, each node one below its parent
 
+
 def flow(depth: int) -> str:
     """A mapping whose value is `depth` nested flow sequences: the innermost is at `depth`."""
     return "a: " + "[" * depth + "]" * depth + "\n"
@@ -31,8 +32,11 @@ def block(depth: int) -> str:
 
 
 def depth_of(data) -> int:
-    return 1 + max(map(depth_of, data.values() if isinstance(data, dict) else data), default=-1) \
-        if isinstance(data, (dict, list)) else 0
+    return (
+        1 + max(map(depth_of, data.values() if isinstance(data, dict) else data), default=-1)
+        if isinstance(data, (dict, list))
+        else 0
+    )
 
 
 def test_the_documented_depth_is_64():
@@ -58,11 +62,13 @@ def test_yaml_past_the_depth_limit_is_refused_by_servebuild_not_by_libyaml(style
 
 # -- alias expansion, unreadable bytes, every reader ----------------------------------------------------------------
 
+
 def test_yaml_alias_bomb_is_refused_quickly(project):
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
         f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
-        for i in range(8))
+        for i in range(8)
+    )
     (project / "recipes" / "hostile.yaml").write_text(bomb)
     start = time.monotonic()
     with pytest.raises(RecipeError, match="more than 100000 nodes once aliases are expanded"):
@@ -78,21 +84,30 @@ def test_unreadable_yaml_is_one_line(project, blob, message):
 
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(8)
+)
 
 
-@pytest.mark.parametrize("blob,words", [
-    (BOMB, "more than 100000 nodes"), ("a: " + "[" * 3000 + "\n", "nesting depth"),
-    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 levels deep"),
-    ('d: &s "' + "x" * 100_000 + '"\na: [' + "*s, " * 50 + "*s]\n", "characters of text"),
-    ("images: {a: b}\nimages: {c: d}\n", "given twice"), (b"images:\n  \xff: x\n", "not UTF-8"),
-    ("".join(f"k{i}: 1\n" for i in range(30000)), "at most 20000"), ("images: [unclosed\n", "invalid YAML")])
+@pytest.mark.parametrize(
+    "blob,words",
+    [
+        (BOMB, "more than 100000 nodes"),
+        ("a: " + "[" * 3000 + "\n", "nesting depth"),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 levels deep"),
+        ('d: &s "' + "x" * 100_000 + '"\na: [' + "*s, " * 50 + "*s]\n", "characters of text"),
+        ("images: {a: b}\nimages: {c: d}\n", "given twice"),
+        (b"images:\n  \xff: x\n", "not UTF-8"),
+        ("".join(f"k{i}: 1\n" for i in range(30000)), "at most 20000"),
+        ("images: [unclosed\n", "invalid YAML"),
+    ],
+)
 @pytest.mark.parametrize("reader", ["mirror map", "config", "lock"])
 def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, reader, blob, words):
     """Mirror maps, the user config and lock files go through the recipe's bounded YAML reader."""
     from servebuild.plan.config import load_config, load_mirror_map
     from servebuild.errors import ServebuildError
     from servebuild.lock import lockfile
+
     path = tmp_path / "input.yaml"
     if reader == "lock":
         (project / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(BASE))
@@ -100,8 +115,11 @@ def test_every_input_file_is_parsed_with_the_same_bounds(project, tmp_path, read
     path.write_bytes(blob if isinstance(blob, bytes) else blob.encode())
     start = time.monotonic()
     with pytest.raises(ServebuildError) as info:
-        {"mirror map": lambda: load_mirror_map(path), "config": lambda: load_config(path),
-         "lock": lambda: lockfile.load_lock_file(load_recipe("hostile", project))}[reader]()
+        {
+            "mirror map": lambda: load_mirror_map(path),
+            "config": lambda: load_config(path),
+            "lock": lambda: lockfile.load_lock_file(load_recipe("hostile", project)),
+        }[reader]()
     line = str(info.value)
     assert "\n" not in line and words in line and path.name in line, line
     assert time.monotonic() - start < 5  # a hang guard, not a speed target (see scripts/bench_hostile_yaml.py)

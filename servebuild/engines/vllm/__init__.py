@@ -32,8 +32,12 @@ class VLLM(EngineKind):
         """vLLM reads --speculative-config as JSON, as `-sc`, as `--speculative_config` (its parser
         turns underscores into dashes) and as dotted keys (`--speculative-config.method dspark`)
         merged over the JSON: the DSpark rule reads the merged object."""
-        flags = canonical_flags(profile.args + profile.extra_args, known=("--speculative-config",),
-                                aliases={"-sc": "--speculative-config"}, underscores=True)
+        flags = canonical_flags(
+            profile.args + profile.extra_args,
+            known=("--speculative-config",),
+            aliases={"-sc": "--speculative-config"},
+            underscores=True,
+        )
         given = flags.get("--speculative-config", [])
         if len(given) > 1:
             raise ValueError(f"profile {name!r}: --speculative-config is given {len(given)} times (in some spelling)")
