@@ -209,25 +209,33 @@ def build_triton(entry: dict) -> list[str]:
     return [f"{backend_name}:{arch}"]
 
 
-def launcher_stubs(package: str, src, kernel) -> None:
-    """The C helpers a GPU host builds at a kernel's first launch: the driver's cuda_utils and this
-    kernel's __triton_launcher (cached by their source and platform, not by libcuda's path), linked
-    here against the image's libcuda stub (SONAME libcuda.so.1) since no driver is mounted."""
-    driver = importlib.import_module(f"{package}.backends.nvidia.driver")
+def libcuda_stub(what: str) -> str:
+    """The image's libcuda stub (SONAME libcuda.so.1, on LIBRARY_PATH) loaded into this process, since no
+    driver is mounted: a module linked with -lcuda then loads (its DT_NEEDED is met by the stub's SONAME).
+    Returns a directory holding libcuda.so and libcuda.so.1 links to it."""
     stub = next((os.path.join(d, "libcuda.so") for d in os.environ.get("LIBRARY_PATH", "").split(":")
                  if d and os.path.isfile(os.path.join(d, "libcuda.so"))), None)
     if stub is None:
-        raise Refused("no libcuda stub on LIBRARY_PATH to link Triton's launcher against")
+        raise Refused(f"no libcuda stub on LIBRARY_PATH to link {what} against")
     links = tempfile.mkdtemp(prefix="libcuda-stub.")
     os.symlink(stub, os.path.join(links, "libcuda.so.1"))
     os.symlink(stub, os.path.join(links, "libcuda.so"))
-    os.environ["TRITON_LIBCUDA_PATH"] = links
     ctypes.CDLL(os.path.join(links, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)  # the modules' DT_NEEDED
+    return links
+
+
+def launcher_stubs(package: str, src, kernel) -> None:
+    """The C helpers a GPU host builds at a kernel's first launch: the driver's cuda_utils and this
+    kernel's __triton_launcher (cached by their source and platform, not by libcuda's path), linked
+    here against the image's libcuda stub since no driver is mounted."""
+    driver = importlib.import_module(f"{package}.backends.nvidia.driver")
+    os.environ["TRITON_LIBCUDA_PATH"] = libcuda_stub("Triton's launcher")
     driver.CudaUtils()
     driver.CudaLauncher(src, kernel.metadata)
 
 
 def build_humming(func, values, archs):
+    libcuda_stub("humming's helpers")  # the launcher is linked with -lcuda and loaded once built
     func(*values)
     return ["host"]
 

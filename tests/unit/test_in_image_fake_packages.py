@@ -128,6 +128,17 @@ def fakes(tmp_path):
     return tmp_path
 
 
+def stub_dir(tmp_path):
+    """A directory holding a loadable shared object named libcuda.so, as the image's stub is (the test
+    loads this interpreter's own _ctypes extension under that name: any ELF object loads)."""
+    import _ctypes
+
+    folder = tmp_path / "stubs"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(_ctypes.__file__, folder / "libcuda.so")
+    return folder
+
+
 def aot(tmp_path, kernels, max_bytes=1 << 30):
     spec = {
         "recipe": "r",
@@ -165,10 +176,18 @@ def test_aot_builds_each_kernel_for_each_arch_and_moves_the_cache_to_the_seed(fa
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["aot", "aot"], proc.stdout
 
 
-def test_humming_helpers_are_built_once_for_the_host_with_no_background_build(fakes):
+def test_humming_helpers_are_built_once_for_the_host_with_no_background_build(fakes, monkeypatch):
     """humming's helpers are host code (built once, not per arch), and importing the builder's module must not
     start humming's own background build of the same helper beside the aot build (HUMMING_DISABLE_PARALLEL_BUILD)."""
-    proc = aot(fakes, [{"jit": "humming", "builder": "humming.ops.utils:init_humming_launcher", "args": []}])
+    kernel = {"jit": "humming", "builder": "humming.ops.utils:init_humming_launcher", "args": []}
+    monkeypatch.delenv("LIBRARY_PATH", raising=False)
+    proc = aot(fakes, [kernel])  # the launcher is linked with -lcuda and loaded: no stub, one line
+    assert proc.returncode == 1 and proc.stdout.splitlines()[-1].endswith(
+        "no libcuda stub on LIBRARY_PATH to link humming's helpers against"
+    ), proc.stdout + proc.stderr
+    shutil.rmtree(fakes / "cache", ignore_errors=True)
+    monkeypatch.setenv("LIBRARY_PATH", str(stub_dir(fakes)))
+    proc = aot(fakes, [kernel])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (record,) = json.loads((fakes / "seed" / "aot.json").read_text())["kernels"]
     assert record["archs"] == ["host"] and record["keys"] == ["humming/launcher/py312_k3y"], record
