@@ -44,19 +44,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "servebuild" / "tools"
 CACHE = Path("/cache")
 PORT = 8000
-# the vLLM image's cache variables (servebuild/engines/base.py JIT_CACHE_ENV + the vLLM kind's cache_env)
-CACHE_ENV = {
-    "TRITON_CACHE_DIR": "triton",
-    "TILELANG_CACHE_DIR": "tilelang",
-    "TVM_FFI_CACHE_DIR": "tvm-ffi",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
-    "DG_JIT_CACHE_DIR": "deep_gemm",
-    "HUMMING_CACHE_DIR": "humming",
-    "HUMMING_TMP_DIR": "humming/tmp",
-    "TORCHINDUCTOR_CACHE_DIR": "inductor",
-    "HF_HOME": "huggingface",
-    "VLLM_CACHE_ROOT": "vllm",
-}
+# the vLLM image's cache variables, from where the renderer takes them (the engine kinds' tables)
+sys.path.insert(0, str(ROOT))
+from servebuild.engines.base import JIT_CACHE_ENV  # noqa: E402
+from servebuild.engines.vllm import VLLM  # noqa: E402
+
+CACHE_ENV = {**JIT_CACHE_ENV, **VLLM.cache_env}
 INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
 COMPILE = re.compile(r"torch\.compile (?:takes|took) ([0-9.]+) s in total")
 PROMPTS = [
