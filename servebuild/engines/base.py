@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servebuild.engines.profiles import PORT, LaunchProfile, flag_values
+from servebuild.engines.profiles import PORT, LaunchProfile, check_common, profile_flags
 
 # Where every JIT cache lives in a serving image: one root, one `-v NAME:/cache` keeps them all.
 CACHE_ROOT = "/cache"
@@ -61,9 +61,20 @@ class EngineKind:
     # HEALTHCHECK failures do not count while a server loads its model and compiles (DSV4: minutes)
     health_start_period = 1800
 
+    # the engine parser's argv grammar (engines/profiles.canonical_flags): flags a rule reads, so that
+    # argparse's abbreviations of them count; short aliases; `--a_b` read as `--a-b`
+    known_flags: tuple[str, ...] = ()
+    flag_aliases: dict[str, str] = {}
+    flag_underscores = False
+
+    def flags(self, profile: LaunchProfile):
+        """The profile's flags as this engine's parser reads them: the one parse every rule and
+        renderer reads (parsed once per argv)."""
+        return profile_flags(profile, self.known_flags, self.flag_aliases, self.flag_underscores)
+
     def listen_args(self, profile: LaunchProfile) -> list[str]:
         """Flags that make the server listen on all interfaces at its port, unless the profile sets them."""
-        flags = flag_values(profile.args + profile.extra_args)
+        flags = self.flags(profile)
         port = profile.port or self.port
         out = []
         if "--host" not in flags and port is not None:
@@ -73,7 +84,9 @@ class EngineKind:
         return out
 
     def check_profile(self, name: str, profile: LaunchProfile) -> None:
-        """Engine-specific rules; raise ValueError naming the profile."""
+        """The rules every engine has (engines/profiles.check_common); kinds add their own first.
+        Raise ValueError naming the profile."""
+        check_common(name, self.flags(profile))
 
     def runtime_env(self) -> dict[str, str]:
         env = dict(self.env)
@@ -88,7 +101,7 @@ class EngineKind:
         return {k: f"{CACHE_ROOT}/{v}" for k, v in sorted({**JIT_CACHE_PATHS, **self.cache_paths}.items())}
 
     def profile_port(self, profile: LaunchProfile) -> Optional[int]:
-        flags = flag_values(profile.args + profile.extra_args)
+        flags = self.flags(profile)
         given = (flags.get("--port") or [None])[0]
         return int(given) if given and PORT.fullmatch(given) else (profile.port or self.port)
 
@@ -98,3 +111,6 @@ def check_dspark_block(name: str, block: Optional[int], proposals: int, what: st
         raise ValueError(f"profile {name!r}: DSpark needs dspark_block_size (the model's block size)")
     if proposals < block:
         raise ValueError(f"profile {name!r}: {what} is {proposals}, below the DSpark block size {block}")
+
+
+GENERIC = EngineKind()  # a recipe with no engine: its profiles pass the rules every engine has

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
+from types import MappingProxyType
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -38,7 +40,7 @@ class LaunchProfile(BaseModel):
     description: str = ""  # one line of free text
     module: str  # run as `python -m MODULE`
     args: list[str] = []  # the server's arguments, one word each
-    extra_args: list[str] = []  # appended after args; lets a child recipe add flags only
+    extra_args: list[str] = []  # appended after args; an inheriting profile's are appended to its parent's
     env: dict[str, str] = {}  # environment of the launcher (the caller's environment overrides it)
     dspark_block_size: Optional[int] = Field(default=None, ge=1)  # from the model's config
     port: Optional[int] = Field(default=None, ge=1, le=65535)  # default: the engine kind's port
@@ -66,62 +68,6 @@ class LaunchProfile(BaseModel):
 
     def argv(self) -> list[str]:
         return ["python", "-m", self.module, *self.args, *self.extra_args]
-
-
-def resolve_profile_bases(profiles: dict) -> dict:
-    """Expand `from: OTHER` profiles: OTHER's fields, the child's env on top, extra_args appended."""
-    if not isinstance(profiles, dict):
-        return profiles
-    out: dict = {}
-
-    def expand(name: str, trail: tuple) -> dict:
-        raw = profiles[name]
-        if not isinstance(raw, dict) or "from" not in raw:
-            return raw
-        parent = raw["from"]
-        if not isinstance(parent, str) or parent not in profiles:
-            raise ValueError(f"profile {name!r}: `from` names unknown profile {parent!r}")
-        if parent in trail:
-            raise ValueError(f"profile {name!r}: cyclic `from`: {' -> '.join(trail + (parent,))}")
-        base = expand(parent, trail + (parent,))
-        child = {k: v for k, v in raw.items() if k != "from"}
-        for part in (base, child):  # the merge needs the right shapes; field validation comes after
-            if (
-                not isinstance(part, dict)
-                or not isinstance(part.get("env") or {}, dict)
-                or not isinstance(part.get("extra_args") or [], list)
-            ):
-                raise ValueError(
-                    f"profile {name!r}: `from` needs mapping profiles with an `env` mapping and an `extra_args` list"
-                )
-        merged = {k: v for k, v in base.items() if k in PROFILE_FIELDS}
-        merged.update({k: v for k, v in child.items() if k not in ("env", "extra_args")})
-        merged["env"] = {**(base.get("env") or {}), **(child.get("env") or {})}
-        merged["extra_args"] = list(base.get("extra_args") or []) + list(child.get("extra_args") or [])
-        return merged
-
-    for name in profiles:
-        out[name] = expand(name, (name,))
-    return out
-
-
-def flag_values(args: list[str]) -> dict[str, list[Optional[str]]]:
-    """Collect `--flag value` and `--flag=value` occurrences."""
-    found: dict[str, list[Optional[str]]] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--"):
-            if "=" in arg:
-                flag, value = arg.split("=", 1)
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                flag, value = arg, args[i + 1]
-                i += 1
-            else:
-                flag, value = arg, None
-            found.setdefault(flag, []).append(value)
-        i += 1
-    return found
 
 
 NUMBER = re.compile(r"-?[0-9][0-9.e+-]*\Z")
@@ -169,15 +115,30 @@ def _unabbreviated(flag: str, known: tuple[str, ...]) -> str:
     return matches[0] if matches else flag
 
 
-def validate_profile(name: str, profile: LaunchProfile) -> None:
-    """Rules for every engine: each flag at most once. Engine kinds add their own (servebuild/engines)."""
-    flags = flag_values(profile.args + profile.extra_args)
+def check_common(name: str, flags: dict[str, list[Optional[str]]]) -> None:
+    """Rules for every engine, on the profile's flags as its engine reads them: each long flag at most
+    once, --port a TCP port. Engine kinds add their own (servebuild/engines)."""
     for flag, values in flags.items():
-        if len(values) > 1:
+        if flag.startswith("--") and len(values) > 1:
             raise ValueError(f"profile {name!r}: flag {flag} is given {len(values)} times")
     for value in flags.get("--port", []):  # it is EXPOSEd and listened on: a TCP port, ASCII digits
         if value is None or not PORT.fullmatch(value) or not 1 <= int(value) <= 65535:
             raise ValueError(f"profile {name!r}: --port {value!r} is not a TCP port 1..65535")
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(argv: tuple[str, ...], known: tuple[str, ...], aliases: tuple, underscores: bool) -> MappingProxyType:
+    return MappingProxyType(canonical_flags(list(argv), known, dict(aliases), underscores))
+
+
+def profile_flags(
+    profile: LaunchProfile, known: tuple[str, ...] = (), aliases: Optional[dict[str, str]] = None, underscores=False
+) -> MappingProxyType:
+    """The profile's flags (args, then extra_args) by `canonical_flags`, parsed once per argv and grammar
+    however many rules and renderers read them; read-only."""
+    return _parsed(
+        (*profile.args, *profile.extra_args), tuple(known), tuple(sorted((aliases or {}).items())), underscores
+    )
 
 
 def launcher_script(

@@ -1,9 +1,10 @@
-"""Load a recipe: read YAML (with the line of every field), follow `extends`, validate, check files."""
+"""Load a recipe: read YAML (with the line of every field), follow `extends` (recipe/inherit.py), validate,
+check files."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import ValidationError
 
@@ -11,6 +12,7 @@ from servebuild.recipe.requirements import check_hashed_requirements, cuda_compi
 from servebuild.errors import InputError, PlacedValueError, RecipeError, ServebuildError
 from servebuild.fsutil import canonical_json, check_input, named_problem, read_input, read_small_text, sha256_bytes
 from servebuild.recipe.grammar import NAME
+from servebuild.recipe.inherit import merged_recipe
 from servebuild.recipe.schema import Recipe
 from servebuild.recipe.files import escape_problem, named_files
 from servebuild.yamlfile import parse_bounded
@@ -28,16 +30,6 @@ class RecipeFile:
         if not isinstance(self.data, dict):
             raise RecipeError("a recipe is a YAML mapping of fields", file=display)
         self.text_sha256 = sha256_bytes(raw)
-
-
-def deep_merge(parent: Any, child: Any) -> Any:
-    """Child overrides parent; mappings merge key by key, everything else is replaced."""
-    if isinstance(parent, dict) and isinstance(child, dict):
-        out = dict(parent)
-        for key, value in child.items():
-            out[key] = deep_merge(parent[key], value) if key in parent else value
-        return out
-    return child
 
 
 def recipe_hash(chain: list[RecipeFile]) -> str:
@@ -141,11 +133,11 @@ def read_chain(path: Path, root: Path) -> list[RecipeFile]:
 def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = None) -> LoadedRecipe:
     """Load a recipe by name (from `recipes_dir`) or path, follow `extends`, validate it all."""
     chain = read_chain(recipe_path(name_or_path, recipes_dir or root / "recipes"), root)
-    merged: dict = {}
-    for rf in reversed(chain):
-        merged = deep_merge(merged, rf.data)
+    try:
+        merged = merged_recipe([rf.data for rf in chain])
+    except PlacedValueError as exc:
+        raise _place(chain, exc.loc, str(exc)) from None
     merged["extends"] = chain[0].data.get("extends")
-    _drop_removed_profiles(merged)
     if chain[0].data.get("name") is None:
         merged.pop("name", None)  # a child must name itself, not inherit the parent's name
     try:
@@ -168,15 +160,6 @@ def load_recipe(name_or_path: str, root: Path, recipes_dir: Optional[Path] = Non
     loaded = LoadedRecipe(recipe, chain, root)
     check_files(loaded)
     return loaded
-
-
-def _drop_removed_profiles(merged: dict) -> None:
-    """`launch.profiles.NAME: null` in a recipe removes the profile NAME it inherits (an HGX-H200
-    recipe need not ship the GH200 launcher of the recipe it extends)."""
-    launch = merged.get("launch")
-    profiles = launch.get("profiles") if isinstance(launch, dict) else None
-    if isinstance(profiles, dict):
-        launch["profiles"] = {k: v for k, v in profiles.items() if v is not None}
 
 
 def _message(err: dict) -> str:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 import posixpath
 import re
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servebuild.engines import kind_for
 from servebuild.errors import InputError, PlacedValueError
-from servebuild.engines.profiles import LaunchProfile, module_names, printable, resolve_profile_bases, validate_profile
+from servebuild.engines.base import GENERIC
+from servebuild.engines.profiles import LaunchProfile, module_names, printable
 from servebuild.modes import get_mode
 from servebuild.platforms import PLATFORMS
 from servebuild.recipe.grammar import (
@@ -300,13 +301,6 @@ class Launch(Model):
             raise ValueError("cache_dirs lists a directory twice")
         return v
 
-    @model_validator(mode="before")
-    @classmethod
-    def _expand(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "profiles" in data:
-            data = {**data, "profiles": resolve_profile_bases(data["profiles"])}
-        return data
-
     @model_validator(mode="after")
     def _profiles(self) -> "Launch":
         for name, profile in self.profiles.items():
@@ -320,10 +314,6 @@ class Launch(Model):
                     f"profile name {name!r} would shadow the system command of that name "
                     f"in /usr/local/bin; choose another name",
                 )
-            try:
-                validate_profile(name, profile)
-            except ValueError as exc:
-                raise PlacedValueError(("profiles", name), str(exc)) from None
         if self.default is not None and self.default not in self.profiles:
             raise ValueError(f"default: {self.default!r} is not a profile ({', '.join(self.profiles) or 'none'})")
         return self
@@ -516,14 +506,14 @@ class Recipe(Model):
 
     @model_validator(mode="after")
     def _profiles_fit_the_engine(self) -> "Recipe":
-        """Each launch profile passes its engine kind's own rules (DSpark, listen flags)."""
-        kind = self.engine.kind if self.engine else None
+        """Each launch profile passes its engine kind's rules (every engine's, then DSpark's as the
+        kind spells it), on its flags parsed once as that engine reads them; no engine: the common rules."""
+        kind = self.engine.kind if self.engine else GENERIC
         for name, profile in self.launch.profiles.items():
-            if kind is not None:
-                try:
-                    kind.check_profile(name, profile)
-                except ValueError as exc:
-                    raise PlacedValueError(("launch", "profiles", name), str(exc)) from None
+            try:
+                kind.check_profile(name, profile)
+            except ValueError as exc:
+                raise PlacedValueError(("launch", "profiles", name), str(exc)) from None
         return self
 
     @model_validator(mode="after")

@@ -91,9 +91,12 @@ def test_the_real_recipes_still_load_under_the_hostile_input_rules():
         ("extends: /tmp/outside.yaml\n", "is not a recipe name"),
         ("extends: ../../x\n", "is not a recipe name"),
         ("? [a, b]\n: 1\n", "keys are plain names"),
-        ({"launch": {"profiles": {"a": 5, "b": {"from": "a"}}}}, "`from` needs mapping profiles"),
+        ({"launch": {"profiles": {"a": 5, "b": {"from": "a"}}}}, "inheriting .* needs mapping profiles"),
         ({"launch": {"profiles": {"a": {"module": "x"}, "b": {"from": ["a"]}}}}, "`from` names unknown profile"),
-        ({"launch": {"profiles": {"a": {"module": "x", "extra_args": 5}, "b": {"from": "a"}}}}, "`from` needs mapping"),
+        (
+            {"launch": {"profiles": {"a": {"module": "x", "extra_args": 5}, "b": {"from": "a"}}}},
+            "needs mapping profiles with an `env` mapping",
+        ),
         ({"bad\nkey": 1}, r"bad\\nkey: unknown field"),
     ],
 )

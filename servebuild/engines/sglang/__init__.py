@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from servebuild.engines.profiles import canonical_flags
 from servebuild.engines.base import EngineKind, check_dspark_block
 
 
@@ -65,15 +64,17 @@ class SGLang(EngineKind):
 
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
     DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")
+    known_flags = DSPARK_FLAGS
 
     def check_profile(self, name, profile):
         """SGLang 0.5.16 spells the DSpark draft length two ways: --speculative-dspark-block-size
         (gamma, the proposals) or --speculative-num-draft-tokens (gamma + 1, it counts the verified
         token). With neither, gamma is taken from the draft checkpoint's block_size."""
-        flags = canonical_flags(profile.args + profile.extra_args, known=self.DSPARK_FLAGS)
+        flags = self.flags(profile)
         for flag in self.DSPARK_FLAGS:
             if len(flags.get(flag, [])) > 1:
                 raise ValueError(f"profile {name!r}: {flag} is given {len(flags[flag])} times (in some spelling)")
+        super().check_profile(name, profile)
         algo = flags.get("--speculative-algorithm")
         if not algo or (algo[0] or "").upper() != "DSPARK":
             return

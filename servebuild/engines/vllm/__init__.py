@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servebuild.engines.profiles import canonical_flags
 from servebuild.engines.base import EngineKind, check_dspark_block
 
 
@@ -28,16 +27,16 @@ class VLLM(EngineKind):
     argcheck = Path(__file__).with_name("argcheck.py")
     health_path = "/health"
 
+    # vLLM's parser: `-sc` is --speculative-config, `--a_b` is `--a-b`
+    known_flags = ("--speculative-config",)
+    flag_aliases = {"-sc": "--speculative-config"}
+    flag_underscores = True
+
     def check_profile(self, name, profile):
         """vLLM reads --speculative-config as JSON, as `-sc`, as `--speculative_config` (its parser
         turns underscores into dashes) and as dotted keys (`--speculative-config.method dspark`)
         merged over the JSON: the DSpark rule reads the merged object."""
-        flags = canonical_flags(
-            profile.args + profile.extra_args,
-            known=("--speculative-config",),
-            aliases={"-sc": "--speculative-config"},
-            underscores=True,
-        )
+        flags = self.flags(profile)
         given = flags.get("--speculative-config", [])
         if len(given) > 1:
             raise ValueError(f"profile {name!r}: --speculative-config is given {len(given)} times (in some spelling)")
@@ -55,6 +54,7 @@ class VLLM(EngineKind):
                 if len(values) > 1 or key in config:
                     raise ValueError(f"profile {name!r}: speculative config key {key} is given twice")
                 config[key] = _json_or_text(values[0])
+        super().check_profile(name, profile)
         if str(config.get("method", "")).lower() == "dspark":
             k = config.get("num_speculative_tokens")
             if not isinstance(k, int) or isinstance(k, bool):
