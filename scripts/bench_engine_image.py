@@ -6,7 +6,7 @@ what the runtime adds (venv, engine, apt), unique bytes per variant.
 
 Usage: .venv/bin/python scripts/bench_engine_image.py [--prune] RECIPE PLATFORM VARIANT [VARIANT...]
 A VARIANT is a recipe variant's name, or NAME=ID+ID+... (an ad-hoc stack of patch ids, `NAME=` empty).
-Builds run in a scratch copy of the project's recipes, patches and constraints (the patch edit
+Builds run in a scratch copy of the project's recipes, patches, constraints and recordings (the patch edit
 never touches the work tree). Prints a table and writes build/bench/RECIPE-ARCH.json. Figures, not
 assertions: machines are noisy.
 """
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from servebuild.check import bisect  # noqa: E402
+from servebuild.cli.lock import lock  # noqa: E402
 from servebuild.build.docker import DockerClient  # noqa: E402
 from servebuild.build.run import build  # noqa: E402
 from servebuild.plan.make import BuildOptions, make_plan  # noqa: E402
@@ -59,7 +60,7 @@ def scratch_project() -> Path:
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="servebuild-bench-"))
-    for part in ("recipes", "patches", "constraints"):
+    for part in ("recipes", "patches", "constraints", "recordings"):
         shutil.copytree(ROOT / part, root / part)
     return root
 
@@ -80,7 +81,7 @@ def stages(log_path: Path) -> dict:
 
 def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
     """A one-line change in an added comment of the first local patch the variant carries; the
-    recipes' recorded sha256 follows. Returns the patch's path."""
+    recipes' recorded sha256 follows and the recipe is locked again (offline). Returns the patch's path."""
     import hashlib
     import yaml
     from servebuild.recipe.load import load_recipe
@@ -96,8 +97,10 @@ def edit_local_patch(root: Path, recipe: str, variant_spec: str) -> str:
     path.write_text(old.replace(line, line + " (edited)", 1))
     new_sha = hashlib.sha256(path.read_bytes()).hexdigest()
     for recipe_file in (root / "recipes").glob("*.yaml"):
-        recipe_file.write_text(recipe_file.read_text().replace(entry.sha256, new_sha))
+        if not recipe_file.name.endswith(".lock.yaml"):  # the lock follows by `invoke lock`, below
+            recipe_file.write_text(recipe_file.read_text().replace(entry.sha256, new_sha))
     yaml.safe_load((root / "recipes" / f"{recipe}.yaml").read_text())
+    lock(root, recipe, offline=True)  # as a user does after an edit: the patch's hash in the lock
     return entry.file
 
 
