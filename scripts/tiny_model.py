@@ -2,9 +2,12 @@
 on the CPU with `transformers serve`, and the H200 runs serve with SGLang.
 
     python scripts/tiny_model.py OUT_DIR [--hidden 64 --layers 2 --vocab 1024 --max-positions 8192]
+                                         [--embedding-rows N]
 
 The tokenizer is a byte-level BPE trained here on the bench's own prompts (servebuild/tools/bench_prompts),
 so every prompt the bench sends tokenizes to real, varied ids; the weights are random (seed 0).
+--embedding-rows pads the vocabulary (embedding and head rows) to N, as real checkpoints pad theirs: an
+engine warm-up that sends random ids (SGLang's prefill_shapes sends ids below 2**16) stays in range.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--max-positions", type=int, default=8192)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--embedding-rows", type=int, default=0)
     args = p.parse_args()
 
     import torch
@@ -47,7 +51,7 @@ def main() -> None:
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     tokenizer.save_pretrained(out)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=max(len(tokenizer), args.embedding_rows),
         hidden_size=args.hidden,
         intermediate_size=2 * args.hidden,
         num_hidden_layers=args.layers,
