@@ -170,15 +170,20 @@ def trace(root: Path, argv: list[str]) -> None:
         Program().run(["invoke", "-r", str(root), *argv], exit=False)
     finally:
         sys.setprofile(None)
-    left, back = set(), 0
+    left, back, pairs = set(), 0, Counter()
     for prev, cur in zip(sequence, sequence[1:]):
         left.add(prev)
         back += cur in left
+        pairs[tuple(sorted((prev, cur)))] += cur in left
     print(f"trace of `invoke {' '.join(argv)}`:")
     print(
         f"  servebuild modules entered: {len(set(sequence))} ({', '.join(sorted(m.removeprefix('servebuild.') for m in set(sequence)))})"
     )
     print(f"  moves between modules: {len(sequence) - 1}, of them back to a module already left: {back}")
+    top = ", ".join(
+        f"{a.removeprefix('servebuild.')}<->{b.removeprefix('servebuild.')} {n}" for (a, b), n in pairs.most_common(6)
+    )
+    print(f"  most moves back, by pair: {top}")
     print(f"  templates loaded: {len(set(templates))} ({len(templates)} loads)")
     print(f"  whole-Recipe validations: {validations['Recipe']}")
 

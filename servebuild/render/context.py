@@ -83,7 +83,7 @@ def dockerfile_data(
     engine = recipe.engine
     kind = engine.kind if engine else None
     has_aot = bool(aot_kernels(recipe, root))
-    carries = {when: test(recipe, has_aot) for when, test in payload.CONDITIONS.items()}  # render/payload.py
+    carries = payload.carried(recipe, has_aot)  # render/payload.py
     env = runtime_env(recipe, root, platform)
     cache_dirs = sorted(set(recipe.launch.cache_dirs) | {v for k, v in env.items() if v.startswith("/cache")})
     ports = sorted({kind.profile_port(p) for p in recipe.launch.profiles.values()} - {None}) if kind else []

@@ -171,9 +171,15 @@ PAYLOAD: tuple[Row, ...] = (
 )
 
 
+def carried(recipe: Recipe, has_aot: bool) -> dict[str, bool]:
+    """Each condition of the table, asked of the recipe once: condition -> whether its rows go in."""
+    return {when: test(recipe, has_aot) for when, test in CONDITIONS.items()}
+
+
 def rows(recipe: Recipe, has_aot: bool, when: Optional[str] = None) -> list[Row]:
     """The rows an image of `recipe` carries (those of one condition, `when`)."""
-    return [r for r in PAYLOAD if (when is None or r.when == when) and CONDITIONS[r.when](recipe, has_aot)]
+    carries = carried(recipe, has_aot)
+    return [r for r in PAYLOAD if (when is None or r.when == when) and carries[r.when]]
 
 
 def row(context: str) -> Row:
@@ -184,10 +190,11 @@ def copied(recipe: Recipe, has_aot: bool) -> dict[str, Path]:
     """Context path -> servebuild's file, for every copied (not written) row the image carries; a
     folder row gives each of its *.txt files."""
     out: dict[str, Path] = {}
+    kind = _kind(recipe)
     for r in rows(recipe, has_aot):
         if r.source is WRITTEN:
             continue
-        source = _kind(recipe).argcheck if r.source == KIND_HOOK else r.source
+        source = kind.argcheck if r.source == KIND_HOOK else r.source
         if source.is_dir():
             out.update({f"{r.context}{p.name}": p for p in sorted(source.glob("*.txt"))})
         else:
