@@ -73,7 +73,6 @@ SGLANG_LEFT_OUT = {
     "--served-model-name": "named tiny, as the requests ask",
     "--tp-size": "one GPU here",
     "--context-length": "sized for DSV4's 1M context; the tiny model's own length",
-    "--max-total-tokens": "sized for DSV4's 1M context",
     "--attention-backend": "dsv4 serves only DSV4; triton for the Llama (FA3, SGLang's Hopper default, "
     "is 342 MB of sgl-kernel not staged)",
     "--speculative-algorithm": "DSPARK needs DSV4's draft head",
