@@ -289,4 +289,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from servebuild.errors import ServebuildError
+
+    try:
+        sys.exit(main())
+    except ServebuildError as exc:  # a failed build or a bad recipe: its one line, no traceback
+        sys.exit(f"bench_bitforbit.py: {exc}")

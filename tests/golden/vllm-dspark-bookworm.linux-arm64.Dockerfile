@@ -145,19 +145,12 @@ ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
 FROM runtime-base AS profile-check
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=launchers/,target=/mnt/src \
+    --mount=type=bind,source=launchers,target=/mnt/launchers \
+    --mount=type=bind,source=argcheck,target=/mnt/argcheck \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /usr/local/bin && cp -a --no-preserve=ownership /mnt/src/. /usr/local/bin && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /usr/local/bin {} +; else mkdir -p /usr/local/bin && cp -a --no-preserve=ownership /mnt/src /usr/local/bin/launchers; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=argcheck/,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/argcheck && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/argcheck && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/argcheck {} +; else mkdir -p /opt/servebuild/argcheck && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/argcheck/argcheck; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
-RUN --mount=type=tmpfs,target=/tmp \
-    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark-bookworm --engine vllm --dist vllm --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json vllm-dspark-1m ) \
+ && ( cp -a --no-preserve=ownership /mnt/launchers/. /usr/local/bin/ \
+ && mkdir -p /opt/servebuild/argcheck && cp -a --no-preserve=ownership /mnt/argcheck/. /opt/servebuild/argcheck/ \
+ && /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe vllm-dspark-bookworm --engine vllm --dist vllm --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json vllm-dspark-1m ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
