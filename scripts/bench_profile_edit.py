@@ -2,6 +2,7 @@
 
 usage: .venv/bin/python scripts/bench_profile_edit.py --recipe sglang-native-fp8-bookworm
        [--variant adaptive-prefill-only] [--parent sglang-native-fp8] [--ca-bundle FILE]
+       (--ca-bundle defaults to $SERVEBUILD_CA_BUNDLE, else the system bundle where it exists)
 
 Works in a throwaway clone of this checkout's HEAD (commit first): builds the recipe there (warm if the engine's cache
 already holds it), edits one flag of the parent recipe's default profile (--mem-fraction-static
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,7 +44,10 @@ def main() -> int:
     ap.add_argument("--recipe", default="sglang-native-fp8-bookworm")
     ap.add_argument("--variant", default="adaptive-prefill-only")
     ap.add_argument("--parent", default="sglang-native-fp8", help="the recipe file whose profile is edited")
-    ap.add_argument("--ca-bundle")
+    # as bench_engine_image.py: a host whose HTTPS goes through an intercepting proxy needs its CA in the
+    # build (pip then said "No matching distribution" for the first pin it fetched)
+    default_ca = os.environ.get("SERVEBUILD_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    ap.add_argument("--ca-bundle", default=default_ca if Path(default_ca).exists() else None)
     args = ap.parse_args()
     docker = DockerClient()
     with tempfile.TemporaryDirectory() as tmp:
