@@ -523,6 +523,7 @@ CAUSE = re.compile(
     r"CERTIFICATE_VERIFY_FAILED|No matching distribution|THESE PACKAGES DO NOT MATCH|"
     r"Traceback|[A-Za-z]+Error: |No such file|not found|base image has Python)"
 )
+UNTRUSTED = re.compile(r"CERTIFICATE_VERIFY_FAILED\] certificate verify failed: ([^(']{1,120})")
 STEP_PREFIX = re.compile(r"^#\d+ (\d+\.\d+ )?")
 OURS = re.compile(
     r"^(?:#\d+ )?(?:\d+\.\d+ )?servebuild: (.+)"
@@ -548,6 +549,12 @@ def failure_cause(tail: list[str]) -> str:
     if failed and any(t.startswith(f"#{failed.group(1)} ") for t in lines):
         lines = [t for t in lines if t.startswith(f"#{failed.group(1)} ")]
     body = [STEP_PREFIX.sub("", t).strip() for t in lines]
+    untrusted = next((m for m in (UNTRUSTED.search(b) for b in body) if m), None)
+    if untrusted:  # pip's last words ("No matching distribution") hide it
+        return (
+            f"pip could not verify the package index's TLS certificate ({untrusted.group(1).strip()}): behind "
+            "a TLS-intercepting proxy give the build its CA with --ca-bundle FILE or SERVEBUILD_CA_BUNDLE"
+        )
     cause = next((b for b in reversed(body) if CAUSE.search(b) and "executor failed" not in b), None)
     if cause is None:
         return STEP_PREFIX.sub("", step or (tail[-1] if tail else "")).strip()

@@ -41,3 +41,29 @@ def test_failure_cause_prefers_the_tools_own_words():
     ]
     cause = failure_cause(tail)
     assert cause.startswith("ERROR: No matching distribution found for aiohappyeyeballs==2.7.1"), cause
+
+
+def test_an_untrusted_index_certificate_is_named_with_its_fix():
+    """pip's last words are "No matching distribution", but the reason is the TLS check of an
+    intercepting proxy's certificate: the line names that and the option that fixes it."""
+    from servebuild.build.docker import failure_cause
+
+    tail = [
+        "#9 [deps 4/4] RUN pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt",
+        "#9 0.788 WARNING: Retrying (Retry(total=4)) after connection broken by 'SSLError(SSLCertVerificationError("
+        "1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in certificate "
+        "chain (_ssl.c:992)'))': /simple/aiohappyeyeballs/",
+        "#9 8.435 Could not fetch URL https://pypi.org/simple/aiohappyeyeballs/: There was a problem confirming "
+        "the ssl certificate: HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded",
+        "#9 8.448 ERROR: Could not find a version that satisfies the requirement aiohappyeyeballs==2.7.1",
+        "#9 8.448 ERROR: No matching distribution found for aiohappyeyeballs==2.7.1",
+        "#9 ERROR: executor failed running [/bin/bash -o pipefail -c pip install]: exit code: 1",
+    ]
+    cause = failure_cause(tail)
+    assert "self-signed certificate in certificate chain" in cause, cause
+    assert "--ca-bundle" in cause and "SERVEBUILD_CA_BUNDLE" in cause, cause
+    assert "\n" not in cause
+    # a certificate error in a step that did not fail is not the cause
+    tail[-1] = "#7 0.1 WARNING: SSL: CERTIFICATE_VERIFY_FAILED"
+    tail.append("#9 ERROR: executor failed running [/bin/bash -o pipefail -c pip install]: exit code: 1")
+    assert "--ca-bundle" not in failure_cause([t for t in tail if not t.startswith("#9 0.788")])
