@@ -44,8 +44,11 @@ numbers below (and the first line of each package's docstring) give the order.
    prints), and `write_context` writes the build context directory around it; what servebuild itself
    puts in an image (tools, launchers, the bench, the aot builder) is one table, `servebuild/render/payload.py`.
 3. `images/Dockerfile.j2` (the image definitions are in `images/` at the top of the checkout) composes `stages/build.j2`, `stages/engine.j2` and `stages/runtime.j2` (with
-   `stages/_apt.j2` and `stages/_libcuda_stub.j2`). The runtime file holds three stages: `runtime-base`,
-   `profile-check` (every launch profile parsed by the engine) and `runtime`. Its launchers and
+   `stages/_apt.j2` and `stages/_libcuda_stub.j2`). The runtime file holds the stages `runtime-release` and
+   `engine-release` (the release engine, for an overlay mode), `runtime-base` (the variant's engine),
+   `check-base` (the release engine with the variant's files its parser reads), `profile-check` (every
+   launch profile parsed by the engine), `aot` and `runtime`; `render/reuse.py` decides which engine each
+   build-time stage runs on. Its launchers and
    HEALTHCHECK come from `servebuild/render/launchers.py`, its serve-time JIT environment from
    `servebuild/render/toolchain.py`, and an install mode's runtime steps from the mode's
    `runtime_fragment()`, a template beside the mode's module (`servebuild/modes/wheel-overlay-runtime.j2`;

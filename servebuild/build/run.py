@@ -27,6 +27,7 @@ from servebuild.plan.resources import derive
 from servebuild.platforms import arch_of, docker_arch, emulation_ready
 from servebuild.render.payload import SEED
 from servebuild.render.context import dockerfile_data, write_context
+from servebuild.render.reuse import Overlay
 from servebuild.sources.debs import fetch_debs
 from servebuild.sources.prepare import prepare_engine_source
 from servebuild.sources.stack import PreparedSource, SourceCache
@@ -230,13 +231,14 @@ def render(
     )
 
 
-def changed_files(plan: BuildPlan, source: Optional[PreparedSource]) -> Optional[list[str]]:
-    """The files of the engine's tree the patch stack changes; [] for an empty stack; None when the
-    sources are not prepared (a dry run of a stack: the build-time stages then run on the variant)."""
+def changed_files(plan: BuildPlan, source: Optional[PreparedSource]) -> Optional[Overlay]:
+    """What the patch stack does to the engine's tree (files changed, added, deleted); nothing for an empty
+    stack; None when the sources are not prepared (a dry run of a stack: the build-time stages then run on
+    the variant)."""
     engine = plan.loaded.recipe.engine
     if source is not None:
-        return source.changed_files()
-    return [] if engine is not None and not engine.source.patches else None
+        return Overlay(tuple(source.changed_files()), tuple(source.created_files()), tuple(source.deleted))
+    return Overlay(()) if engine is not None and not engine.source.patches else None
 
 
 def _host_resources() -> tuple[int, int]:

@@ -8,6 +8,8 @@ from typing import Optional
 from servebuild import TOOLS_DIR
 from servebuild.patchfiles import is_native
 
+ENGINE_SITE = "/opt/engine/site"  # where an overlay mode installs the engine (its release in the engine stage)
+
 # relabels the installed distribution with ENGINE_VERSION (and, for overlays, replaces its package)
 RELABEL_TOOL = {"tools/overlay_package.py": str(TOOLS_DIR / "overlay_package.py")}
 

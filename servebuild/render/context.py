@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -24,8 +25,9 @@ from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.schema import Recipe
 from servebuild.render import payload
 from servebuild.render.aot import RELEASE_AOT, aot_argv, aot_kernels, aot_reuse_argv, aot_spec, site_packages
-from servebuild.errors import InputError
-from servebuild.render.reuse import stage_bases
+from servebuild.errors import InputError, IntegrityError
+from servebuild.modes.base import ENGINE_SITE
+from servebuild.render.reuse import PARSER, parser_files, stage_bases
 from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
@@ -109,6 +111,8 @@ def dockerfile_data(
         "runtime_fragment": mode_fragment(engine, platform, _environment(), runtime=True) if engine else "",
         "release_fragment": mode_fragment(engine, platform, _environment(), release=True) if engine else "",
         "stage_bases": stage_bases(engine, overlay_files, platform) if engine else {},
+        "parser_base": PARSER,
+        "engine_site": ENGINE_SITE,
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
         "launchers": carries["profiles"],
@@ -159,6 +163,29 @@ def render_dockerfile(
         ) from None
 
 
+def _write_parser_files(context: Path, tarball: Path, wanted: dict[str, str]) -> None:
+    """check-overlay/SITE_PATH <- the patched tree's file (the tarball's src/TREE_PATH), for each wanted file."""
+    if not wanted:
+        return
+    members = {f"src/{tree}": site for site, tree in wanted.items()}
+    with tarfile.open(tarball) as tar:
+        for member in tar:
+            site = members.pop(member.name, None)
+            if site is None:
+                continue
+            target = context / "check-overlay" / site
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not member.isfile():  # a link the parser reads: git and the overlay carry it, the check-base does not
+                raise InputError(
+                    f"{member.name.removeprefix('src/')} is not a regular file in the patched tree; the profile "
+                    f"check of a variant cannot carry it (remove the link from the patch)"
+                )
+            target.write_bytes(tar.extractfile(member).read())
+            target.chmod(member.mode & 0o755)
+    if members:  # the sources station said the patched tree has them
+        raise IntegrityError(f"the prepared source {tarball.name} lacks {sorted(members)[0]}")
+
+
 def write_context(
     loaded: LoadedRecipe,
     platform: str,
@@ -192,7 +219,12 @@ def write_context(
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         files["source.tar"] = source_tarball
     kernels = aot_kernels(recipe, loaded.root)
-    files.update(payload.copied(recipe, bool(kernels)))  # servebuild's own files (render/payload.py)
+    files.update(payload.copied(recipe, bool(kernels)))
+    if recipe.engine:  # the files of the variant its parser reads, for the check-base stage (render/reuse.py)
+        bases = stage_bases(recipe.engine, overlay_files, platform)
+        _write_parser_files(
+            context, source_tarball, parser_files(recipe.engine, bases, overlay_files)
+        )  # servebuild's own files (render/payload.py)
     for stage, pinned_files in sorted((debs or {}).items()):  # checked against the lock's sha256 when fetched
         files.update({f"debs/{stage}/{path.name}": path for _, path in pinned_files if path is not None})
     for name, src in sorted(files.items()):

@@ -6,7 +6,9 @@ argument parser and what it imports. A variant whose patches touch none of that 
 its release builds, on the release engine (`engine-release`: the runtime stage before the overlay,
 with the release's own dist-info), so BuildKit runs it once for every such variant; a variant that
 touches it gets the stage on its own engine (`runtime-base`), and the build log names the first file
-that decided it. The rule reads the patch stack's real file list (the sources station's `git apply
+that decided it. The profile check of such a variant runs on `check-base`: the release engine with only
+the patched files its parser reads and the files the stack adds, so variants whose parser reads the
+same bytes share one check (one whose stack deletes a parser file gets its own engine). The rule reads the patch stack's real file list (the sources station's `git apply
 --numstat`), never a variant's name, and the stage a variant gets is fixed by its inputs: the image
 is the same from a cold cache or a warm one.
 """
@@ -20,6 +22,26 @@ from servebuild.patchfiles import is_native
 
 RELEASE = "engine-release"  # the release engine, runnable (images/stages/runtime.j2)
 VARIANT = "runtime-base"  # the variant's own engine
+# the release engine with only the files of the variant that its argument parser reads (and the files the
+# stack adds): variants whose parser reads the same bytes get one profile check (check-overlay/ in the context)
+PARSER = "check-base"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """What a patch stack does to the engine's tree (tree paths): the files it changes, those it adds,
+    and those it deletes (the sources station's record, sources/stack.py)."""
+
+    changed: tuple[str, ...]
+    created: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, files) -> Optional["Overlay"]:
+        """An Overlay as it is, a plain list as changed files (none added or deleted), None as None."""
+        if files is None or isinstance(files, Overlay):
+            return files
+        return cls(tuple(files))
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,11 @@ class StageBase:
         return self.base == RELEASE
 
     def describe(self, stage: str) -> str:
+        if self.base == PARSER:
+            return (
+                f"{stage}: built on the release engine with the files of this variant its parser reads or the "
+                f"stack adds ({self.because}): {', '.join(self.changed)}"
+            )
         if self.shared:
             return f"{stage}: shared with the release engine (no patch touches what it reads)"
         if self.changed:
@@ -56,10 +83,12 @@ def _first(files: Sequence[str], rule) -> Optional[str]:
     return next((f for f in sorted(files) if rule(f)), None)
 
 
-def stage_bases(engine, overlay_files: Optional[Sequence[str]], platform: str) -> dict[str, StageBase]:
-    """`aot` and `profile-check` -> the stage each runs on. `overlay_files`: the patched tree's files the
-    patch stack changes (tree paths); None when they are not known (a dry run, `invoke render`): each
-    stage then runs on the variant's engine, which is never wrong, only slower."""
+def stage_bases(engine, overlay_files, platform: str) -> dict[str, StageBase]:
+    """`aot` and `profile-check` -> the stage each runs on. `overlay_files`: the patch stack's Overlay (or
+    the list of files it changes, tree paths); None when they are not known (a dry run, `invoke render`):
+    each stage then runs on the variant's engine, which is never wrong, only slower."""
+    overlay = Overlay.of(overlay_files)
+    overlay_files = overlay.changed if overlay is not None else None
     mode, kind = engine.mode, engine.kind
     if mode.release_fragment(engine, platform) is None:
         why = f"install {mode.name} installs the patched tree in one step: no release engine to share"
@@ -79,8 +108,24 @@ def stage_bases(engine, overlay_files: Optional[Sequence[str]], platform: str) -
         # says whether it read it; Python may change any builder, flag or source list: every kernel again
         sources = all(_covered(installed[f], kind.kernel_inputs) and not installed[f].endswith(".py") for f in touched)
         out["aot"] = StageBase(VARIANT, why, tuple(installed[f] for f in touched) if sources else ())
-    parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))
-    out["profile-check"] = (
-        StageBase(VARIANT, f"{parser} is read by {kind.name}'s argument parser") if parser else StageBase(RELEASE)
-    )
+    read = [f for f in sorted(installed) if _covered(installed[f], kind.parser_inputs)]
+    if not read:
+        out["profile-check"] = StageBase(RELEASE)
+    else:
+        why = f"{read[0]} is read by {kind.name}'s argument parser"
+        gone = [f for f in read if f in overlay.deleted]
+        if gone:  # the release engine would still have it
+            out["profile-check"] = StageBase(VARIANT, f"{why}; the stack deletes {gone[0]}")
+        else:
+            carried = sorted({installed[f] for f in read} | {installed[f] for f in overlay.created if f in installed})
+            out["profile-check"] = StageBase(PARSER, why, tuple(carried))
     return out
+
+
+def parser_files(engine, bases: dict[str, StageBase], overlay_files) -> dict[str, str]:
+    """Site path -> tree path of each file the check-base stage carries (none when the check is elsewhere)."""
+    check = bases.get("profile-check")
+    if check is None or check.base != PARSER:
+        return {}
+    site = {f: engine.mode.site_path(engine, f) for f in Overlay.of(overlay_files).changed}
+    return {s: f for f, s in sorted(site.items()) if s in check.changed}

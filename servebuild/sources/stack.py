@@ -35,6 +35,7 @@ class AppliedPatch:
     files: list[str]
     python_only: bool
     dropped: list[str] = field(default_factory=list)  # test/doc files absent from a release tree
+    created: list[str] = field(default_factory=list)  # files absent from the tree before this patch
 
     def as_dict(self) -> dict:
         return {
@@ -47,6 +48,7 @@ class AppliedPatch:
             "files": self.files,
             "python_only": self.python_only,
             "dropped": self.dropped,
+            "created": self.created,
         }
 
 
@@ -58,6 +60,7 @@ class PreparedSource:
     tarball_sha256: str
     patches: list[AppliedPatch] = field(default_factory=list)
     tree: dict = field(default_factory=lambda: {"from": "git"})  # where the unpatched tree came from
+    deleted: list[str] = field(default_factory=list)  # changed files the patched tree no longer has
 
     def as_dict(self) -> dict:
         return {
@@ -66,11 +69,16 @@ class PreparedSource:
             "tarball_sha256": self.tarball_sha256,
             "tree": self.tree,
             "patches": [p.as_dict() for p in self.patches],
+            "deleted": self.deleted,
         }
 
     def changed_files(self) -> list[str]:
         """Every file of the tree the stack changes (applied, not dropped), sorted."""
         return sorted({f for p in self.patches for f in p.files if f not in p.dropped})
+
+    def created_files(self) -> list[str]:
+        """The files the stack adds to the tree (and does not delete again), sorted."""
+        return sorted({f for p in self.patches for f in p.created} - set(self.deleted))
 
     def version(self, release: str) -> str:
         """The release version, with a PEP 440 local label naming the patch stack when there is one."""
@@ -187,7 +195,7 @@ class SourceCache(GitMirrors):
                 sha256_bytes(
                     canonical_json(
                         {
-                            "v": 1,
+                            "v": 2,
                             "url": source.url,
                             "commit": source.commit,
                             "subdir": source.subdir,
@@ -213,7 +221,9 @@ class SourceCache(GitMirrors):
             for entry in source.patches
         ]
         tar_path, tar_sha = self.write_tarball(tree, env)
-        prepared = PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin)
+        changed = sorted({f for p in applied for f in p.files if f not in p.dropped})
+        deleted = [f for f in changed if not (tree / f).exists() and not (tree / f).is_symlink()]
+        prepared = PreparedSource(source.url, source.commit, tar_path, tar_sha, applied, origin, deleted)
         memo.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(memo, canonical_json({**prepared.as_dict(), "tarball": tar_path.name}).encode())
         return prepared
@@ -226,7 +236,9 @@ class SourceCache(GitMirrors):
             if sha256_file(tarball) != data["tarball_sha256"]:
                 return None
             patches = [AppliedPatch(**p) for p in data["patches"]]
-            return PreparedSource(data["url"], data["commit"], tarball, data["tarball_sha256"], patches, data["tree"])
+            return PreparedSource(
+                data["url"], data["commit"], tarball, data["tarball_sha256"], patches, data["tree"], data["deleted"]
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # absent, partial or from another version: prepare afresh
 
@@ -297,6 +309,7 @@ class SourceCache(GitMirrors):
                     file=self.recipe,
                     field="engine.install",
                 )
+        created = [f for f in files if f not in dropped and not (tree / f).exists() and not (tree / f).is_symlink()]
         self._apply(tree, entry, diff, env, exclude=dropped)
         return AppliedPatch(
             id=entry.id,
@@ -308,6 +321,7 @@ class SourceCache(GitMirrors):
             files=files,
             python_only=not any(is_native(f) for f in files),
             dropped=dropped,
+            created=created,
         )
 
     def diff_files(self, entry: PatchEntry, diff: bytes) -> list[str]:

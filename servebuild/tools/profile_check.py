@@ -178,9 +178,13 @@ def main():
     for flag in ("--recipe", "--engine", "--dist", "--site", "--hook", "--launchers", "--out"):
         parser.add_argument(flag, required=True)
     parser.add_argument("profiles", nargs="+")
+    # a variant's files over the release engine (the check-base stage): the record names them
+    parser.add_argument("--variant-file", action="append", default=[])
     args = parser.parse_args()
     version = metadata.version(args.dist)
     record = {"engine": args.engine, "version": version, "recipe": args.recipe, "profiles": {}}
+    if args.variant_file:
+        record["variant_files"] = sorted(args.variant_file)
     failures = 0
     records = {name: captured(name, args) for name in args.profiles}
     together = {name: r for name, r in records.items() if r is not None}
@@ -194,7 +198,8 @@ def main():
             print(f"servebuild: recipe {args.recipe}, launch profile {name}: {problem}", flush=True)
             continue
         record["profiles"][name] = {"parsed_by": outcome["parsed_by"]}
-        print(f"profile {name}: accepted by {outcome['parsed_by']} ({args.engine} {version})", flush=True)
+        also = f" with the variant's {', '.join(sorted(args.variant_file))}" if args.variant_file else ""
+        print(f"profile {name}: accepted by {outcome['parsed_by']} ({args.engine} {version}{also})", flush=True)
     if failures:
         return 1
     with open(args.out, "w", encoding="utf-8") as handle:

@@ -65,7 +65,8 @@ RUN --mount=type=tmpfs,target=/tmp \
  && pip list --format=freeze > /opt/servebuild/packages.txt ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
-# venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
+# venv, engine, the release's kernels when shared, overlay (runtime-base); then what differs per profile
+# and per build (launchers, the profile check's record, the manifest, CMD) last
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-release
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
@@ -141,6 +142,7 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     TRITON_PTXAS_PATH="/opt/venv/lib/python3.12/site-packages/nvidia/cu13/bin/ptxas" \
     TVM_FFI_CACHE_DIR="/cache/tvm-ffi" \
     VIRTUAL_ENV="/opt/venv"
+# ---- the variant's engine: the release's kernels when they are shared (they change least), then the overlay
 FROM runtime-release AS runtime-base
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
@@ -213,12 +215,6 @@ RUN --mount=type=tmpfs,target=/tmp \
 FROM runtime-base AS runtime
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,from=profile-check,source=/opt/servebuild/profiles-checked.json,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/profiles-checked.json && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/profiles-checked.json; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/profiles-checked.json; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,from=aot,source=/opt/servebuild/seed,target=/mnt/src \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/seed && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/seed; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/seed; fi ) \
@@ -226,18 +222,16 @@ RUN --mount=type=tmpfs,target=/tmp \
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=launchers,target=/mnt/launchers \
+    --mount=type=bind,from=profile-check,source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json \
+    --mount=type=bind,source=manifest.json,target=/mnt/manifest.json \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
  && ( cp --preserve=mode,timestamps /mnt/launchers/* /usr/local/bin/ \
  && mkdir -p /usr/local/share/servebuild-bench/bench_prompts && cp --preserve=mode,timestamps /mnt/launchers/.bench/*.py /usr/local/share/servebuild-bench/ \
  && cp --preserve=mode,timestamps /mnt/launchers/.bench/bench_prompts/* /usr/local/share/servebuild-bench/bench_prompts/ \
  && mkdir -p /opt/servebuild/tools && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.py /opt/servebuild/tools/ \
- && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=manifest.json,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/manifest.json && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/manifest.json && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/manifest.json {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/manifest.json; fi ) \
+ && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ \
+ && cp --preserve=mode,timestamps /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json \
+ && mkdir -p /opt/servebuild && cp --preserve=mode,timestamps /mnt/manifest.json /opt/servebuild/manifest.json ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 EXPOSE 30000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:30000/health"

@@ -46,7 +46,8 @@ RUN --mount=type=tmpfs,target=/tmp \
  && pip list --format=freeze > /opt/servebuild/packages.txt ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
-# venv, engine, overlay (runtime-base); then what differs per profile (launchers, CMD) last
+# venv, engine, the release's kernels when shared, overlay (runtime-base); then what differs per profile
+# and per build (launchers, the profile check's record, the manifest, CMD) last
 FROM servebuild/debian:bookworm-arm64 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive

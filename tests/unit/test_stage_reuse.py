@@ -12,7 +12,7 @@ import pytest
 
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import aot_owner, render_dockerfile, write_context
-from servebuild.render.reuse import RELEASE, VARIANT, stage_bases
+from servebuild.render.reuse import PARSER, RELEASE, VARIANT, Overlay, stage_bases
 from servebuild.sources.stack import numstat_paths
 from support import REPO_ROOT
 
@@ -50,14 +50,27 @@ def test_the_committed_loader_fix_shares_both_stages():
     assert bases(files) == {"aot": RELEASE, "profile-check": RELEASE}
 
 
-def test_the_adaptive_prefill_patch_shares_the_kernels_but_is_parsed_by_its_own_engine():
-    """It edits environ.py, which SGLang's parser imports (its defaults read it): parsed again; no kernel input."""
+def test_the_adaptive_prefill_patch_shares_the_kernels_but_its_parser_files_are_parsed_again():
+    """It edits environ.py, which SGLang's parser imports (its defaults read it): parsed again, on the release
+    engine with that file and the file the patch adds (environ.py may import it); no kernel input."""
     files = patch_files("sglang-adaptive-prefill.patch")
     assert "python/sglang/srt/environ.py" in files
-    decided = stage_bases(engine(), files, "linux/amd64")
+    added = "python/sglang/srt/managers/adaptive_prefill.py"
+    decided = stage_bases(engine(), Overlay(tuple(files), (added,)), "linux/amd64")
     assert decided["aot"].base == RELEASE
-    assert decided["profile-check"].base == VARIANT
+    assert decided["profile-check"].base == PARSER
+    assert decided["profile-check"].changed == ("sglang/srt/environ.py", "sglang/srt/managers/adaptive_prefill.py")
     assert "python/sglang/srt/environ.py" in decided["profile-check"].because
+    # scheduler.py, which the patch also changes, is not read by the parser: not carried
+    assert decided == stage_bases(engine(), Overlay((*files, "python/sglang/srt/models/x.py"), (added,)), "linux/amd64")
+
+
+def test_a_parser_file_the_stack_deletes_is_parsed_on_the_variants_engine():
+    """The release engine would still have it: the check runs on the variant's own engine, and says why."""
+    gone = "python/sglang/srt/configs/model_config.py"
+    decided = stage_bases(engine(), Overlay((gone, "python/sglang/srt/environ.py"), (), (gone,)), "linux/amd64")
+    assert decided["profile-check"].base == VARIANT
+    assert f"deletes {gone}" in decided["profile-check"].because
 
 
 @pytest.mark.parametrize(
@@ -79,14 +92,15 @@ def test_a_kernel_source_or_any_native_file_gets_its_own_kernels(path):
 )
 def test_a_file_the_parser_reads_gets_its_own_profile_check(path):
     decided = stage_bases(engine(), [path], "linux/amd64")
-    assert decided["profile-check"].base == VARIANT and path in decided["profile-check"].because
+    assert decided["profile-check"].base == PARSER and path in decided["profile-check"].because
+    assert decided["profile-check"].changed == (path.removeprefix("python/"),)
     assert decided["aot"].base == RELEASE
 
 
 def test_a_listed_file_covers_itself_not_every_name_it_begins():
     """`sglang/srt/server_args.py` is one file of the parser; a stub beside it is not imported."""
     assert bases(["python/sglang/srt/server_args.pyi"]) == {"aot": RELEASE, "profile-check": RELEASE}
-    assert bases(["python/sglang/srt/server_args.py"])["profile-check"] == VARIANT
+    assert bases(["python/sglang/srt/server_args.py"])["profile-check"] == PARSER
 
 
 def test_files_the_overlay_does_not_install_decide_nothing():
@@ -103,7 +117,8 @@ def test_a_kind_that_declares_nothing_shares_nothing():
     e = engine()
     kind = type("Undeclared", (type(e.kind),), {"kernel_inputs": ("",), "parser_inputs": ("",)})()
     decided = stage_bases(_with_kind(e, kind), ["python/sglang/srt/managers/scheduler.py"], "linux/amd64")
-    assert {s: b.base for s, b in decided.items()} == {"aot": VARIANT, "profile-check": VARIANT}
+    assert {s: b.base for s, b in decided.items()} == {"aot": VARIANT, "profile-check": PARSER}
+    assert decided["profile-check"].changed == ("sglang/srt/managers/scheduler.py",)  # every changed file
 
 
 def _with_kind(e, kind):
@@ -201,3 +216,86 @@ def test_the_dockerfile_of_a_kernel_source_edit_reuses_the_release_build():
     # the image takes the variant's seed only
     runtime = _stage_body(text, "runtime")
     assert "aot-release" not in runtime and "from=aot" in runtime, runtime
+
+
+def _check_stages(text: str) -> str:
+    """The check-base and profile-check stages' text (what BuildKit keys those steps on, with the context)."""
+    return _stage_body(text, "check-base") + _stage_body(text, "profile-check")
+
+
+def test_stacks_whose_parser_reads_the_same_files_share_one_profile_check(tmp_path):
+    """The adaptive patch alone, and with the loader fix before or after it: the parser reads the same
+    patched environ.py, so the three variants get the same check-base and profile-check stages, and the
+    same check-overlay/ in their contexts: BuildKit runs the check once. The patched bytes come from
+    the prepared source's tarball (src/TREE_PATH)."""
+    import tarfile
+
+    loaded = load_recipe(SGLANG, REPO_ROOT)
+    env, added, fix = (
+        "python/sglang/srt/environ.py",
+        "python/sglang/srt/managers/adaptive_prefill.py",
+        "python/sglang/srt/models/deepseek_v4_dspark.py",
+    )
+    sched = "python/sglang/srt/managers/scheduler.py"
+
+    def tarball(name, files):
+        path = tmp_path / f"{name}.tar"
+        with tarfile.open(path, "w") as tar:
+            for tree, data in files.items():
+                info = tarfile.TarInfo(f"src/{tree}")
+                info.size = len(data)
+                tar.addfile(info, __import__("io").BytesIO(data))
+        return path
+
+    contexts, texts = {}, {}
+    for name, overlay, files in (
+        ("adaptive", Overlay((env, added, sched), (added,)), {env: b"E", added: b"A", sched: b"S1"}),
+        ("both", Overlay((env, added, fix, sched), (added,)), {env: b"E", added: b"A", sched: b"S1", fix: b"F"}),
+        ("both-rev", Overlay((env, added, fix, sched), (added,)), {env: b"E", added: b"A", sched: b"S2", fix: b"F"}),
+    ):
+        ctx = write_context(loaded, "linux/amd64", BASES, tmp_path / name, {}, tarball(name, files), None, overlay)
+        contexts[name] = {
+            p.relative_to(ctx / "check-overlay").as_posix(): (p.read_bytes(), p.stat().st_mtime, p.stat().st_mode)
+            for p in (ctx / "check-overlay").rglob("*")
+            if p.is_file()
+        }
+        texts[name] = _check_stages((ctx / "Dockerfile").read_text())
+    assert contexts["adaptive"] == contexts["both"] == contexts["both-rev"]
+    assert {k: v[0] for k, v in contexts["adaptive"].items()} == {
+        "sglang/srt/environ.py": b"E",
+        "sglang/srt/managers/adaptive_prefill.py": b"A",
+    }
+    assert texts["adaptive"] == texts["both"] == texts["both-rev"]
+    assert "--mount=type=bind,source=check-overlay" in texts["adaptive"] and "/opt/engine/site/" in texts["adaptive"]
+    text = (tmp_path / "adaptive" / "Dockerfile").read_text()
+    assert _stage_from(text, "check-base") == "engine-release" and _stage_from(text, "profile-check") == "check-base"
+    # a parser file the tarball lacks (a sources station that lied): one error, no context left to trust
+    from servebuild.errors import IntegrityError
+
+    with pytest.raises(IntegrityError, match="lacks src/python/sglang/srt/environ.py"):
+        write_context(
+            loaded, "linux/amd64", BASES, tmp_path / "bad", {}, tarball("bad", {sched: b"S"}), None, Overlay((env,))
+        )
+
+
+def test_the_release_seed_sits_below_the_overlay_and_the_per_build_files_are_one_layer():
+    """A variant whose kernels are the release's gets them in runtime-base, under its overlay, so its own
+    steps are the overlay and one last layer (launchers, the profile check's record, the manifest); a
+    variant with its own kernels gets them above its overlay, where they are newer than what they read."""
+    loaded = load_recipe(SGLANG, REPO_ROOT)
+    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    base, runtime = _stage_body(shared, "runtime-base"), _stage_body(shared, "runtime")
+    assert "from=aot,source=/opt/servebuild/seed" in base and base.index("from=aot") < base.index("overlay_package.py")
+    assert "from=aot" not in runtime and runtime.count("\nRUN ") + runtime.startswith("RUN ") == 1, runtime
+    for bound in ("source=launchers", "from=profile-check", "source=manifest.json"):
+        assert bound in runtime, bound
+    own = render_dockerfile(
+        loaded.recipe,
+        loaded.sha256,
+        "linux/amd64",
+        BASES,
+        REPO_ROOT,
+        overlay_files=["python/sglang/jit_kernel/add_constant.py"],
+    )
+    assert "from=aot" not in _stage_body(own, "runtime-base")
+    assert _stage_body(own, "runtime").index("from=aot") < _stage_body(own, "runtime").index("source=manifest.json")
