@@ -228,7 +228,7 @@ RUN --mount=type=tmpfs,target=/tmp \
  && cp --preserve=mode,timestamps /mnt/launchers/.bench/bench_prompts/* /usr/local/share/servebuild-bench/bench_prompts/ \
  && mkdir -p /opt/servebuild/tools && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.py /opt/servebuild/tools/ \
  && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.pth /opt/venv/lib/python3.11/site-packages/ \
- && cp --preserve=mode,timestamps /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json \
+ && cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json \
  && mkdir -p /opt/servebuild && cp --preserve=mode,timestamps /mnt/manifest.json /opt/servebuild/manifest.json ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
 EXPOSE 30000
