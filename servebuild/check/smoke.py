@@ -17,6 +17,7 @@ from servebuild.engines import CACHE_ROOT, kind_for
 from servebuild.errors import SmokeError
 from servebuild.fsutil import write_json
 from servebuild.build.manifest import MANIFEST_PATH
+from servebuild.render.payload import IMAGE_TOOLS
 from servebuild.recipe.load import LoadedRecipe
 
 SUITE = PROJECT_DIR / "tests" / "image"
@@ -68,6 +69,8 @@ def expectations(
             "entrypoints": list(kind.entrypoints),
             "help_needs_gpu": kind.help_needs_gpu,
             "profile_check": kind.argcheck is not None,  # its builds parse every profile (argcheck)
+            # render/payload.py's row: the kinds that compile while serving carry the image's tools
+            "info_tool": f"{IMAGE_TOOLS}/servebuild_info.py" if image and kind.serve_time_jit else None,
             "cache_env": cache_env if image else {},
             "cache_paths": kind.resolved_cache_paths() if image else {},
         }

@@ -158,6 +158,14 @@ PAYLOAD: tuple[Row, ...] = (
         "serve-time-jit",
     ),
     Row(
+        "what the image is (servebuild_info.py: recipe, variant, patches, profiles, seed)",
+        TOOLS / "servebuild_info.py",
+        "launchers/.tools/servebuild_info.py",
+        f"{IMAGE_TOOLS}/servebuild_info.py",
+        "runtime",
+        "serve-time-jit",
+    ),
+    Row(
         "the recorder's .pth",
         WRITTEN,
         f"launchers/.tools/{RECORD_PTH_NAME}",

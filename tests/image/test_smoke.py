@@ -355,6 +355,23 @@ def test_launch_profile_was_parsed_by_the_engine_at_build(host, expect, profile)
     assert profile in record.get("profiles", {}), f"profile {profile} was not parsed at build time: {record}"
 
 
+def test_the_image_says_what_it_is(host, expect, manifest):
+    """servebuild_info.py, run by the image's Python, names the recipe, variant, patch stack and every
+    launch profile of the manifest, each with the parser that accepted it at build time."""
+    tool = expect.get("info_tool")
+    if not tool:
+        pytest.skip("images of an engine kind that compiles while serving carry servebuild_info.py")
+    result = host.run(f"{expect['python']} {tool} --json")
+    assert result.rc == 0, f"servebuild_info.py --json failed (rc {result.rc}): {lines_of(result)[-300:]}"
+    info = json.loads(result.stdout)
+    assert (info["recipe"], info["variant"]) == (manifest["recipe"]["name"], manifest["recipe"].get("variant")), info
+    assert [p["id"] for p in info["engine"]["patches"]] == expect["manifest"]["patches"], info
+    assert sorted(info["profiles"]) == sorted(manifest["launch"]["profiles"]), info
+    assert all(info["profiles"].values()) or not expect.get("profile_check"), f"a profile not checked: {info}"
+    shown = host.run(f"{expect['python']} {tool}")
+    assert shown.rc == 0 and f"image: {manifest['recipe']['name']}, variant" in shown.stdout, lines_of(shown)
+
+
 def test_the_bench_runs_in_the_image(host, expect):
     """servebuild-bench is on PATH with its prompts, runs on the image's Python, and refuses a server that
     never answers in one line (exit 2) with its partial record written: what a bisect --suite row runs."""
