@@ -219,12 +219,10 @@ def write_context(
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         files["source.tar"] = source_tarball
     kernels = aot_kernels(recipe, loaded.root)
-    files.update(payload.copied(recipe, bool(kernels)))
+    files.update(payload.copied(recipe, bool(kernels)))  # servebuild's own files (render/payload.py)
     if recipe.engine:  # the files of the variant its parser reads, for the check-base stage (render/reuse.py)
         bases = stage_bases(recipe.engine, overlay_files, platform)
-        _write_parser_files(
-            context, source_tarball, parser_files(recipe.engine, bases, overlay_files)
-        )  # servebuild's own files (render/payload.py)
+        _write_parser_files(context, source_tarball, parser_files(recipe.engine, bases, overlay_files))
     for stage, pinned_files in sorted((debs or {}).items()):  # checked against the lock's sha256 when fetched
         files.update({f"debs/{stage}/{path.name}": path for _, path in pinned_files if path is not None})
     for name, src in sorted(files.items()):

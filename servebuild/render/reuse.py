@@ -8,9 +8,10 @@ with the release's own dist-info), so BuildKit runs it once for every such varia
 touches it gets the stage on its own engine (`runtime-base`), and the build log names the first file
 that decided it. The profile check of such a variant runs on `check-base`: the release engine with only
 the patched files its parser reads and the files the stack adds, so variants whose parser reads the
-same bytes share one check (one whose stack deletes a parser file gets its own engine). The rule reads the patch stack's real file list (the sources station's `git apply
---numstat`), never a variant's name, and the stage a variant gets is fixed by its inputs: the image
-is the same from a cold cache or a warm one.
+same bytes share one check (one whose stack deletes a parser file gets its own engine). The rule reads
+the patch stack's real file list (the sources station's `git apply --numstat`), never a variant's name,
+and the stage a variant gets is fixed by its inputs: the image is the same from a cold cache or a warm
+one.
 """
 
 from __future__ import annotations
@@ -77,10 +78,6 @@ class StageBase:
 
 def _covered(site: str, prefixes: Sequence[str]) -> bool:
     return any(site == p or (p.endswith("/") and site.startswith(p)) or p == "" for p in prefixes)
-
-
-def _first(files: Sequence[str], rule) -> Optional[str]:
-    return next((f for f in sorted(files) if rule(f)), None)
 
 
 def stage_bases(engine, overlay_files, platform: str) -> dict[str, StageBase]:
