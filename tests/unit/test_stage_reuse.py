@@ -134,19 +134,17 @@ def _stage_from(text: str, stage: str) -> str:
     return re.search(rf"^FROM (\S+) AS {stage}$", text, re.M).group(1)
 
 
-def test_the_dockerfile_puts_each_stage_where_the_rule_says_and_names_why():
+def _render(overlay_files) -> str:
+    """The SGLang recipe's Dockerfile for linux/amd64 with these patched files (render/reuse.py decides)."""
     loaded = load_recipe(SGLANG, REPO_ROOT)
-    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    return render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=overlay_files)
+
+
+def test_the_dockerfile_puts_each_stage_where_the_rule_says_and_names_why():
+    shared = _render([])
     assert _stage_from(shared, "aot") == _stage_from(shared, "profile-check") == "engine-release"
     assert "FROM runtime-release AS engine-release" in shared and "FROM runtime-release AS runtime-base" in shared
-    own = render_dockerfile(
-        loaded.recipe,
-        loaded.sha256,
-        "linux/amd64",
-        BASES,
-        REPO_ROOT,
-        overlay_files=["python/sglang/jit_kernel/add_constant.py"],
-    )
+    own = _render(["python/sglang/jit_kernel/add_constant.py"])
     assert _stage_from(own, "aot") == "runtime-base" and _stage_from(own, "profile-check") == "engine-release"
     assert "# aot: built on this variant's engine (python/sglang/jit_kernel/add_constant.py is a kernel input" in own
     # everything up to the build-time stages is the same text: the runtime image's layers do not move
@@ -194,18 +192,10 @@ def _stage_body(text: str, stage: str) -> str:
 
 
 def test_the_dockerfile_of_a_kernel_source_edit_reuses_the_release_build():
-    loaded = load_recipe(SGLANG, REPO_ROOT)
-    text = render_dockerfile(
-        loaded.recipe,
-        loaded.sha256,
-        "linux/amd64",
-        BASES,
-        REPO_ROOT,
-        overlay_files=["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"],
-    )
+    text = _render(["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"])
     assert _stage_from(text, "aot-release") == "engine-release" and _stage_from(text, "aot") == "runtime-base"
     # the release's aot stage is the release build's own text (BuildKit finds it cached)
-    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    shared = _render([])
     assert _stage_body(text, "aot-release") == _stage_body(shared, "aot")
     variant = _stage_body(text, "aot")
     assert (
@@ -282,20 +272,12 @@ def test_the_release_seed_sits_below_the_overlay_and_the_per_build_files_are_one
     """A variant whose kernels are the release's gets them in runtime-base, under its overlay, so its own
     steps are the overlay and one last layer (launchers, the profile check's record, the manifest); a
     variant with its own kernels gets them above its overlay, where they are newer than what they read."""
-    loaded = load_recipe(SGLANG, REPO_ROOT)
-    shared = render_dockerfile(loaded.recipe, loaded.sha256, "linux/amd64", BASES, REPO_ROOT, overlay_files=[])
+    shared = _render([])
     base, runtime = _stage_body(shared, "runtime-base"), _stage_body(shared, "runtime")
     assert "from=aot,source=/opt/servebuild/seed" in base and base.index("from=aot") < base.index("overlay_package.py")
     assert "from=aot" not in runtime and runtime.count("\nRUN ") + runtime.startswith("RUN ") == 1, runtime
     for bound in ("source=launchers", "from=profile-check", "source=manifest.json"):
         assert bound in runtime, bound
-    own = render_dockerfile(
-        loaded.recipe,
-        loaded.sha256,
-        "linux/amd64",
-        BASES,
-        REPO_ROOT,
-        overlay_files=["python/sglang/jit_kernel/add_constant.py"],
-    )
+    own = _render(["python/sglang/jit_kernel/add_constant.py"])
     assert "from=aot" not in _stage_body(own, "runtime-base")
     assert _stage_body(own, "runtime").index("from=aot") < _stage_body(own, "runtime").index("source=manifest.json")
