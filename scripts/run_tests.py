@@ -1,14 +1,23 @@
-"""The whole test suite in two concurrent pytest runs (issue 30: CI inside 45 minutes, every tier real).
+"""The whole test suite in two pytest runs, concurrent when the disk allows (issue 30: CI inside 45
+minutes, every tier real).
 
     .venv/bin/python scripts/run_tests.py [PYTEST ARGS...]
 
-The two engine-image tests (SGLang and vLLM, about half of CI's time, `-m engine_image`) run on a
-second dockerd this script starts (its own data root, exec root, socket and bridge, no iptables rules:
-tests/integration/test_farm.py's SecondEngine; RUN steps use the host network); everything else runs
-at the same time on the machine's engine. Each run has its own engine, build cache, image store, prune
-and temp directory, so neither sees the other's images or has its cache pruned under it. The engine
-images' run is written to build/tests/engine-images.log (its summary is printed at the end); the other
-run streams here. Then the ten slowest tests and each tier's total over both runs. Exit status: the
+The two engine-image tests (SGLang and vLLM, about half of CI's time, `-m engine_image`) and the tests
+that build a multi-GB image on an engine of their own (`-m disk_heavy`: the torch pair on two engines)
+run on a second dockerd this script starts (its own data root, exec root, socket and bridge, no iptables
+rules: tests/integration/test_farm.py's SecondEngine; RUN steps use the host network), one after the
+other; everything else runs on the machine's engine. Each run has its own engine, build cache, image
+store, prune and temp directory, so neither sees the other's images or has its cache pruned under it.
+
+The two runs go at the same time when the disk has room for both peaks (NEED_GB, measured), else one
+after the other (slower, under CI's limit), and the script says which and why before it starts:
+a full disk fails a build far from its cause (CI's run of 2026-12-06 ran out at 1,860 s).
+SERVEBUILD_TEST_ORDER=concurrent or sequential overrides the choice.
+
+The engine images' run is written to build/tests/engine-images.log (its summary is printed at the end);
+the other run streams here. Then the ten slowest tests, each tier's total over both runs, and the disk:
+the free space at start, the least seen and when (samples in build/tests/disk.json). Exit status: the
 first run that failed (pytest's own code; 5, no tests collected, is a failure too), else 0.
 
 `python -m pytest` still runs everything, one test at a time, on one engine.
@@ -32,39 +41,73 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 from integration.test_farm import SecondEngine  # noqa: E402
 
 OUT = ROOT / "build" / "tests"
-ENGINE_TESTS = ["tests/integration/test_engine_images.py", "-m", "engine_image"]
+NODE2 = "engine_image or disk_heavy"
+# the peak disk use of each run alone, measured (GB; docs/how-to/run-the-tests.md), and the room kept free
+NEED_GB = {"engine-images": 30.0, "rest": 18.0}
+MARGIN_GB = 8.0
 
 
 class DiskWatch:
-    """The least free space seen on each filesystem the runs write to (sampled every few seconds):
-    two concurrent runs need the sum of their peaks, and a full disk fails builds far from its cause."""
+    """The free space on each filesystem the runs write to, sampled every few seconds: the least seen
+    and when, the free space at start, and the samples (two concurrent runs need the sum of their
+    peaks, and a full disk fails builds far from its cause)."""
 
     def __init__(self, paths: list[Path], every: float = 5.0):
         self.paths = {os.stat(p).st_dev: p for p in paths if p.exists()}
         self.least: dict[int, tuple[int, float]] = {}
+        self.first: dict[int, int] = {}
+        self.samples: list[tuple[float, dict[str, float]]] = []
         self.start = time.monotonic()
         self.every = every
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
+        at = time.monotonic() - self.start
+        row = {}
         for dev, path in self.paths.items():
             try:
                 free = shutil.disk_usage(path).free
             except OSError:
                 continue
+            self.first.setdefault(dev, free)
+            row[str(path)] = round(free / 1e9, 2)
             if dev not in self.least or free < self.least[dev][0]:
-                self.least[dev] = (free, time.monotonic() - self.start)
+                self.least[dev] = (free, at)
+        self.samples.append((round(at, 1), row))
 
     def _run(self) -> None:
         while not self.stop.wait(self.every):
             self.sample()
 
+    def free_gb(self) -> float:
+        """The least free space now over the watched filesystems."""
+        self.sample()
+        return min(self.samples[-1][1].values(), default=float("inf"))
+
     def report(self) -> str:
         return "; ".join(
-            f"{self.paths[d]}'s filesystem least free {free / 1e9:.1f} GB at {at:.0f} s"
+            f"{self.paths[d]}'s filesystem {self.first[d] / 1e9:.1f} GB free at start, least {free / 1e9:.1f} GB "
+            f"at {at:.0f} s (peak use {(self.first[d] - free) / 1e9:.1f} GB)"
             for d, (free, at) in sorted(self.least.items())
         )
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps({"every_s": self.every, "samples": self.samples}) + "\n")
+
+
+def choose_order(free_gb: float) -> tuple[str, str]:
+    """(concurrent|sequential, why): both runs at once only when the disk holds both peaks and a margin."""
+    both = sum(NEED_GB.values()) + MARGIN_GB
+    forced = os.environ.get("SERVEBUILD_TEST_ORDER", "")
+    if forced in ("concurrent", "sequential"):
+        return forced, f"SERVEBUILD_TEST_ORDER={forced}"
+    if free_gb >= both:
+        return "concurrent", f"{free_gb:.1f} GB free holds both runs' peaks ({both:.0f} GB with the margin)"
+    return "sequential", (
+        f"{free_gb:.1f} GB free is less than both runs' peaks ({both:.0f} GB with the margin): "
+        f"one after the other (each needs about {max(NEED_GB.values()) + MARGIN_GB:.0f} GB), slower"
+    )
 
 
 def pytest(name: str, args: list[str], env: dict, log=None) -> subprocess.Popen:
@@ -116,35 +159,38 @@ def main(extra: list[str]) -> int:
     print(f"run_tests: starting a second dockerd for the engine-image tests ({node.dir})", flush=True)
     node.start()
     watch = DiskWatch([docker_root(), node.dir, Path(tempfile.gettempdir()), ROOT])
-    watch.sample()
+    order, why = choose_order(watch.free_gb())
     print(f"run_tests: disk at start: {watch.report()}", flush=True)
+    print(f"run_tests: the two runs {'at once' if order == 'concurrent' else 'one after the other'}: {why}", flush=True)
     watch.thread.start()
     engine_log = OUT / "engine-images.log"
+    codes: dict[str, int] = {}
     try:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
         with engine_log.open("w") as log:
-            images = pytest(
-                "engine-images",
-                [*ENGINE_TESTS, *extra],
-                {**base, "DOCKER_HOST": f"unix://{node.sock}", "SERVEBUILD_TEST_BUILD_NETWORK": "host"},
-                log,
-            )
-            print(
-                f"run_tests: engine-image tests on node 2 (pid {images.pid}, log {engine_log}); the rest here",
-                flush=True,
-            )
-            rest = pytest("rest", ["-m", "not engine_image", *extra], base)
-            codes = {"rest": rest.wait()}
-            print(
-                f"\nrun_tests: the rest exited {codes['rest']} after {time.monotonic() - start:.0f} s; "
-                f"waiting for the engine-image tests",
-                flush=True,
-            )
+
+            def node2_run() -> subprocess.Popen:
+                proc = pytest(
+                    "engine-images",
+                    ["-m", NODE2, *extra],
+                    {**base, "DOCKER_HOST": f"unix://{node.sock}", "SERVEBUILD_TEST_BUILD_NETWORK": "host"},
+                    log,
+                )
+                print(f"run_tests: engine-image tests on node 2 (pid {proc.pid}, log {engine_log})", flush=True)
+                return proc
+
+            images = node2_run() if order == "concurrent" else None
+            rest = pytest("rest", ["-m", f"not ({NODE2})", *extra], base)
+            codes["rest"] = rest.wait()
+            print(f"\nrun_tests: the rest exited {codes['rest']} after {time.monotonic() - start:.0f} s", flush=True)
+            if images is None:
+                images = node2_run()
             codes["engine-images"] = images.wait()
     finally:
         watch.stop.set()
         node.stop()
         subprocess.run(["rm", "-rf", str(node.dir)], capture_output=True)
+        watch.write(OUT / "disk.json")
     tail = engine_log.read_text(errors="replace").splitlines()
     cut = next(
         (i for i, line in enumerate(tail) if "short test summary" in line or "recipes checked" in line),
@@ -153,9 +199,12 @@ def main(extra: list[str]) -> int:
     print(f"\n==== engine-image tests (node 2; whole log: {engine_log}) ====")
     print("\n".join(tail[cut:]))
     summary(["rest", "engine-images"])
-    print(f"run_tests: disk: {watch.report()}")
-    print(f"run_tests: {', '.join(f'{k} exit {v}' for k, v in codes.items())}; wall {time.monotonic() - start:.0f} s")
-    failed = [code for code in (codes["rest"], codes["engine-images"]) if code != 0]
+    print(f"run_tests: disk: {watch.report()} (samples: {OUT / 'disk.json'})")
+    print(
+        f"run_tests: {order}; {', '.join(f'{k} exit {v}' for k, v in codes.items())}; "
+        f"wall {time.monotonic() - start:.0f} s"
+    )
+    failed = [code for code in (codes.get("rest", 1), codes.get("engine-images", 1)) if code != 0]
     return failed[0] if failed else 0
 
 

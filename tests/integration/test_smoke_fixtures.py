@@ -53,7 +53,7 @@ def run_smoke(engine, tag, loaded, out_dir):
 
 
 @pytest.fixture(scope="module")
-def torch_image(engine, base_images, tmp_path_factory):
+def torch_image(engine, amd64_base, tmp_path_factory):
     """The real torch-cu130-bookworm recipe (the README's main job) for amd64."""
     tag = "servebuild-test/torch-cu130-bookworm:amd64"
     result, seconds = build_fixture(
@@ -98,6 +98,7 @@ def test_require_gpu_turns_the_skip_into_a_failure(engine, torch_image, tmp_path
     assert "--require-gpu" in results["test_gpu_matmul"][1]
 
 
+@pytest.mark.disk_heavy
 def test_the_torch_pair_is_one_image_on_two_engines(engine, torch_image, tmp_path):
     """Bit for bit across machines on a real recipe (issues 20 and 29): a second dockerd (its own data
     root, exec root, bridge, and an empty build cache) bootstraps its own base from the lock's Debian

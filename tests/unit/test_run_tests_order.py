@@ -1,0 +1,40 @@
+"""scripts/run_tests.py runs its two pytest runs at once only when the disk holds both peaks (CI's run of
+2026-12-06 filled its disk at 1,860 s with both at once); otherwise one after the other, and it says why."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from support import REPO_ROOT
+
+
+@pytest.fixture
+def run_tests(monkeypatch):
+    spec = importlib.util.spec_from_file_location("run_tests", REPO_ROOT / "scripts" / "run_tests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.delenv("SERVEBUILD_TEST_ORDER", raising=False)
+    return module
+
+
+def test_the_measured_peaks_are_filled_in(run_tests):
+    assert all(gb > 5 for gb in run_tests.NEED_GB.values()), run_tests.NEED_GB
+
+
+def test_both_at_once_only_when_both_peaks_and_the_margin_fit(run_tests):
+    both = sum(run_tests.NEED_GB.values()) + run_tests.MARGIN_GB
+    order, why = run_tests.choose_order(both + 0.1)
+    assert order == "concurrent" and "holds both" in why
+    order, why = run_tests.choose_order(both - 0.1)
+    assert order == "sequential" and f"{both - 0.1:.1f} GB free" in why
+
+
+def test_the_order_can_be_forced(run_tests, monkeypatch):
+    monkeypatch.setenv("SERVEBUILD_TEST_ORDER", "sequential")
+    assert run_tests.choose_order(1e6)[0] == "sequential"
+    monkeypatch.setenv("SERVEBUILD_TEST_ORDER", "concurrent")
+    assert run_tests.choose_order(0.0)[0] == "concurrent"
+    monkeypatch.setenv("SERVEBUILD_TEST_ORDER", "sideways")  # not an order: the disk decides
+    assert run_tests.choose_order(0.0)[0] == "sequential"
