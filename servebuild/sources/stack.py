@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from servebuild.sources.archives import unpack_release, write_tarball
+from servebuild.sources import releases
+from servebuild.sources.archives import write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import GitMirrors, git
@@ -254,9 +255,8 @@ class SourceCache(GitMirrors):
             )
         return diff
 
-    @staticmethod
     def _lay_out(
-        source: EngineSource, tree: Path, repo: Optional[Path], release: Optional[tuple[Path, str, str, str]]
+        self, source: EngineSource, tree: Path, repo: Optional[Path], release: Optional[tuple[Path, str, str, str]]
     ) -> tuple[dict, dict, Optional[set]]:
         """A fresh git work tree of the unpatched source: (git env, origin record, release files)."""
         if tree.exists():
@@ -268,8 +268,7 @@ class SourceCache(GitMirrors):
             git("read-tree", "--reset", "-u", source.commit, cwd=tree, env=env)
             return env, {"from": "git", "commit": source.commit}, None
         path, digest, kind, prefix = release
-        release_files = unpack_release(path, kind, prefix, tree)
-        git("add", "-A", ".", cwd=tree, env=env)
+        release_files = releases.check_out(self.root, path, digest, kind, prefix, tree, env)
         return (
             env,
             {
