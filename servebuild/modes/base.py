@@ -43,6 +43,9 @@ class InstallMode:
     name = ""
     compiles = False  # the engine stage runs a native compile (gets MAX_JOBS/NVCC_THREADS)
     accepts_native_patches = False
+    # the context carries only what the stack changes (overlay.tar: those files under src/, as in the source
+    # tarball; overlay-deleted.txt: the tree paths it deletes), not the whole patched tree (source.tar)
+    overlay_only = False
     required_fields: tuple[str, ...] = ()  # engine fields that must be set, e.g. ("precompiled",)
     help = ""
 

@@ -13,6 +13,7 @@ from servebuild.modes.base import RELABEL_TOOL, Fragment, InstallMode, TreeOrigi
 class WheelOverlay(InstallMode):
     name = "wheel-overlay"
     required_fields = ("precompiled", "overlay_from")
+    overlay_only = True  # the runtime fragment writes the changed files over the release install
     help = "the release wheel with its Python package replaced by the patched one"
 
     def context_files(self, engine, platform):

@@ -27,7 +27,7 @@ from servebuild.render import payload
 from servebuild.render.aot import RELEASE_AOT, aot_argv, aot_kernels, aot_reuse_argv, aot_spec, site_packages
 from servebuild.errors import InputError, IntegrityError
 from servebuild.modes.base import ENGINE_SITE
-from servebuild.render.reuse import PARSER, parser_files, stage_bases
+from servebuild.render.reuse import PARSER, Overlay, parser_files, stage_bases
 from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
@@ -186,6 +186,25 @@ def _write_parser_files(context: Path, tarball: Path, wanted: dict[str, str]) ->
         raise IntegrityError(f"the prepared source {tarball.name} lacks {sorted(members)[0]}")
 
 
+def _write_overlay(context: Path, tarball: Path, overlay: Optional[Overlay]) -> None:
+    """overlay.tar <- the source tarball's entries of the files the stack changes or adds that the
+    patched tree holds (their headers and bytes as they are there, in its order); overlay-deleted.txt
+    <- the tree paths the stack deletes. No stack (or a dry run, which prepares none): both empty."""
+    wanted = {f"src/{f}" for f in (overlay.changed + overlay.created if overlay else ())} - {
+        f"src/{f}" for f in (overlay.deleted if overlay else ())
+    }
+    with tarfile.open(context / "overlay.tar", "w", format=tarfile.PAX_FORMAT) as out:
+        if wanted:
+            with tarfile.open(tarball) as tar:
+                for member in tar:
+                    if member.name in wanted:
+                        wanted.discard(member.name)
+                        out.addfile(member, tar.extractfile(member) if member.isfile() else None)
+    if wanted:  # the sources station said the patched tree has them
+        raise IntegrityError(f"the prepared source {tarball.name} lacks {sorted(wanted)[0]}")
+    (context / "overlay-deleted.txt").write_text("".join(f"{f}\n" for f in (overlay.deleted if overlay else ())))
+
+
 def write_context(
     loaded: LoadedRecipe,
     platform: str,
@@ -217,7 +236,10 @@ def write_context(
             {name: loaded.root / rel for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()}
         )
         assert source_tarball is not None, "an engine recipe needs its source tarball"
-        files["source.tar"] = source_tarball
+        if recipe.engine.mode.overlay_only:
+            _write_overlay(context, source_tarball, Overlay.of(overlay_files))
+        else:
+            files["source.tar"] = source_tarball
     kernels = aot_kernels(recipe, loaded.root)
     files.update(payload.copied(recipe, bool(kernels)))  # servebuild's own files (render/payload.py)
     if recipe.engine:  # the files of the variant its parser reads, for the check-base stage (render/reuse.py)

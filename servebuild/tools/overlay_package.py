@@ -1,7 +1,9 @@
 """Runs inside the image (standard library only): relabel an installed distribution with the
 version that names its patch stack, and (with --package/--tree) first make its package hold exactly
 the patched tree: files the stack deletes are removed, changed files rewritten (and compiled), and
-nothing else is touched, so the layer holds only what the patches change.
+nothing else is touched, so the layer holds only what the patches change. With --deleted the tree
+holds only the files the stack changes or adds (the build context then carries those, not the whole
+tree), and the list names what it deletes: the package ends the same either way.
 
 With --info-from DIR the release's dist-info is read from DIR (the engine stage keeps it out of the
 shared engine layer) and the relabelled one is written into the site: the step deletes nothing of a
@@ -28,14 +30,19 @@ def record_row(site: Path, path: Path) -> list[str]:
     return [path.relative_to(site).as_posix(), f"sha256={digest}", str(len(data))]
 
 
-def sync_tree(tree: Path, package: Path) -> list[Path]:
-    """Make `package` hold exactly the files of `tree`, writing only what differs; return them."""
-    def files(root: Path) -> set[Path]:
-        return {p.relative_to(root) for p in root.rglob("*")
-                if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(root).parts}
+def _files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*")
+            if (p.is_file() or p.is_symlink()) and "__pycache__" not in p.relative_to(root).parts}
 
-    want, have = files(tree), files(package)
-    for rel in sorted(have - want):  # deleted (or renamed away) by the stack
+
+def sync_tree(tree: Path, package: Path, deleted: list[Path] | None = None) -> list[Path]:
+    """Make `package` hold exactly the files of `tree`, writing only what differs; return them.
+    With `deleted` (package paths), `tree` holds only the files the stack changes or adds: those
+    are written where they differ, the deleted ones removed, and nothing else is looked at."""
+    want = _files(tree)
+    gone = _files(package) - want if deleted is None else {
+        rel for rel in deleted if (package / rel).is_file() or (package / rel).is_symlink()}
+    for rel in sorted(gone):  # deleted (or renamed away) by the stack
         (package / rel).unlink()
         for stale in (package / rel).parent.joinpath("__pycache__").glob(f"{rel.stem}.*.pyc"):
             stale.unlink()
@@ -62,6 +69,9 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, help="the patched package to put in its place")
     ap.add_argument("--version", required=True)
     ap.add_argument("--info-from", type=Path, help="where the release's dist-info is (read only; not in --site)")
+    ap.add_argument("--deleted", type=Path, help="with --tree holding only the changed files: the tree paths the "
+                    "stack deletes, one a line (those outside --deleted-under are not the package's)")
+    ap.add_argument("--deleted-under", default="", help="the tree path of the package (with --deleted)")
     a = ap.parse_args()
     norm = re.sub(r"[-_.]+", "_", a.dist).lower()
     infos_in = lambda d: [p for p in d.glob("*.dist-info") if p.name.lower().startswith(norm + "-")]  # noqa: E731
@@ -78,7 +88,12 @@ def main() -> int:
         package = a.site / (a.package or "")
         if not a.package or not a.tree or not package.is_dir() or not a.tree.is_dir():
             sys.exit(f"overlay: --package and --tree must both name directories ({package}, {a.tree})")
-        changed = sync_tree(a.tree, package)
+        deleted = None
+        if a.deleted:
+            under = a.deleted_under.strip("/") + "/"
+            deleted = [Path(line[len(under):]) for line in a.deleted.read_text().splitlines()
+                       if line.startswith(under)]
+        changed = sync_tree(a.tree, package, deleted)
         print(f"overlay: {len(changed)} file(s) of {a.package} changed by the patch stack")
         replaced = sorted(package.rglob("*"))
     new_info = a.site / f"{old_info.name.split('-')[0]}-{a.version}.dist-info"

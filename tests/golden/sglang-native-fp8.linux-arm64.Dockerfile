@@ -153,13 +153,14 @@ RUN --mount=type=tmpfs,target=/tmp \
 ARG ENGINE_VERSION=0.5.16
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
-    --mount=type=bind,source=source.tar,target=/mnt/source.tar \
+    --mount=type=bind,source=overlay.tar,target=/mnt/overlay.tar \
+    --mount=type=bind,source=overlay-deleted.txt,target=/mnt/overlay-deleted.txt \
     --mount=type=bind,from=engine,source=/opt/engine-info,target=/mnt/engine-info \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
- && ( tar -xf /mnt/source.tar -C /tmp \
+ && ( mkdir -p /tmp/src/python/sglang && tar -xf /mnt/overlay.tar -C /tmp \
  && /opt/venv/bin/python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
     --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
-    --info-from /mnt/engine-info \
+    --info-from /mnt/engine-info --deleted /mnt/overlay-deleted.txt --deleted-under python/sglang \
  && rm -rf /tmp/src \
  && /opt/venv/bin/python -m pip list --format=freeze > /opt/servebuild/packages.txt ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start

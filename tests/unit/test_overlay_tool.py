@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,37 @@ def test_with_info_from_a_dist_info_already_in_the_site_is_refused(tmp_path):
     (info / "demo-1.0.dist-info" / "RECORD").write_text("")
     out = run_tool("--site", site, "--dist", "demo", "--version", "1.0+sb1.abc", "--info-from", info)
     assert out.returncode != 0 and "already holds a demo dist-info" in out.stderr, out.stderr
+
+
+def test_the_changed_files_alone_give_the_site_the_whole_tree_gives(tmp_path):
+    """The build context carries only what the stack changes (overlay.tar, overlay-deleted.txt), not the
+    whole patched tree: the site, its compiled files and the relabelled RECORD end byte for byte as with
+    the whole tree, and a deleted path outside the package or absent from the site is passed over."""
+    changed = {"__init__.py": "VALUE = 2\n", "new.py": "NEW = True\n", "sub/deep.py": "DEEP = 1\n"}
+    sites = {}
+    make_site(tmp_path / "release")
+    for how in ("whole", "changed"):  # at one path: the compiled files name their source
+        site, tree = tmp_path / "site", tmp_path / "src" / "python" / "demo"
+        for old in (site, tmp_path / "src"):
+            shutil.rmtree(old, ignore_errors=True)
+        shutil.copytree(tmp_path / "release", site)  # one release install, times and all
+        tree.mkdir(parents=True)
+        if how == "whole":  # the patched tree: every file of the package but the deleted one
+            for name in ("keep.py", "data.cuh"):
+                (tree / name).write_bytes((site / "demo" / name).read_bytes())
+        for name, text in changed.items():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_text(text)
+        for path in tree.rglob("*"):  # as the tarball gives them: one fixed time (the .pyc files carry it)
+            os.utime(path, (946684800, 946684800))
+        args = ["--site", site, "--dist", "demo", "--package", "demo", "--tree", tree, "--version", "1.0+sb1.abc"]
+        if how == "changed":
+            listed = tmp_path / "deleted.txt"
+            listed.write_text("python/demo/gone.py\npython/demo/never-there.py\ndocs/gone.md\n")
+            args += ["--deleted", listed, "--deleted-under", "python/demo/"]
+        out = run_tool(*args)
+        assert out.returncode == 0, out.stderr
+        assert "3 file(s) of demo changed" in out.stdout, out.stdout
+        sites[how] = {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+    assert sites["changed"] == sites["whole"]
+    assert "demo/gone.py" not in sites["whole"] and "demo/sub/deep.py" in sites["whole"]
