@@ -187,15 +187,15 @@ ENV CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" \
 # has read its argv (no GPU, no model, no network needed); only its record reaches the image
 # profile-check: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS profile-check
+# servebuild: unsettled (only the check's record reaches the image, copied there as a new file)
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=launchers,target=/mnt/launchers \
     --mount=type=bind,source=argcheck,target=/mnt/argcheck \
-    touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && rm /tmp/.servebuild-layer-times && export SERVEBUILD_SETTLED=$(( ${newest%%.*} + 1 > 946684800 ? ${newest%%.*} + 1 : 946684800 )) \
+    export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 \
  && ( cp -a --no-preserve=ownership /mnt/launchers/. /usr/local/bin/ \
  && mkdir -p /opt/servebuild/argcheck && cp -a --no-preserve=ownership /mnt/argcheck/. /opt/servebuild/argcheck/ \
- && /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-native-fp8-bookworm --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-native-fp8 sglang-native-fp8-fixed-prefill ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && find / -xdev -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + && rm /tmp/.servebuild-layer-start
+ && /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-native-fp8-bookworm --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-native-fp8 sglang-native-fp8-fixed-prefill )
 # ---- aot stage: kernels compiled ahead of time for 9.0a with no GPU, by the image's own
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
 # aot: built on this variant's engine (the patch stack's files are not known before its sources are prepared)

@@ -19,7 +19,7 @@ from servebuild.errors import InputError
 from servebuild.plan.make import created_timestamp
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
-from servebuild.render.settle import INDENT, MARK, SETTLE, START, TMP, SettleError, settle
+from servebuild.render.settle import ENV, INDENT, MARK, SETTLE, START, TMP, UNSETTLED, SettleError, settle
 from support import REPO_ROOT
 
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.stem.endswith((".lock", ".ids")))
@@ -36,8 +36,13 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
         text = render_dockerfile(loaded.recipe, loaded.sha256, platform, {"build": "b", "runtime": "r"}, REPO_ROOT)
         steps = instructions(text)
         assert steps and not any(s.startswith("COPY") for s in steps)
-        for step in (s for s in steps if s.startswith("RUN")):
-            assert START in step and step.endswith(SETTLE), step[:120]
+        unsettled = unsettled_stages(text)
+        assert unsettled == ({"profile-check"} if " AS profile-check\n" in text else set()), unsettled
+        for stage, step in ((st, s) for st, s in stage_steps(text) if s.startswith("RUN")):
+            if stage in unsettled:  # its layer reaches no image (checked below): no walks, the rest as settled
+                assert START not in step and SETTLE not in step and f"export {ENV} \\\n && ( " in step, step[:200]
+            else:
+                assert START in step and step.endswith(SETTLE), step[:120]
             binds = re.findall(r"--mount=type=bind,[^ ]*target=(\S+)", step)
             assert all(t.startswith("/mnt/") for t in binds), binds
             assert ("--mount=type=tmpfs,target=/mnt " in step) == bool(binds), step[:200]
@@ -48,6 +53,45 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
             assert not SETTLE.endswith(" /tmp") and not re.search(
                 r"cp -a --no-preserve=ownership /mnt/src\S* /tmp", step
             )
+
+
+def stage_steps(text: str) -> list[tuple[str, str]]:
+    """(stage name, instruction) for every RUN, COPY and ADD of a rendered Dockerfile."""
+    out, stage = [], None
+    for part in re.split(r"^(FROM \S+ AS \S+)$", text, flags=re.M):
+        head = re.match(r"FROM \S+ AS (\S+)$", part)
+        if head:
+            stage = head.group(1)
+        else:
+            out += [(stage, step) for step in instructions(part)]
+    return out
+
+
+def unsettled_stages(text: str) -> set[str]:
+    """The stages with an unsettled step; each must reach the image only as the profile check's record,
+    bind-mounted and copied as a new file (no FROM, no COPY --from, no cp that keeps its times)."""
+    stages = set()
+    for stage, step in stage_steps(text):
+        if step.startswith("RUN") and START not in step:
+            stages.add(stage)
+    assert stages <= {"profile-check"}, stages
+    for stage in stages:
+        assert not re.search(rf"^FROM {stage} ", text, re.M)
+        uses = re.findall(rf"--mount=type=bind,from={stage},([^ ]+)", text)
+        assert uses == ["source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json"], uses
+        assert "cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json" in text
+        assert "--preserve=mode,timestamps /mnt/profiles-checked.json" not in text
+    return stages
+
+
+def test_an_unsettled_run_skips_the_walks_and_only_the_next_run():
+    out = settle(f"FROM x\n{UNSETTLED} (test)\nRUN --mount=type=bind,source=a,target=/mnt/a a\nRUN b\n")
+    first, second = instructions(out)
+    assert START not in first and SETTLE not in first and first.startswith(f"RUN {TMP}{INDENT}")
+    assert "--mount=type=tmpfs,target=/mnt" in first and f"export {ENV}" in first
+    assert START in second and second.endswith(SETTLE)
+    with pytest.raises(SettleError, match="must come right before a RUN"):
+        settle(f"FROM x\n{UNSETTLED}\nCOPY a /b\n")
 
 
 def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
