@@ -5,6 +5,7 @@ Every value the templates print is prepared here; templates only compose fragmen
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -163,45 +164,54 @@ def render_dockerfile(
         ) from None
 
 
-def _write_parser_files(context: Path, tarball: Path, wanted: dict[str, str]) -> None:
+def _tree_members(tarball: Path, names: set[str]) -> dict[str, tuple[tarfile.TarInfo, Optional[bytes]]]:
+    """The source tarball's entries `names` (src/TREE_PATH) with their bytes (None for a link), in one
+    pass that ends when all are found; one that is missing is an IntegrityError (the sources station
+    said the patched tree has it)."""
+    found: dict[str, tuple[tarfile.TarInfo, Optional[bytes]]] = {}
+    if names:
+        with tarfile.open(tarball) as tar:
+            for member in tar:
+                if member.name in names:
+                    found[member.name] = (member, tar.extractfile(member).read() if member.isfile() else None)
+                    if len(found) == len(names):
+                        break
+    missing = sorted(names - set(found))
+    if missing:
+        raise IntegrityError(f"the prepared source {tarball.name} lacks {missing[0]}")
+    return found
+
+
+def _write_parser_files(context: Path, members: dict, wanted: dict[str, str]) -> None:
     """check-overlay/SITE_PATH <- the patched tree's file (the tarball's src/TREE_PATH), for each wanted file."""
-    if not wanted:
-        return
-    members = {f"src/{tree}": site for site, tree in wanted.items()}
-    with tarfile.open(tarball) as tar:
-        for member in tar:
-            site = members.pop(member.name, None)
-            if site is None:
-                continue
-            target = context / "check-overlay" / site
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if not member.isfile():  # a link the parser reads: git and the overlay carry it, the check-base does not
-                raise InputError(
-                    f"{member.name.removeprefix('src/')} is not a regular file in the patched tree; the profile "
-                    f"check of a variant cannot carry it (remove the link from the patch)"
-                )
-            target.write_bytes(tar.extractfile(member).read())
-            target.chmod(member.mode & 0o755)
-    if members:  # the sources station said the patched tree has them
-        raise IntegrityError(f"the prepared source {tarball.name} lacks {sorted(members)[0]}")
+    for site, tree in sorted(wanted.items()):
+        member, data = members[f"src/{tree}"]
+        if data is None:  # a link the parser reads: git and the overlay carry it, the check-base does not
+            raise InputError(
+                f"{tree} is not a regular file in the patched tree; the profile "
+                f"check of a variant cannot carry it (remove the link from the patch)"
+            )
+        target = context / "check-overlay" / site
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(member.mode & 0o755)
 
 
-def _write_overlay(context: Path, tarball: Path, overlay: Optional[Overlay]) -> None:
+def _overlay_names(overlay: Optional[Overlay]) -> set[str]:
+    """The tarball entries of the files the stack changes or adds that the patched tree holds."""
+    if overlay is None:
+        return set()
+    return {f"src/{f}" for f in overlay.changed + overlay.created} - {f"src/{f}" for f in overlay.deleted}
+
+
+def _write_overlay(context: Path, members: dict, overlay: Optional[Overlay]) -> None:
     """overlay.tar <- the source tarball's entries of the files the stack changes or adds that the
     patched tree holds (their headers and bytes as they are there, in its order); overlay-deleted.txt
     <- the tree paths the stack deletes. No stack (or a dry run, which prepares none): both empty."""
-    wanted = {f"src/{f}" for f in (overlay.changed + overlay.created if overlay else ())} - {
-        f"src/{f}" for f in (overlay.deleted if overlay else ())
-    }
     with tarfile.open(context / "overlay.tar", "w", format=tarfile.PAX_FORMAT) as out:
-        if wanted:
-            with tarfile.open(tarball) as tar:
-                for member in tar:
-                    if member.name in wanted:
-                        wanted.discard(member.name)
-                        out.addfile(member, tar.extractfile(member) if member.isfile() else None)
-    if wanted:  # the sources station said the patched tree has them
-        raise IntegrityError(f"the prepared source {tarball.name} lacks {sorted(wanted)[0]}")
+        for name in sorted(_overlay_names(overlay)):
+            member, data = members[name]
+            out.addfile(member, io.BytesIO(data) if data is not None else None)
     (context / "overlay-deleted.txt").write_text("".join(f"{f}\n" for f in (overlay.deleted if overlay else ())))
 
 
@@ -236,15 +246,20 @@ def write_context(
             {name: loaded.root / rel for name, rel in recipe.engine.mode.context_files(recipe.engine, platform).items()}
         )
         assert source_tarball is not None, "an engine recipe needs its source tarball"
-        if recipe.engine.mode.overlay_only:
-            _write_overlay(context, source_tarball, Overlay.of(overlay_files))
+        overlay = Overlay.of(overlay_files)
+        # the files of the variant its parser reads, for the check-base stage (render/reuse.py)
+        parser = parser_files(recipe.engine, stage_bases(recipe.engine, overlay, platform), overlay)
+        only = recipe.engine.mode.overlay_only
+        members = _tree_members(
+            source_tarball, {f"src/{tree}" for tree in parser.values()} | (_overlay_names(overlay) if only else set())
+        )
+        _write_parser_files(context, members, parser)
+        if only:
+            _write_overlay(context, members, overlay)
         else:
             files["source.tar"] = source_tarball
     kernels = aot_kernels(recipe, loaded.root)
     files.update(payload.copied(recipe, bool(kernels)))  # servebuild's own files (render/payload.py)
-    if recipe.engine:  # the files of the variant its parser reads, for the check-base stage (render/reuse.py)
-        bases = stage_bases(recipe.engine, overlay_files, platform)
-        _write_parser_files(context, source_tarball, parser_files(recipe.engine, bases, overlay_files))
     for stage, pinned_files in sorted((debs or {}).items()):  # checked against the lock's sha256 when fetched
         files.update({f"debs/{stage}/{path.name}": path for _, path in pinned_files if path is not None})
     for name, src in sorted(files.items()):
