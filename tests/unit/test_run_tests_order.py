@@ -28,7 +28,10 @@ def test_both_at_once_only_when_both_peaks_and_the_margin_fit(run_tests):
     order, why = run_tests.choose_order(both + 0.1)
     assert order == "concurrent" and "holds both" in why
     order, why = run_tests.choose_order(both - 0.1)
-    assert order == "sequential" and f"{both - 0.1:.1f} GB free" in why
+    assert order == "sequential" and f"{both - 0.1:.1f} GB free" in why and "WARNING" not in why
+    one = max(run_tests.NEED_GB.values()) + run_tests.MARGIN_GB
+    order, why = run_tests.choose_order(one - 0.1)
+    assert order == "sequential" and "WARNING: even one run at a time" in why
 
 
 def test_the_order_can_be_forced(run_tests, monkeypatch):
