@@ -28,7 +28,7 @@ from servebuild.check import smoke
 from servebuild.errors import ServebuildError
 from servebuild.fsutil import sha256_file
 from servebuild.recipe.load import load_recipe
-from support import RECIPE_CHECKS, REPO_ROOT
+from support import RECIPE_CHECKS, REPO_ROOT, copy_recipe_chain
 
 CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
 # launch profiles each engine's own parser must refuse: the default profile with (flag, value) set
@@ -376,8 +376,7 @@ def _bad_recipe(dest, base: str, engine_name: str, which: str):
     """A recipe extending `base` (copied with its chain) whose one profile the engine must refuse:
     the default profile's argv with one flag set to a bad value (or an unknown flag added)."""
     loaded = load_recipe(base, REPO_ROOT)
-    for rf in loaded.chain:
-        (dest / rf.path.name).write_text(rf.path.read_text())
+    copy_recipe_chain(loaded.chain, dest)
     profile = loaded.recipe.launch.profiles[loaded.recipe.launch.default_profile()]
     flag, value, _ = BAD_PROFILES[engine_name][which]
     args, given = [], list(profile.args) + list(profile.extra_args)

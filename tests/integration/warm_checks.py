@@ -19,7 +19,7 @@ from servebuild.check import smoke
 from servebuild.check.warm import WarmRequest, run_warm
 from servebuild.errors import HostError, InputError, IntegrityError
 from servebuild.render.payload import CACHE_TOOL
-from support import REPO_ROOT
+from support import REPO_ROOT, copy_recipe_chain
 
 # a JIT path that needs no GPU: SGLang's own module builder under its arch override (what the aot stage does)
 CPU_COMPILE = (
@@ -243,8 +243,7 @@ def unknown_builder_stops_the_build(engine, recipe: str, variant: str, cache, tm
 
     dest = tmp_path_factory.mktemp("bad-aot")
     loaded = load_recipe(recipe, REPO_ROOT)
-    for rf in loaded.chain:
-        (dest / rf.path.name).write_text(rf.path.read_text())
+    copy_recipe_chain(loaded.chain, dest)
     path = dest / "bad-aot.yaml"
     path.write_text(
         f"name: bad-aot\nextends: {recipe}\naot:\n  kernels:\n"
