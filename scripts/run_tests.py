@@ -109,9 +109,9 @@ def choose_order(free_gb: float) -> tuple[str, str]:
     if free_gb >= both:
         return "concurrent", f"{free_gb:.1f} GB free holds both runs' peaks ({both:.0f} GB with the margin)"
     one = max(NEED_GB.values()) + MARGIN_GB
-    short = f"; WARNING: even one run at a time needs about {one:.0f} GB: a build may fail on a full disk" * (
-        free_gb < one
-    )
+    short = f"; WARNING: even one run at a time needs about {one:.0f} GB: a build may fail on a full disk"
+    if free_gb >= one:
+        short = ""
     return "sequential", (
         f"{free_gb:.1f} GB free is less than both runs' peaks ({both:.0f} GB with the margin): "
         f"one after the other (each needs up to about {one:.0f} GB), slower{short}"

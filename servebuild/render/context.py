@@ -206,7 +206,7 @@ def _overlay_names(overlay: Optional[Overlay]) -> set[str]:
 
 def _write_overlay(context: Path, members: dict, overlay: Optional[Overlay]) -> None:
     """overlay.tar <- the source tarball's entries of the files the stack changes or adds that the
-    patched tree holds (their headers and bytes as they are there, in its order); overlay-deleted.txt
+    patched tree holds (their headers and bytes as they are there, sorted by name as there); overlay-deleted.txt
     <- the tree paths the stack deletes. No stack (or a dry run, which prepares none): both empty."""
     with tarfile.open(context / "overlay.tar", "w", format=tarfile.PAX_FORMAT) as out:
         for name in sorted(_overlay_names(overlay)):
