@@ -165,7 +165,7 @@ def _bootstrap(
             secrets={},
         )
         image_id = docker.build(request, cache_dir / "rootfs" / f"{pins.suite}-{arch}.build.log", echo=None)
-        image_id = settle_config(docker, image_id, created_of(pins), None, f"linux/{arch}")
+        image_id = settle_config(docker, image_id, created_of(pins), None, f"linux/{arch}").image_id
         docker.tag(image_id, tag)
         return image_id
     finally:

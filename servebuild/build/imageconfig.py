@@ -7,6 +7,11 @@ is loaded back alone: `docker load` of a config and a manifest whose layers the 
 registers the image without reading any layer again. The base's own history entries keep their times
 (they are a fact of the base).
 
+BuildKit's inline cache (`--cache-to`) is no part of the image: its records are a fact of the builder's
+cache history (an engine that built the same steps before lists every path it has seen to each result),
+so two engines' configs of one image differed in it. The image is loaded without it; the cache ref gets
+a second config, the same with the inline cache (its clocks settled too), over the same layers.
+
 Only the local image store of the classic engine takes a config without its layers; where an engine
 refuses, the build stops in one line naming the engine (nothing is tagged).
 """
@@ -20,6 +25,7 @@ import io
 import json
 import re
 import tarfile
+from dataclasses import dataclass
 from typing import Optional
 
 from servebuild import procs
@@ -29,17 +35,34 @@ CONFIG_LIMIT = 8 << 20  # a config (and a save's manifest.json) larger than this
 INLINE_CACHE = "moby.buildkit.cache.v0"  # BuildKit's inline cache (--cache-to): base64 JSON in the config
 
 
-def settle_config(docker, image_id: str, created: str, base_ref: Optional[str], platform: str) -> str:
-    """The id of `image_id` with its config's times set to `created` (the same id when they already are)."""
+@dataclass(frozen=True)
+class Settled:
+    image_id: str  # the image: times settled, no inline cache
+    cache_id: Optional[str] = (
+        None  # the same layers with BuildKit's inline cache (a --cache-to ref), when built with one
+    )
+
+
+def settle_config(docker, image_id: str, created: str, base_ref: Optional[str], platform: str) -> Settled:
+    """`image_id` with its config's times set to `created` and without BuildKit's inline cache (the same id
+    when it already is so), and the cache carrier when the build wrote an inline cache."""
     config = image_config(docker, image_id, platform)
     keep = base_history_length(docker, base_ref) if base_ref else 0
     settled = settled_config(config, created, keep)
-    data = canonical(settled)
+    out = Settled(_loaded(docker, settled, image_id), _loaded(docker, cache_config(config, settled, created), image_id))
+    if image_id not in (out.image_id, out.cache_id):
+        docker.remove_image(image_id, force=False)  # BuildKit's copy, untagged; its layers stay (they are shared)
+    return out
+
+
+def _loaded(docker, config: Optional[dict], built: str) -> Optional[str]:
+    """The id of `config` over the layers of `built`, loaded unless it is `built` itself."""
+    if config is None:
+        return None
+    data = canonical(config)
     new_id = "sha256:" + hashlib.sha256(data).hexdigest()
-    if new_id == image_id:
-        return image_id
-    load_config(docker, data, new_id, len(settled["rootfs"]["diff_ids"]))
-    docker.remove_image(image_id, force=False)  # BuildKit's copy, untagged; its layers stay (they are shared)
+    if new_id != built:
+        load_config(docker, data, new_id, len(config["rootfs"]["diff_ids"]))
     return new_id
 
 
@@ -53,12 +76,10 @@ def canonical(config: dict) -> bytes:
 
 
 def settled_config(config: dict, created: str, keep: int) -> dict:
-    """`config` with `created` set, and the same time in every history entry after the first `keep` and
-    in each layer record of BuildKit's inline cache (whose `createdAt` is the clock of the build)."""
-    out = dict(config)
+    """`config` with `created` set, the same time in every history entry after the first `keep`, and
+    without BuildKit's inline cache."""
+    out = {k: v for k, v in config.items() if k != INLINE_CACHE}
     out["created"] = created
-    if isinstance(config.get(INLINE_CACHE), str):
-        out[INLINE_CACHE] = _settled_cache(config[INLINE_CACHE], created)
     out["history"] = [
         dict(h, created=created) if i >= keep and "created" in h else h
         for i, h in enumerate(config.get("history") or [])
@@ -66,6 +87,14 @@ def settled_config(config: dict, created: str, keep: int) -> dict:
     if not config.get("history"):
         out.pop("history", None)
     return out
+
+
+def cache_config(config: dict, settled: dict, created: str) -> Optional[dict]:
+    """The settled config with the build's inline cache back in, the clock in each of its layer records
+    (`createdAt`) set to `created`; None when the build wrote none."""
+    if not isinstance(config.get(INLINE_CACHE), str):
+        return None
+    return dict(settled, **{INLINE_CACHE: _settled_cache(config[INLINE_CACHE], created)})
 
 
 def _settled_cache(encoded: str, created: str) -> str:

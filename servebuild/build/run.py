@@ -325,7 +325,8 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
         notes=rendered.notes,
     )
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
-    image_id = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
+    settled = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
+    image_id = settled.image_id
     packages, apt, aot = installed_lists(docker, image_id, plan.platform)
     manifest = dict(rendered.manifest_inputs)
     manifest["outputs"] = {
@@ -347,8 +348,8 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
     with writing(manifest_path, "the build manifest"):  # before the tag: a manifest that cannot be written tags nothing
         write_json(manifest_path, manifest, strict=True)
     docker.tag(image_id, plan.tag)
-    if plan.options.cache_to:
-        docker.push(image_id, plan.options.cache_to)
+    if plan.options.cache_to:  # the image's layers under a config that carries BuildKit's inline cache
+        docker.push(settled.cache_id or image_id, plan.options.cache_to)
     return BuildResult(
         image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path, cache_ref=plan.options.cache_to
     )

@@ -11,12 +11,15 @@ Its base images are copied from node 1 with `docker save | docker load`. Nothing
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -345,8 +348,9 @@ def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_re
     """Bit for bit across engines (issue 20): node 2 (its own data root, socket, bridge, and an empty
     build cache for amd64) builds the amd64 image node 1 built in the test above, with --no-cache and
     this process's umask at 077 (node 1 built under the usual 022), and gets the same image id: every
-    layer and the config (created times from the inputs). Both push their inline cache, which the
-    config carries, as node 1 did."""
+    layer and the config (created times from the inputs). Node 1's engine has built this recipe before
+    (its cache holds other paths to the same results) and node 2's has not: the image's config carries
+    no inline cache, whose records are that history; each cache ref carries it, over the same layers."""
     amd = TAGS.replace("{arch}", "amd64")
     want = node1("image", "inspect", "--format", "{{.Id}}", amd, check=False).stdout.strip()
     assert want, "run with the two-node build test (node 1 builds amd64 there)"
@@ -375,7 +379,15 @@ def test_one_recipe_gives_one_image_on_two_engines(node2, farm_project, cache_re
         for run in (node1, node2.docker)
     ]
     assert layers[0] == layers[1]
-    assert got == want
+    assert got == want, _config_diff(_saved_config(None, amd), _saved_config(node2.sock, amd))
+    for sock, arch in ((None, "amd64"), (node2.sock, "node2-amd64")):
+        image, carrier = (
+            _saved_config(sock, amd),
+            _saved_config(sock, CACHE_REF.format(address=cache_registry, arch=arch)),
+        )
+        assert "moby.buildkit.cache.v0" not in image
+        assert carrier.pop("moby.buildkit.cache.v0")  # the cache's records, the only difference
+        assert carrier == image
 
 
 def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, farm_project, tmp_path):
@@ -450,6 +462,25 @@ def _stream_has(sock, ref: str, needle: bytes) -> bool:
         tail = block[-len(needle) :]
     assert proc.wait() == 0
     return found
+
+
+def _saved_config(sock, ref: str) -> dict:
+    """The raw config of REF from `docker save` on the engine at `sock` (None: node 1), its inline cache decoded."""
+    host = ["-H", f"unix://{sock}"] if sock else []
+    env = {k: v for k, v in os.environ.items() if not (sock and k.startswith("DOCKER_"))}
+    saved = subprocess.run([DOCKER, *host, "save", ref], check=True, capture_output=True, env=env).stdout
+    with tarfile.open(fileobj=io.BytesIO(saved)) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        config = json.load(tar.extractfile(manifest[0]["Config"]))
+    if isinstance(config.get("moby.buildkit.cache.v0"), str):
+        config["moby.buildkit.cache.v0"] = json.loads(base64.b64decode(config["moby.buildkit.cache.v0"]))
+    return config
+
+
+def _config_diff(a: dict, b: dict) -> str:
+    """The keys where two configs differ, each side's value shown (for a failing bit-for-bit assert)."""
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return "configs differ in " + "; ".join(f"{k}: node 1 {a.get(k)!r} / node 2 {b.get(k)!r}" for k in keys)
 
 
 def _deps_steps(log: str) -> dict[str, bool]:

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from servebuild.build.imageconfig import canonical, settled_config
+from servebuild.build.imageconfig import cache_config, canonical, settled_config
 from servebuild.errors import InputError
 from servebuild.plan.make import created_timestamp
 from servebuild.recipe.load import load_recipe
@@ -298,26 +298,46 @@ def test_the_settled_config_changes_only_the_times_after_the_base():
     assert canonical(settled_config(shuffled, "2000-01-01T00:00:00Z", 1)) == canonical(out)
 
 
-def test_the_inline_cache_records_take_the_settled_time_too():
-    """--cache-to builds carry BuildKit's inline cache in the config, with the clock in each layer record."""
-
-    cache = [
-        {"digest": "sha256:1"},
-        {
-            "layers": [{"layer": 1, "createdAt": "2026-12-02T00:10:26.419068792Z"}],
-            "digest": "sha256:2",
-            "inputs": [[{"link": 0}]],
-        },
-    ]
-    config = {
+def _with_cache(records: list) -> dict:
+    return {
         "created": "x",
         "rootfs": {"diff_ids": []},
-        "moby.buildkit.cache.v0": base64.b64encode(json.dumps(cache).encode()).decode(),
+        "moby.buildkit.cache.v0": base64.b64encode(json.dumps(records).encode()).decode(),
     }
-    out = settled_config(config, "2000-01-01T00:00:00Z", 0)
+
+
+CACHE = [
+    {"digest": "sha256:1"},
+    {
+        "layers": [{"layer": 1, "createdAt": "2026-12-02T00:10:26.419068792Z"}],
+        "digest": "sha256:2",
+        "inputs": [[{"link": 0}]],
+    },
+]
+
+
+def test_the_image_config_carries_no_inline_cache():
+    """BuildKit's inline cache lists every path the builder has seen to each result, so an engine that
+    built the same steps before writes more records than a fresh one (CI: one image, two engines, two
+    ids): the image's config is settled without it, and two builders' histories give one config."""
+    seen_before = CACHE + [{"digest": "sha256:2", "inputs": [[{"link": 3}]]}, {"digest": "sha256:9"}]
+    fresh, used = (settled_config(_with_cache(c), "2000-01-01T00:00:00Z", 0) for c in (CACHE, seen_before))
+    assert "moby.buildkit.cache.v0" not in fresh
+    assert canonical(fresh) == canonical(used)
+    assert fresh == {"created": "2000-01-01T00:00:00Z", "rootfs": {"diff_ids": []}}
+
+
+def test_the_cache_carrier_keeps_the_inline_cache_with_the_settled_time():
+    """--cache-to pushes the same layers under a config with the inline cache, the clock in each of its
+    layer records set to the build's time; a build without one has no carrier."""
+    config = _with_cache(CACHE)
+    settled = settled_config(config, "2000-01-01T00:00:00Z", 0)
+    out = cache_config(config, settled, "2000-01-01T00:00:00Z")
     records = json.loads(base64.b64decode(out["moby.buildkit.cache.v0"]))
     assert records[1]["layers"] == [{"layer": 1, "createdAt": "2000-01-01T00:00:00Z"}]
-    assert records[0] == cache[0] and records[1]["inputs"] == cache[1]["inputs"]
+    assert records[0] == CACHE[0] and records[1]["inputs"] == CACHE[1]["inputs"]
+    assert {k: v for k, v in out.items() if k != "moby.buildkit.cache.v0"} == settled
+    assert cache_config(settled, settled, "2000-01-01T00:00:00Z") is None
 
 
 class StoreDocker:
