@@ -16,6 +16,7 @@ from typing import Optional, TextIO
 
 from servebuild.build import bases as base_images
 from servebuild.build.buildlock import build_lock
+from servebuild.build.contextslot import context_slot
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
@@ -34,6 +35,7 @@ from servebuild.sources.stack import PreparedSource, SourceCache
 
 
 PROJECT_URL = "https://github.com/servebuild/servebuild"
+DOCKERFILE = "Dockerfile"  # the rendered Dockerfile, copied into the build dir (the context is shared: contextslot)
 
 
 @dataclass(frozen=True)
@@ -183,9 +185,10 @@ def render(
     mem: int,
     tarball: Optional[Path] = None,
     debs: Optional[dict] = None,
+    context: Optional[Path] = None,
 ) -> Rendered:
     """The build context for the plan: compile parallelism for the engine's host, the inputs manifest
-    and the rendered Dockerfile, written under the plan's build dir."""
+    and the rendered Dockerfile, written to `context` (default: under the plan's build dir)."""
     recipe = plan.loaded.recipe
     engine = recipe.engine
     # compile parallelism reaches only a step that compiles (and no layer on hosts that do not)
@@ -206,7 +209,7 @@ def render(
         manifest_inputs["stages"] = {
             name: {"on": b.base, **({"because": b.because} if b.because else {})} for name, b in sorted(stages.items())
         }
-    context = plan.build_dir / "context"
+    context = context or plan.build_dir / "context"
     make_dir(plan.build_dir, "the build directory")
     try:
         with writing(context, "the build context"):
@@ -298,6 +301,13 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
 
 
 def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> BuildResult:
+    if plan.build_root is None:
+        return _build_in(plan, docker, echo, plan.build_dir / "context")
+    with context_slot(plan.build_root, plan.loaded.recipe.name, plan.platform) as context:
+        return _build_in(plan, docker, echo, context)
+
+
+def _build_in(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO], context: Path) -> BuildResult:
     info = docker.info()
     bases = resolve_bases(plan, docker)
     # this host's binfmt says nothing about a remote engine (the farm preflight probes that engine)
@@ -308,7 +318,10 @@ def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> Bui
         )
     source = fetch_sources(plan)
     debs = pinned_debs(plan)
-    rendered = render(plan, source, bases, int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30)), debs=debs)
+    cpus, mem = int(info.get("NCPU", 1)), int(info.get("MemTotal", 1 << 30))
+    rendered = render(plan, source, bases, cpus, mem, debs=debs, context=context)
+    with writing(plan.build_dir / DOCKERFILE, "the rendered Dockerfile"):  # the build's own copy, to read
+        atomic_write(plan.build_dir / DOCKERFILE, (context / "Dockerfile").read_bytes())
     created, created_from = plan.created or _not_for_building()
     labels = oci_labels(rendered.manifest_inputs, created, PROJECT_URL)
     log_path = plan.build_dir / "build.log"

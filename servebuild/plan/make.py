@@ -77,6 +77,7 @@ class BuildPlan:
     cache_root: Optional[Path] = None  # the source and artifact cache ($SERVEBUILD_CACHE)
     created: Optional[tuple[str, str]] = None  # the image's created time and what it is a fact of
     unpinned: Optional[Refused] = None  # an unpinned PR entry (a dry run names it; a build stopped)
+    build_root: Optional[Path] = None  # build/: the contexts shared by a recipe's variants live under it
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -111,7 +112,8 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
     if options.fetching:  # what a build reads from its environment, checked before anything is written
         created = created_timestamp(loaded, platform)
         cache_root = checked_cache_dir(options.cache_dir)
-    build_dir = (options.build_root or root / "build") / recipe.name / (options.variant or "") / slug(platform)
+    build_root = options.build_root or root / "build"
+    build_dir = build_root / recipe.name / (options.variant or "") / slug(platform)
     if options.dry_run:  # a dry run never touches a real build's context
         build_dir = build_dir / "dry-run"
     debian, pinned_by = (lock.debian.get(platform), lock_display(loaded)) if lock else debian_pins(loaded, platform)
@@ -138,6 +140,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         cache_root=cache_root,
         created=created,
         unpinned=unpinned,
+        build_root=build_root,
     )
 
 

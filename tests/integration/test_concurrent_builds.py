@@ -66,7 +66,7 @@ def test_a_second_build_of_one_recipe_refuses_while_the_first_runs(project, tmp_
     first = start(project, docker)
     progress = first.stderr.readline()  # the build's live progress: the first is inside its build step
     assert "stand-in build: holding the build open" in progress, (progress, first.communicate())
-    before = (build_dir / "context" / "Dockerfile").read_bytes()
+    before = (build_dir / "Dockerfile").read_bytes()
     second = start(project, docker)
     out, err = second.communicate(timeout=120)
     lines = [line for line in err.splitlines() if line.strip()]
@@ -76,7 +76,7 @@ def test_a_second_build_of_one_recipe_refuses_while_the_first_runs(project, tmp_
         f"(pid {first.pid}); wait for it to end, or stop it"
     ), lines[0]
     assert first.poll() is None, "the first build ended before the second was refused: the test proves nothing"
-    assert (build_dir / "context" / "Dockerfile").read_bytes() == before
+    assert (build_dir / "Dockerfile").read_bytes() == before
     _, err = first.communicate(timeout=120)
     assert first.returncode == 2 and "stand-in build ends here" in err, err
     log = (build_dir / "build.log").read_text()  # the first's whole log, never truncated by the second

@@ -47,7 +47,7 @@ def test_lock_resolves_base_digest_and_locked_build_pins_it(engine, base_images,
     result, _ = build_fixture(
         root, engine, "linux/amd64", "servebuild-test/toy-digest:amd64", tmp_path / "cache", locked=True
     )
-    dockerfile = (root / "build/toy/linux-amd64/context/Dockerfile").read_text()
+    dockerfile = (root / "build/toy/linux-amd64/Dockerfile").read_text()
     assert f"FROM {remote}@{pushed} AS deps" in dockerfile
     assert f"FROM {remote}@{pushed} AS runtime" in dockerfile
     manifest = json.loads(result.manifest_path.read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -80,3 +81,26 @@ def test_variants_share_every_layer_but_the_engine(variant_images):
     differing = {name: sum(a != b for a, b in zip(first, stack)) for name, stack in stacks.items()}
     assert differing["release"] == 0
     assert all(0 < d <= 3 for n, d in differing.items() if n != "release"), differing
+
+
+SIZE = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def context_sent(log: str) -> tuple[str, float]:
+    """The context folder a build named (the last word of its command line) and the bytes BuildKit
+    says it was sent of it."""
+    folder = log.splitlines()[0].split()[-1]
+    sent = re.findall(r"transferring context: ([0-9.]+)(B|kB|MB|GB)", log)
+    assert sent, log[:2000]
+    number, unit = sent[-1]
+    return folder, float(number) * SIZE[unit]
+
+
+def test_variants_built_one_after_another_send_only_what_they_change(variant_images):
+    """One context folder per recipe and platform: BuildKit diffs it against what it was sent before
+    under that path, so the first variant sends the whole context and each later one less."""
+    sent = {name: context_sent(result.log_path.read_text()) for name, (result, _) in variant_images.items()}
+    folders = {folder for folder, _ in sent.values()}
+    assert len(folders) == 1 and folders.pop().endswith("/build/toy/_context/linux-amd64/0"), sent
+    first, *later = [size for _, size in sent.values()]
+    assert all(size < first for size in later), sent
