@@ -19,16 +19,23 @@ from servebuild.fsutil import make_dir, open_host_file
 LOCK_NAME = "build.lock"
 
 
+def try_flock(path: Path, what: str) -> tuple[int, bool]:
+    """`path` opened (no link followed, no FIFO or device opened: a planted one is one line, not a write
+    elsewhere) and whether an exclusive flock(2) on it was taken without waiting; the caller closes the fd."""
+    fd = open_host_file(path, what, read=True, truncate=False, mode=0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fd, False
+    return fd, True
+
+
 @contextmanager
 def build_lock(build_dir: Path, recipe: str):
     """Held for the block; not re-entrant (a second hold, in this process or another, refuses)."""
-    path = make_dir(build_dir, "the build directory") / LOCK_NAME
-    # no link followed, no FIFO or device opened: a planted build.lock is one line, not a write elsewhere
-    fd = open_host_file(path, "the build lock", read=True, truncate=False, mode=0o644)
+    fd, taken = try_flock(make_dir(build_dir, "the build directory") / LOCK_NAME, "the build lock")
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not taken:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             raise Refused(
                 f"another build of {recipe} is using this build directory (pid {holder})",

@@ -11,19 +11,19 @@ SGLang variants). The folder's path reaches no cache key and no layer: the ids a
 Builds of one recipe and platform at once (two variants) each take a slot of their own: slot N is
 held by an flock(2) on `N.lock` beside it for the whole build, and a build takes the first free one.
 The kernel drops a lock when its holder exits however it ends. The lock files are opened with
-fsutil.open_host_file: a symlink, FIFO or device planted there is refused, never written through.
+buildlock.try_flock: a symlink, FIFO or device planted there is refused, never written through.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from servebuild.errors import Refused
-from servebuild.fsutil import make_dir, open_host_file
+from servebuild.build.buildlock import try_flock
+from servebuild.fsutil import make_dir
 from servebuild.platforms import slug
 
 FOLDER = "_context"  # under build/RECIPE/: a variant's name starts with a letter, so none is called so
@@ -35,10 +35,8 @@ def context_slot(build_root: Path, recipe: str, platform: str) -> Iterator[Path]
     """The context folder of a free slot, held for the block (not made: the context's writer makes it)."""
     base = make_dir(build_root / recipe / FOLDER / slug(platform), "the build contexts")
     for n in range(SLOTS):
-        fd = open_host_file(base / f"{n}.lock", "the build context's lock", read=True, truncate=False, mode=0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd, taken = try_flock(base / f"{n}.lock", "the build context's lock")
+        if not taken:
             os.close(fd)
             continue
         try:

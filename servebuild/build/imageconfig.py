@@ -38,9 +38,8 @@ INLINE_CACHE = "moby.buildkit.cache.v0"  # BuildKit's inline cache (--cache-to):
 @dataclass(frozen=True)
 class Settled:
     image_id: str  # the image: times settled, no inline cache
-    cache_id: Optional[str] = (
-        None  # the same layers with BuildKit's inline cache (a --cache-to ref), when built with one
-    )
+    # the same layers under a config with BuildKit's inline cache (for a --cache-to ref); None without one
+    cache_id: Optional[str] = None
 
 
 def settle_config(docker, image_id: str, created: str, base_ref: Optional[str], platform: str) -> Settled:

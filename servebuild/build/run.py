@@ -301,8 +301,6 @@ def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) 
 
 
 def _build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO]) -> BuildResult:
-    if plan.build_root is None:
-        return _build_in(plan, docker, echo, plan.build_dir / "context")
     with context_slot(plan.build_root, plan.loaded.recipe.name, plan.platform) as context:
         return _build_in(plan, docker, echo, context)
 

@@ -67,6 +67,7 @@ class BuildPlan:
     platform: str
     bases: dict[str, str]  # stage -> the FROM reference (mirrored, digest-pinned)
     build_dir: Path
+    build_root: Path  # build/: the contexts shared by a recipe's variants live under it (build.contextslot)
     tag: str
     secrets: dict[str, Path]  # BuildKit secret id -> file (never in a layer)
     options: BuildOptions
@@ -77,7 +78,6 @@ class BuildPlan:
     cache_root: Optional[Path] = None  # the source and artifact cache ($SERVEBUILD_CACHE)
     created: Optional[tuple[str, str]] = None  # the image's created time and what it is a fact of
     unpinned: Optional[Refused] = None  # an unpinned PR entry (a dry run names it; a build stopped)
-    build_root: Optional[Path] = None  # build/: the contexts shared by a recipe's variants live under it
 
 
 def _check_file(path: Optional[Path], option: str) -> Optional[Path]:
@@ -131,6 +131,7 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         platform=platform,
         bases=_base_refs(loaded, platform, config, options),
         build_dir=build_dir,
+        build_root=build_root,
         tag=tag,
         secrets=secrets,
         options=options,
@@ -140,7 +141,6 @@ def make_plan(root: Path, recipe_name: str, options: BuildOptions) -> BuildPlan:
         cache_root=cache_root,
         created=created,
         unpinned=unpinned,
-        build_root=build_root,
     )
 
 
