@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from servebuild.errors import Refused
 from servebuild.build.buildlock import try_flock
+from servebuild.errors import Refused
 from servebuild.fsutil import make_dir
 from servebuild.platforms import slug
 

@@ -449,12 +449,20 @@ def test_two_node_builds_are_smoke_tested_and_published_under_one_tag(node2, far
         reg.stop()
 
 
+def _save(sock, ref: str) -> list[str]:
+    """`docker save REF` on the engine at `sock` (None: node 1)."""
+    return [DOCKER, *(["-H", f"unix://{sock}"] if sock else []), "save", ref]
+
+
+def _env(sock) -> dict:
+    """This process's environment, without DOCKER_* where another engine than node 1 is asked."""
+    return {k: v for k, v in os.environ.items() if not (sock and k.startswith("DOCKER_"))}
+
+
 def _stream_has(sock, ref: str, needle: bytes) -> bool:
     """Whether `docker save REF` (every layer, uncompressed, and the config) on the engine at `sock`
     (None: node 1) holds `needle`."""
-    host = ["-H", f"unix://{sock}"] if sock else []
-    env = {k: v for k, v in os.environ.items() if not (sock and k.startswith("DOCKER_"))}
-    proc = subprocess.Popen([DOCKER, *host, "save", ref], stdout=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(_save(sock, ref), stdout=subprocess.PIPE, env=_env(sock))
     tail, found = b"", False
     for block in iter(lambda: proc.stdout.read(1 << 20), b""):
         if needle in tail + block:
@@ -466,9 +474,7 @@ def _stream_has(sock, ref: str, needle: bytes) -> bool:
 
 def _saved_config(sock, ref: str) -> dict:
     """The raw config of REF from `docker save` on the engine at `sock` (None: node 1), its inline cache decoded."""
-    host = ["-H", f"unix://{sock}"] if sock else []
-    env = {k: v for k, v in os.environ.items() if not (sock and k.startswith("DOCKER_"))}
-    saved = subprocess.run([DOCKER, *host, "save", ref], check=True, capture_output=True, env=env).stdout
+    saved = subprocess.run(_save(sock, ref), check=True, capture_output=True, env=_env(sock)).stdout
     with tarfile.open(fileobj=io.BytesIO(saved)) as tar:
         manifest = json.load(tar.extractfile("manifest.json"))
         config = json.load(tar.extractfile(manifest[0]["Config"]))
