@@ -42,15 +42,30 @@ ENV = f"SOURCE_DATE_EPOCH={TAR_MTIME} PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1
 # time is a function of the earlier layers (no mount point BuildKit makes lies under /usr or /opt).
 STEP_TIME = "SERVEBUILD_SETTLED"  # exported: a tool that records times (aot_build's ninja state) writes this one
 TIMES = "/tmp/.servebuild-layer-times"
+# The newest time under /usr and /opt, carried from step to step: each settled step leaves it as the mtime
+# of NEWEST (in the layer, outside /usr and /opt), so the next step reads it instead of walking the image
+# (0.6-0.9 s a step on SGLang's 116,618 files). The settle's one walk computes it: the step's settled time
+# (what it wrote now has it), or a file it put under /usr or /opt with an older time that is still newer
+# (dpkg and `cp -a` keep the times they are given), whichever is newer. A stage on a base without NEWEST
+# walks /usr and /opt once. REF holds the same time for the settle's `-newer` (in the step's tmpfs).
+NEWEST_DIR = "/var/lib/servebuild"
+NEWEST = f"{NEWEST_DIR}/newest"
+REF = "/tmp/.servebuild-newest"
 START = (
-    f"touch {MARK} && export {ENV} && {{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
-    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && rm {TIMES} "
-    f"&& export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))"
+    f"touch {MARK} && export {ENV} && if [ -f {NEWEST} ]; then newest=$(stat -c %Y {NEWEST}); else "
+    f"{{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
+    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }}; fi "
+    f'&& newest=${{newest%%.*}} && touch -d "@$newest" {REF} '
+    f"&& export {STEP_TIME}=$(( newest + 1 > {TAR_MTIME} ? newest + 1 : {TAR_MTIME} ))"
 )
 SETTLE = (
     f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
-    f'&& find / -xdev -newer {MARK} -exec touch -h -d "@${STEP_TIME}" {{}} + '
-    f"&& rm {MARK}"
+    f"&& mkdir -p {NEWEST_DIR} && touch {NEWEST} "
+    f'&& find / -xdev \\( -newer {MARK} -exec touch -h -d "@${STEP_TIME}" {{}} + \\) '
+    f"-o \\( -newer {REF} \\( -path '/usr/*' -o -path '/opt/*' \\) -printf '%T@\\n' \\) > {TIMES} "
+    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && newest=${{newest%%.*}} "
+    f'&& touch -h -d "@$(( newest > {STEP_TIME} ? newest : {STEP_TIME} ))" {NEWEST} '
+    f"&& rm {MARK} {TIMES} {REF}"
 )
 UNSETTLED = "# servebuild: unsettled"
 INDENT = " \\\n    "
