@@ -180,7 +180,6 @@ RUN --mount=type=tmpfs,target=/tmp \
 RUN --mount=type=tmpfs,target=/tmp \
     --mount=type=tmpfs,target=/mnt \
     --mount=type=bind,source=launchers,target=/mnt/launchers \
-    --mount=type=bind,from=profile-check,source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json \
     --mount=type=bind,source=manifest.json,target=/mnt/manifest.json \
     touch /tmp/.servebuild-layer-start && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
  && ( cp --preserve=mode,timestamps /mnt/launchers/* /usr/local/bin/ \
@@ -188,9 +187,13 @@ RUN --mount=type=tmpfs,target=/tmp \
  && cp --preserve=mode,timestamps /mnt/launchers/.bench/bench_prompts/* /usr/local/share/servebuild-bench/bench_prompts/ \
  && mkdir -p /opt/servebuild/tools && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.py /opt/servebuild/tools/ \
  && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ \
- && cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json \
  && mkdir -p /opt/servebuild && cp --preserve=mode,timestamps /mnt/manifest.json /opt/servebuild/manifest.json ) \
  && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+# servebuild: one new file (the profile check's record)
+RUN --mount=type=tmpfs,target=/tmp \
+    --mount=type=tmpfs,target=/mnt \
+    --mount=type=bind,from=profile-check,source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json \
+    export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && newest=$(stat -c %Y /var/lib/servebuild/newest) && folder=$(stat -c %Y /opt/servebuild) && test ! -e /opt/servebuild/profiles-checked.json && cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json && chmod 0644 /opt/servebuild/profiles-checked.json && touch -h -d "@$newest" /opt/servebuild/profiles-checked.json && touch -h -d "@$folder" /opt/servebuild
 EXPOSE 8000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:8000/health"
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \

@@ -23,6 +23,7 @@ from servebuild.render.settle import (
     ENV,
     INDENT,
     MARK,
+    NEW_FILE,
     NEWEST,
     NEWEST_DIR,
     SETTLE,
@@ -53,6 +54,11 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
         for stage, step in ((st, s) for st, s in stage_steps(text) if s.startswith("RUN")):
             if stage in unsettled:  # its layer reaches no image (checked below): no walks, the rest as settled
                 assert START not in step and SETTLE not in step and f"export {ENV} \\\n && ( " in step, step[:200]
+            elif START not in step:  # one new file, settled without a walk: only the check's record, last
+                assert (
+                    stage == "runtime" and "cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json" in step
+                )
+                assert f"newest=$(stat -c %Y {NEWEST})" in step and step == stage_steps(text)[-1][1], step[:200]
             else:
                 assert START in step and step.endswith(SETTLE), step[:120]
             binds = re.findall(r"--mount=type=bind,[^ ]*target=(\S+)", step)
@@ -84,8 +90,8 @@ def unsettled_stages(text: str) -> set[str]:
     bind-mounted and copied as a new file (no FROM, no COPY --from, no cp that keeps its times)."""
     stages = set()
     for stage, step in stage_steps(text):
-        if step.startswith("RUN") and START not in step:
-            stages.add(stage)
+        if step.startswith("RUN") and START not in step and f"newest=$(stat -c %Y {NEWEST})" not in step:
+            stages.add(stage)  # (the record's step, one new file settled without a walk, is checked above)
     assert stages <= {"profile-check"}, stages
     for stage in stages:
         assert not re.search(rf"^FROM {stage} ", text, re.M)
@@ -104,6 +110,60 @@ def test_an_unsettled_run_skips_the_walks_and_only_the_next_run():
     assert START in second and second.endswith(SETTLE)
     with pytest.raises(SettleError, match="must come right before a RUN"):
         settle(f"FROM x\n{UNSETTLED}\nCOPY a /b\n")
+
+
+def test_one_new_file_is_settled_without_a_walk(tmp_path):
+    """The record's step, run here under a root of our own: the file gets the carried newest time and mode
+    0644 whatever the umask and the source's time, its folder keeps its time, and nothing is walked; a file
+    already there, or no carried time (no settled step before it), fails the step."""
+    root = image_root(tmp_path)
+    (root / "opt/servebuild").mkdir()
+    os.utime(root / "opt/servebuild", (1_600_000_000, 1_600_000_000))
+    (root / NEWEST_DIR.lstrip("/")).mkdir(parents=True)
+    (root / NEWEST.lstrip("/")).write_text("")
+    os.utime(root / NEWEST.lstrip("/"), (1_700_000_000, 1_700_000_000))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (mnt / "r.json").write_text("{}")
+    os.chmod(mnt / "r.json", 0o600)
+    text = f"{NEW_FILE} (test)\nRUN --mount=type=bind,source=r.json,target=/mnt/r.json cp /mnt/r.json /opt/servebuild/r.json\n"
+
+    def step():
+        shell = local_shell(text, root).rstrip("\n").rsplit(INDENT, 1)[1]  # the command, after its mounts
+        return subprocess.run(
+            [
+                "bash",
+                "-o",
+                "pipefail",
+                "-c",
+                shell.replace("/mnt/r.json", f"{mnt}/r.json").replace(" /opt/", f" {root}/opt/"),
+            ],
+            cwd=root,
+        )
+
+    assert step().returncode == 0
+    made = root / "opt/servebuild/r.json"
+    assert made.read_text() == "{}" and made.stat().st_mtime == 1_700_000_000 and made.stat().st_mode & 0o777 == 0o644
+    assert (root / "opt/servebuild").stat().st_mtime == 1_600_000_000
+    assert step().returncode != 0  # the file is there already: not a new file
+    made.unlink()
+    (root / NEWEST.lstrip("/")).unlink()
+    assert step().returncode != 0 and not made.exists()
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "RUN cp /mnt/a /opt/a && rm -rf /opt/b",
+        "RUN cp -a /mnt/a /opt/a",
+        "RUN cp /etc/passwd /opt/a",
+        "RUN cp /mnt/a opt/a",
+        "RUN --mount=type=bind,source=a,target=/tmp/a cp /mnt/a /opt/a",
+    ],
+)
+def test_one_new_file_takes_one_plain_copy_from_a_mount(run):
+    with pytest.raises(SettleError):
+        settle(f"FROM x\n{NEW_FILE}\n{run}\n")
 
 
 def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
