@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from servebuild.build.docker import DockerClient
-from servebuild.build.imageconfig import image_config
+from servebuild.build.imageconfig import image_config, layers_in
 from servebuild.errors import InputError
 from servebuild.fsutil import atomic_write
 from servebuild.recipe.load import LoadedRecipe, check_link_inside
@@ -91,9 +91,7 @@ def load_committed(loaded: LoadedRecipe) -> dict[str, CommittedImage]:
 
 def layers_of(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:
     """(diff_ids, the history's created_by of each layer) of a local image."""
-    config = image_config(docker, image_id, platform)
-    steps = [h.get("created_by", "") for h in config.get("history") or [] if not h.get("empty_layer")]
-    return list((config.get("rootfs") or {}).get("diff_ids") or []), steps
+    return layers_in(image_config(docker, image_id, platform))
 
 
 def key(platform: str, variant: Optional[str] = None) -> str:

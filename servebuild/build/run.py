@@ -18,7 +18,7 @@ from servebuild.build import bases as base_images
 from servebuild.build.buildlock import build_lock
 from servebuild.build.contextslot import context_slot
 from servebuild.build.docker import BuildRequest, DockerClient
-from servebuild.build.imageconfig import settle_config
+from servebuild.build.imageconfig import layers_in, settle_config
 from servebuild.build.manifest import inputs_manifest, oci_labels
 from servebuild.errors import DockerError, InputError, RecipeError, Refused
 from servebuild.fsutil import atomic_write, make_dir, write_json, writing
@@ -55,6 +55,8 @@ class BuildResult:
     manifest_path: Path
     log_path: Path
     cache_ref: Optional[str] = None
+    # (diff_ids, each layer's step) from the config settled after the build: read once, not again to compare
+    layers: Optional[tuple[list[str], list[str]]] = None
 
 
 _FETCH_LOCK = threading.Lock()  # builds of several platforms run in threads; they share one source cache
@@ -177,6 +179,17 @@ def pinned_debs(plan: BuildPlan, fetch: bool = True) -> dict[str, list[tuple[str
     return out
 
 
+def deb_digests(plan: BuildPlan) -> dict[str, str]:
+    """The lock's sha256 of each pinned .deb, by its name in the context (fetch_debs checked each against it)."""
+    if plan.debian is None:
+        return {}
+    return {
+        f"debs/{stage}/{Path(p.filename).name}": p.sha256
+        for stage, step in plan.debian.apt.items()
+        for p in step.packages
+    }
+
+
 def render(
     plan: BuildPlan,
     source: Optional[PreparedSource],
@@ -222,6 +235,7 @@ def render(
                 tarball or (source.tarball if source else None),
                 debs if debs is not None else pinned_debs(plan, fetch=False),
                 overlay,
+                deb_digests(plan),
             )
     except BaseException:  # a full disk or ^C: no half context is left for a later build to trust
         shutil.rmtree(context, ignore_errors=True)
@@ -336,9 +350,12 @@ def _build_in(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO], con
         notes=rendered.notes,
     )
     image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
-    settled = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform)
+    settled = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform, then=LISTS)
     image_id = settled.image_id
-    packages, apt, aot = installed_lists(docker, image_id, plan.platform)
+    if settled.output is None:  # the config was not read in a container of the image: the lists in one of their own
+        packages, apt, aot = installed_lists(docker, image_id, plan.platform)
+    else:
+        packages, apt, aot = parse_lists(settled.output)
     manifest = dict(rendered.manifest_inputs)
     manifest["outputs"] = {
         "image_id": image_id,
@@ -362,23 +379,31 @@ def _build_in(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO], con
     if plan.options.cache_to:  # the image's layers under a config that carries BuildKit's inline cache
         docker.push(settled.cache_id or image_id, plan.options.cache_to)
     return BuildResult(
-        image_id=image_id, tag=plan.tag, manifest_path=manifest_path, log_path=log_path, cache_ref=plan.options.cache_to
+        image_id=image_id,
+        tag=plan.tag,
+        manifest_path=manifest_path,
+        log_path=log_path,
+        cache_ref=plan.options.cache_to,
+        layers=layers_in(settled.config) if settled.config else None,
     )
+
+
+# the image's pip and apt package lists and its aot record (absolute paths: a launch profile named like a
+# command, /usr/local/bin/cat, must not answer)
+LISTS = (
+    "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
+    "/bin/cat /opt/servebuild/apt-runtime.txt; echo '#aot'; "
+    f"/bin/cat {SEED}/aot.json 2>/dev/null || true"
+)
 
 
 def installed_lists(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str], Optional[dict]]:
     """The image's pip and apt package lists and its aot record (what the aot stage compiled, with
     cache keys), read in one throwaway container (no network)."""
-    # absolute paths: a launch profile named like a command (/usr/local/bin/cat) must not answer
-    out = docker.run_in_image(
-        image_id,
-        "-c",
-        "/bin/cat /opt/servebuild/packages.txt; echo '#apt'; "
-        "/bin/cat /opt/servebuild/apt-runtime.txt; echo '#aot'; "
-        f"/bin/cat {SEED}/aot.json 2>/dev/null || true",
-        platform=platform,
-        entrypoint="/bin/sh",
-    )
+    return parse_lists(docker.run_in_image(image_id, "-c", LISTS, platform=platform, entrypoint="/bin/sh"))
+
+
+def parse_lists(out: str) -> tuple[list[str], list[str], Optional[dict]]:
     packages, _, rest = out.partition("#apt\n")
     apt, _, aot = rest.partition("#aot\n")
     try:

@@ -96,19 +96,20 @@ def build(
         plan = next(iter(plans.values()))
         result = run.build(plan, docker)
         print_built(result)
-        print_committed(docker, plan, result.image_id, record_id)
+        print_committed(docker, plan, result.image_id, record_id, result.layers)
         return
     if record_id:
         raise Refused("--record-id records one platform built on the local engine", field="--record-id")
     farm_build(root, farms, plans, farm_file)
 
 
-def print_committed(docker: DockerClient, plan, image_id: str, record_id: bool = False) -> bool:
-    """Say whether the image equals the recipe's (or the variant's) committed id, or record it."""
+def print_committed(docker: DockerClient, plan, image_id: str, record_id: bool = False, layers=None) -> bool:
+    """Say whether the image equals the recipe's (or the variant's) committed id, or record it. `layers`:
+    the image's (diff_ids, steps) where the build read them already, else read from the engine."""
     variant = plan.options.variant
     if plan.options.stack:  # an ad-hoc stack has no committed id
         return False
-    layers, steps = committed.layers_of(docker, image_id, plan.platform)
+    layers, steps = layers or committed.layers_of(docker, image_id, plan.platform)
     if record_id:
         base = docker.image_id(plan.bases["runtime"])
         committed.record(
@@ -184,7 +185,7 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     plan = make_plan(root, recipe, build_options(platform=platform, ca_bundle=ca))
     result = run.build(plan, engine)
     print(f"built {result.tag} ({result.image_id})\n  manifest: {result.manifest_path}")
-    print_committed(engine, plan, result.image_id)
+    print_committed(engine, plan, result.image_id, layers=result.layers)
     print(f"==> test-image {result.tag}")
     out_dir = plan.build_dir / "smoke"
     return verdict(smoke.test_image(engine, result.tag, loaded, out_dir), out_dir)

@@ -224,8 +224,10 @@ def write_context(
     source_tarball: Optional[Path],
     debs: Optional[dict[str, list[tuple[str, Path]]]] = None,
     overlay_files: Optional[Sequence[str]] = None,
+    digests: Optional[dict[str, str]] = None,
 ) -> Path:
-    """Write a fresh build context directory and return it.
+    """Write a fresh build context directory and return it. `digests`: the sha256 of files already checked
+    (the pinned .debs, against the lock, as they were fetched), by their name in the context: not hashed again.
 
     BuildKit skips files whose size and mtime did not change when it transfers a context, so a
     fixed mtime lets a same-size edit build a stale image (moby/buildkit#2592). Each file's mtime is
@@ -283,8 +285,10 @@ def write_context(
     if "aot/spec.json" in has:
         write_json(context / "aot/spec.json", aot_spec(recipe, kernels, aot_owner(loaded)), strict=True)
     write_json(context / "manifest.json", manifest_inputs, strict=True)
+    known = digests or {}
     for path in sorted(context.rglob("*"), reverse=True):
-        stamp = content_mtime(path) if path.is_file() else TAR_MTIME * 10**9
+        rel = path.relative_to(context).as_posix()
+        stamp = content_mtime(path, known.get(rel)) if path.is_file() else TAR_MTIME * 10**9
         # modes as a function of the content too: the builder's umask reaches no layer (0644, 0755 if executable)
         path.chmod(0o755 if path.is_dir() or path.stat().st_mode & 0o100 else 0o644)
         os.utime(path, ns=(stamp, stamp), follow_symlinks=False)
@@ -300,9 +304,9 @@ def aot_owner(loaded: LoadedRecipe) -> str:
     return loaded.recipe.name
 
 
-def content_mtime(path: Path) -> int:
-    """An mtime in nanoseconds taken from the content's sha256: 28 bits of seconds after 2000-01-01
-    and 30 bits of nanoseconds (BuildKit compares both), so two contents of one size that share
-    an mtime need a 58-bit hash collision, not a 28-bit one."""
-    digest = int(sha256_file(path)[:16], 16)
+def content_mtime(path: Path, sha256: Optional[str] = None) -> int:
+    """An mtime in nanoseconds taken from the content's sha256 (`sha256` when it is known already): 28 bits
+    of seconds after 2000-01-01 and 30 bits of nanoseconds (BuildKit compares both), so two contents of one
+    size that share an mtime need a 58-bit hash collision, not a 28-bit one."""
+    digest = int((sha256 or sha256_file(path))[:16], 16)
     return (TAR_MTIME + (digest >> 36)) * 10**9 + (digest & (2**30 - 1)) % 10**9

@@ -366,3 +366,28 @@ def test_a_parent_that_is_not_a_whole_recipe_alone_is_passed_over(tmp_path):
     (root / "recipes" / "mine.yaml").write_text("name: mine\nextends: fragment\naot:\n  kernels: []\n")
     pins, where = debian_pins(load_recipe("mine", root), "linux/amd64")
     assert where == "recipes/sglang-native-fp8-bookworm.lock.yaml" and pins is not None
+
+
+def test_the_debs_known_digests_are_the_context_names_and_give_the_mtimes_hashing_would(tmp_path):
+    """write_context takes the lock's sha256 of each pinned .deb instead of hashing the copy again (the
+    files were checked against it as they were fetched): the names are the context's own, and a known
+    digest gives the mtime the file's own hash gives (so no context file, cache key or id moves)."""
+    from servebuild.build.run import deb_digests, pinned_debs
+    from servebuild.fsutil import sha256_file
+    from servebuild.plan.make import BuildOptions, make_plan
+    from servebuild.render.context import content_mtime
+    from servebuild.sources.debs import cached_deb
+
+    plan = make_plan(REPO_ROOT, "sglang-native-fp8-bookworm", BuildOptions(platform="linux/amd64", dry_run=True))
+    digests = deb_digests(plan)
+    cache = tmp_path / "cache"
+    names = {
+        f"debs/{stage}/{cached_deb(cache, p).name}": p.sha256
+        for stage, step in plan.debian.apt.items()
+        for p in step.packages
+    }
+    assert digests == names and len(digests) == sum(len(files) for files in pinned_debs(plan, fetch=False).values())
+    deb = tmp_path / "x.deb"
+    deb.write_bytes(b"not really a deb")
+    assert content_mtime(deb, sha256_file(deb)) == content_mtime(deb)
+    assert content_mtime(deb, "0" * 64) != content_mtime(deb)  # the known digest is what is used

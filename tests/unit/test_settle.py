@@ -471,3 +471,39 @@ def test_the_image_store_is_trusted_only_for_bytes_that_hash_to_the_image_id():
     assert config_from_store(StoreDocker(raw.replace(b"x", b"y")), image_id, "linux/amd64") is None  # other bytes
     assert config_from_store(StoreDocker(b"", code=125), image_id, "linux/amd64") is None  # no such store
     assert config_from_store(StoreDocker(raw, info={}), image_id, "linux/amd64") is None  # an engine that does not say
+
+
+def test_the_lists_read_beside_the_config_do_not_loosen_its_check():
+    """The package lists are read in the container that reads the config (one container a build): the
+    config is still taken only for bytes that hash to the image id, and what the command printed after it
+    never reaches the config; a store that lies, or a command that fails, gives neither (then the build
+    reads the config from `docker save` and the lists in a container of their own)."""
+    from servebuild.build.imageconfig import OUTPUT_AFTER, config_and_output
+
+    raw = b'{"created":"x","rootfs":{"type":"layers","diff_ids":[]}}'
+    image_id = "sha256:" + __import__("hashlib").sha256(raw).hexdigest()
+    printed = b"torch==2.11.0\n#apt\nbash=5.2\n#aot\n"
+    both = StoreDocker(raw + b"\n" + OUTPUT_AFTER.encode() + b"\n" + printed)
+    assert config_and_output(both, image_id, "linux/amd64", "cat lists") == (json.loads(raw), printed.decode())
+    assert "/bin/sh" in both.calls[0] and "cat lists; }" in both.calls[0][-1]
+    lying = StoreDocker(raw.replace(b"x", b"y") + b"\n" + OUTPUT_AFTER.encode() + b"\n" + printed)
+    assert config_and_output(lying, image_id, "linux/amd64", "cat lists") == (None, None)
+    no_marker = StoreDocker(raw + printed)  # the marker never printed: the bytes are not the config alone
+    assert config_and_output(no_marker, image_id, "linux/amd64", "cat lists") == (None, None)
+    failed = StoreDocker(raw + b"\n" + OUTPUT_AFTER.encode() + b"\n", code=1)
+    assert config_and_output(failed, image_id, "linux/amd64", "cat lists") == (None, None)
+    assert config_and_output(StoreDocker(raw), image_id, "linux/amd64") == (json.loads(raw), None)  # nothing to run
+
+
+def test_the_lists_are_parsed_as_the_image_printed_them():
+    from servebuild.build.run import parse_lists
+    from servebuild.errors import DockerError
+
+    assert parse_lists("torch==2.11.0\nnumpy==2.3\n#apt\nbash=5.2\n#aot\n") == (
+        ["torch==2.11.0", "numpy==2.3"],
+        ["bash=5.2"],
+        None,
+    )
+    assert parse_lists('a==1\n#apt\n#aot\n{"kernels": []}\n')[2] == {"kernels": []}
+    with pytest.raises(DockerError, match="aot.json is not JSON"):
+        parse_lists("a==1\n#apt\n#aot\n{not json\n")
