@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import re
+import shlex
 import tarfile
 from dataclasses import dataclass
 from typing import Optional
@@ -137,6 +138,11 @@ def config_from_store(docker, image_id: str, platform: str) -> Optional[dict]:
 OUTPUT_AFTER = "#servebuild: what the image's own command printed"
 
 
+def store_script(config_path: str, then: str) -> str:
+    """The shell line that prints the config, the OUTPUT_AFTER line, then what `then` prints."""
+    return f"/bin/cat {shlex.quote(config_path)} && printf '\\n%s\\n' {shlex.quote(OUTPUT_AFTER)} && {{ {then}; }}"
+
+
 def config_and_output(docker, image_id: str, platform: str, then: str = "") -> tuple[Optional[dict], Optional[str]]:
     """config_from_store's config, and what the shell command `then` printed in the same throwaway container
     (one container for both: about 0.2 s a build); (None, None) when the store cannot be read there."""
@@ -147,12 +153,7 @@ def config_and_output(docker, image_id: str, platform: str, then: str = "") -> t
     store = f"{root}/image/{driver}/imagedb/content/sha256"
     command = ["/bin/cat", image_id, f"/store/{digest}"]
     if then:
-        command = [
-            "/bin/sh",
-            image_id,
-            "-c",
-            f"/bin/cat /store/{digest} && printf '\\n%s\\n' '{OUTPUT_AFTER}' && {{ {then}; }}",
-        ]
+        command = ["/bin/sh", image_id, "-c", store_script(f"/store/{digest}", then)]
     proc = docker.run(
         "run",
         "--rm",

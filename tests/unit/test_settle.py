@@ -507,3 +507,24 @@ def test_the_lists_are_parsed_as_the_image_printed_them():
     assert parse_lists('a==1\n#apt\n#aot\n{"kernels": []}\n')[2] == {"kernels": []}
     with pytest.raises(DockerError, match="aot.json is not JSON"):
         parse_lists("a==1\n#apt\n#aot\n{not json\n")
+
+
+def test_the_store_script_runs_in_a_real_shell_and_parts_where_the_reader_parts(tmp_path):
+    """The line the container runs, run here by /bin/sh: the config's bytes, then the marker line, then the
+    lists, parted by config_and_output's own rule. (The marker once held an apostrophe inside single quotes:
+    the shell refused the line, and every build fell back to a `docker save` of the whole image, 70 s for
+    SGLang's, with nothing but the time to show it.)"""
+    from servebuild.build.imageconfig import OUTPUT_AFTER, store_script
+    from servebuild.build.run import LISTS
+
+    raw = '{"created":"x","rootfs":{"type":"layers","diff_ids":[]}}'
+    (tmp_path / "config").write_text(raw)
+    root = tmp_path / "image"
+    (root / "opt/servebuild").mkdir(parents=True)
+    (root / "opt/servebuild/packages.txt").write_text("torch==2.11.0\n")
+    (root / "opt/servebuild/apt-runtime.txt").write_text("bash=5.2\n")
+    script = store_script(str(tmp_path / "config"), LISTS.replace("/opt/", f"{root}/opt/"))
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    head, found, output = proc.stdout.partition(f"\n{OUTPUT_AFTER}\n")
+    assert found and head == raw and output == "torch==2.11.0\n#apt\nbash=5.2\n#aot\n"
