@@ -1046,7 +1046,7 @@ MUTANTS = [
     Mutant(
         "settle-step-time-fixed",
         "servebuild/render/settle.py",
-        "export {STEP_TIME}=$(( ${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME} ))",
+        "export {STEP_TIME}=$(( newest + 1 > {TAR_MTIME} ? newest + 1 : {TAR_MTIME} ))",
         "export {STEP_TIME}={TAR_MTIME}",
         (f"{SETTLE}::test_the_settled_step_really_settles",),
         "the old settle: every output at 2000-01-01, older than the headers it was built from",
@@ -1054,17 +1054,41 @@ MUTANTS = [
     Mutant(
         "settle-step-time-no-floor",
         "servebuild/render/settle.py",
-        "${{newest%%.*}} + 1 > {TAR_MTIME} ? ${{newest%%.*}} + 1 : {TAR_MTIME}",
-        "${{newest%%.*}} + 1",
+        "newest + 1 > {TAR_MTIME} ? newest + 1 : {TAR_MTIME}",
+        "newest + 1",
         (f"{SETTLE}::test_the_settled_step_really_settles",),
     ),
     Mutant(
         "settle-logs-kept",
         "servebuild/render/settle.py",
-        'SETTLE = (f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "\n'
-        '          f"&& find / ',
-        'SETTLE = (f"find / ',
+        'SETTLE = (\n    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "\n'
+        '    f"&& mkdir',
+        'SETTLE = (\n    f"true && mkdir',
         (f"{SETTLE}::test_the_settled_step_empties_the_logs_it_wrote",),
+    ),
+    Mutant(
+        "settle-newest-walked-every-step",
+        "servebuild/render/settle.py",
+        "if [ -f {NEWEST} ]; then",
+        "if false; then",
+        (f"{SETTLE}::test_the_newest_time_is_carried_from_step_to_step",),
+        "the old start: every settled step walks /usr and /opt again (0.6-0.9 s a step on SGLang)",
+    ),
+    Mutant(
+        "settle-newest-misses-older-files",
+        "servebuild/render/settle.py",
+        "-newer {REF} \\\\( -path",
+        "-newer {REF} -false \\\\( -path",
+        (f"{SETTLE}::test_the_newest_time_is_carried_from_step_to_step",),
+        "a file a step put under /usr with an older time still newer than the carried one is missed",
+    ),
+    Mutant(
+        "settle-no-wait-past-the-marker",
+        "servebuild/render/settle.py",
+        "until touch {PROBE} && [",
+        "until touch {PROBE} || [",
+        (f"{SETTLE}::test_what_the_command_writes_in_the_markers_clock_tick_is_newer_than_the_marker",),
+        "the start of stop 41's reverted settle: a file made in the marker's clock tick kept its real time",
     ),
     Mutant(
         "settle-no-tmp-tmpfs",

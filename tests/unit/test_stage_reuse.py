@@ -268,16 +268,18 @@ def test_stacks_whose_parser_reads_the_same_files_share_one_profile_check(tmp_pa
         )
 
 
-def test_the_release_seed_sits_below_the_overlay_and_the_per_build_files_are_one_layer():
+def test_the_release_seed_sits_below_the_overlay_and_the_per_build_files_are_two_last_layers():
     """A variant whose kernels are the release's gets them in runtime-base, under its overlay, so its own
-    steps are the overlay and one last layer (launchers, the profile check's record, the manifest); a
-    variant with its own kernels gets them above its overlay, where they are newer than what they read."""
+    steps are the overlay and two last layers: the launchers and the manifest, which do not wait for the
+    profile check, then the check's record alone; a variant with its own kernels gets them above its
+    overlay, where they are newer than what they read."""
     shared = _render([])
     base, runtime = _stage_body(shared, "runtime-base"), _stage_body(shared, "runtime")
     assert "from=aot,source=/opt/servebuild/seed" in base and base.index("from=aot") < base.index("overlay_package.py")
-    assert "from=aot" not in runtime and runtime.count("\nRUN ") + runtime.startswith("RUN ") == 1, runtime
-    for bound in ("source=launchers", "from=profile-check", "source=manifest.json"):
-        assert bound in runtime, bound
+    assert "from=aot" not in runtime and runtime.count("\nRUN ") + runtime.startswith("RUN ") == 2, runtime
+    launchers, record = re.split(r"^RUN ", runtime, flags=re.M)[1:]
+    assert "source=launchers" in launchers and "source=manifest.json" in launchers and "profile-check" not in launchers
+    assert "from=profile-check" in record and "launchers" not in record and "manifest" not in record
     own = _render(["python/sglang/jit_kernel/add_constant.py"])
     assert "from=aot" not in _stage_body(own, "runtime-base")
     assert _stage_body(own, "runtime").index("from=aot") < _stage_body(own, "runtime").index("source=manifest.json")
