@@ -841,8 +841,8 @@ MUTANTS = [
     Mutant(
         "aot-settled-time-ignored",
         "servebuild/tools/aot_build.py",
-        "    if settled.isdigit():",
-        "    if False:",
+        "    if settled.isdigit():\n        settle_ninja_state(cache, new,",
+        "    if False:\n        settle_ninja_state(cache, new,",
         (f"{FAKES}::test_aot_puts_the_steps_settled_time_in_ninjas_state",),
     ),
     Mutant(
@@ -1121,8 +1121,8 @@ MUTANTS = [
     Mutant(
         "settle-copy-dirs-keep-context-time",
         "servebuild/render/settle.py",
-        'dirs = ("" if stage else',
-        'dirs = ("" if True else',
+        '    dirs = (\n        ""\n        if stage\n',
+        '    dirs = (\n        ""\n        if True\n',
         (f"{SETTLE}::test_a_copy_into_a_directory_runs_as_copy_would",),
     ),
     # the in-image cache tool's seed and census (servebuild/tools/servebuild_cache.py)
