@@ -102,10 +102,9 @@ def settle(dockerfile: str) -> str:
     marker = None  # UNSETTLED or NEW_FILE: the comment that names how the next RUN is composed
     for instruction in _instructions(dockerfile.splitlines()):
         keyword = instruction.split(None, 1)[0].upper() if instruction.strip() else ""
-        for name in (UNSETTLED, NEW_FILE):
-            if instruction.startswith(name):
-                marker = name
-        if instruction.startswith((UNSETTLED, NEW_FILE)):
+        named = next((name for name in (UNSETTLED, NEW_FILE) if instruction.startswith(name)), None)
+        if named:
+            marker = named
             out.append(instruction)
             continue
         if marker and keyword != "RUN":
