@@ -547,3 +547,37 @@ def test_what_the_command_writes_in_the_markers_clock_tick_is_newer_than_the_mar
         if out.strip() != str(made):
             missed.append(made.name)
     assert missed == [], f"made in the marker's tick, not newer than it: {missed}"
+
+
+class FakeEngine:
+    """A fake local engine (no Docker here: this tier runs without one) whose `run_in_image` prints canned
+    lists; `ran` counts the containers started."""
+
+    endpoint = None
+    name = "the local engine"
+
+    def __init__(self):
+        self.ran = 0
+
+    def run_in_image(self, image_id, *args, **kwargs):
+        self.ran += 1
+        return "torch==2.11.0\n#apt\nbash=5.2\n#aot\n"
+
+
+def test_a_local_build_says_when_its_config_came_from_docker_save():
+    """The lists come from the container that read the config (no second container, nothing said); when
+    that read failed on a local engine (the build then took the config from a `docker save` of the whole
+    image: 70 s a variant when a quoting bug made every build do so, seen only as time), it says so in one
+    line and reads the lists in a container of their own. A remote engine takes that way by design: silent."""
+    import io
+
+    from servebuild.build.run import image_lists
+
+    engine, echo = FakeEngine(), io.StringIO()
+    lists = image_lists(engine, "sha256:" + "a" * 64, "linux/amd64", "torch==2.11.0\n#apt\nbash=5.2\n#aot\n", echo)
+    assert lists == (["torch==2.11.0"], ["bash=5.2"], None) and engine.ran == 0 and echo.getvalue() == ""
+    assert image_lists(engine, "sha256:" + "a" * 64, "linux/amd64", None, echo) == lists and engine.ran == 1
+    said = echo.getvalue().splitlines()
+    assert len(said) == 1 and "docker save" in said[0] and "sha256:aaaaaaaaaaaa" in said[0], said
+    engine.endpoint, echo = "ssh://node2", io.StringIO()
+    assert image_lists(engine, "sha256:" + "a" * 64, "linux/amd64", None, echo) == lists and echo.getvalue() == ""
