@@ -226,6 +226,10 @@ def main() -> int:
             x, y = (a[i] if i < len(a) else "-"), (b[i] if i < len(b) else "-")
             print(f"  layer {i}: {x[:19]} {y[:19]} {'same' if x == y else 'DIFFERENT'}")
         print(f"  identical: {ids[0] == ids[1]}")
+        # node 2 has given all it is asked for: its image store and build cache go before the copy-up scan's
+        # `docker save` needs room for the whole image (with 19 GB free, the scan of vLLM's image ran out of
+        # disk after both engines had agreed, and nothing was recorded)
+        node2.remove()
         # a directory only a copy-up put in a layer is there on one engine and not on another (build/copyups.py)
         figures["copy_up_only"] = [f"layer {i}: {p}" for i, p in copy_up_only(image_layers(DockerClient(), ids[0]))]
         print(f"  directories only a copy-up put in a layer: {', '.join(figures['copy_up_only']) or 'none'}")
