@@ -218,8 +218,8 @@ MUTANTS = [
     Mutant(
         "bisect-first-cache-census",
         "servebuild/check/bisect.py",
-        "for line in reversed(lines)\n                   if line.startswith(CACHE_MARK",
-        "for line in lines\n                   if line.startswith(CACHE_MARK",
+        "for line in reversed(lines) if line.startswith(CACHE_MARK",
+        "for line in lines if line.startswith(CACHE_MARK",
         (t("test_of_several_cache_censuses_the_last_one_counts", BISECT),),
     ),
     Mutant(
@@ -569,8 +569,8 @@ MUTANTS = [
     Mutant(
         "base-keeps-aux-cache",
         "servebuild/sources/rootfs.py",
-        '"var/cache/ldconfig/aux-cache",\n                 "etc/machine-id"',
-        '"etc/machine-id"',
+        '    "var/cache/ldconfig/aux-cache",\n    "etc/machine-id",',
+        '    "etc/machine-id",',
         (f"{DEB}::test_the_ldconfig_aux_cache_goes_and_its_directory_stays",),
     ),
     Mutant(
@@ -618,8 +618,8 @@ MUTANTS = [
     Mutant(
         "rootfs-key-suite-only",
         "servebuild/lock/debian.py",
-        '"base": [p.model_dump() for p in self.base]}',
-        '"base": []}',
+        '"base": [p.model_dump() for p in self.base],',
+        '"base": [],',
         (f"{DEB}::test_the_rootfs_cache_key_is_what_the_rootfs_is_made_of_not_the_suite",),
     ),
     Mutant(
@@ -949,8 +949,8 @@ MUTANTS = [
     Mutant(
         "lock-stale-wrong-kind",
         "servebuild/lock/lockfile.py",
-        '        raise IntegrityError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked"',
-        '        raise InputError(f"lock is stale: recipe {loaded.recipe.name} changed since it was locked"',
+        '        raise IntegrityError(\n            f"lock is stale: recipe {loaded.recipe.name} changed since it was locked"',
+        '        raise InputError(\n            f"lock is stale: recipe {loaded.recipe.name} changed since it was locked"',
         (f"{LOCKT}::test_a_stale_lock_is_an_integrity_error_naming_what_changed",),
     ),
     Mutant(
@@ -1088,7 +1088,7 @@ MUTANTS = [
         "until touch {PROBE} && [",
         "until touch {PROBE} || [",
         (f"{SETTLE}::test_what_the_command_writes_in_the_markers_clock_tick_is_newer_than_the_marker",),
-        "the start of stop 41's reverted settle: a file made in the marker's clock tick kept its real time",
+        "the start of the settle reverted on 2026-12-07: a file made in the marker's clock tick kept its real time",
     ),
     Mutant(
         "settle-no-tmp-tmpfs",
@@ -1257,8 +1257,8 @@ MUTANTS = [
     Mutant(
         "reuse-native-files-ignored",
         "servebuild/render/reuse.py",
-        "lambda f: is_native(f) or _covered(installed[f], kind.kernel_inputs)",
-        "lambda f: _covered(installed[f], kind.kernel_inputs)",
+        "f for f in installed if is_native(f) or _covered(installed[f], kind.kernel_inputs)",
+        "f for f in installed if _covered(installed[f], kind.kernel_inputs)",
         (f"{REUSE}::test_a_kernel_source_or_any_native_file_gets_its_own_kernels",),
     ),
     Mutant(
@@ -1272,8 +1272,8 @@ MUTANTS = [
     Mutant(
         "reuse-parser-rule-dropped",
         "servebuild/render/reuse.py",
-        "parser = _first(installed, lambda f: _covered(installed[f], kind.parser_inputs))",
-        "parser = None",
+        "read = [f for f in sorted(installed) if _covered(installed[f], kind.parser_inputs)]",
+        "read = []",
         (
             f"{REUSE}::test_a_file_the_parser_reads_gets_its_own_profile_check",
             f"{REUSE}::test_the_adaptive_prefill_patch_shares_the_kernels_but_is_parsed_by_its_own_engine",
@@ -1289,7 +1289,7 @@ MUTANTS = [
     Mutant(
         "reuse-site-path-unstripped",
         "servebuild/modes/wheel_overlay.py",
-        "return path[len(parent) + 1:] if parent else path",
+        "return path[len(parent) + 1 :] if parent else path",
         "return path",
         (REUSE,),
     ),

@@ -400,16 +400,15 @@ def image_lists(
     docker: DockerClient, image_id: str, platform: str, output: Optional[str], echo: Optional[TextIO]
 ) -> tuple[list[str], list[str], Optional[dict]]:
     """The lists from what settle_config's container printed (`output`), else read in a container of their
-    own. A local engine takes the second way only when reading its image store in a container failed, and
-    the build then read the config from a `docker save` of the whole image (a minute on a 9 GB image): it
-    says so on `echo`, rather than being slow without a word. A remote engine takes it by design."""
+    own. The second way is taken only when reading the engine's image store in a container of the image
+    failed, and the build then read the config from a `docker save` of the whole image (a minute on a 9 GB
+    image): it says so on `echo`, rather than being slow without a word."""
     if output is not None:
         return parse_lists(output)
-    if docker.endpoint is None and echo is not None:
+    if echo is not None:
         echo.write(
-            f"servebuild: {image_id[:19]}…'s config could not be read from the local engine's image store in a "
-            f"container of it: read from `docker save` instead (slower; the package lists in a container "
-            f"of their own)\n"
+            f"servebuild: the image's config could not be read from {docker.name}'s image store in a container "
+            f"of it: read from `docker save` instead (slower; the package lists in a container of their own)\n"
         )
     return installed_lists(docker, image_id, platform)
 

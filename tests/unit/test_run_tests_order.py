@@ -26,8 +26,9 @@ def test_the_measured_peaks_are_filled_in(run_tests):
 
 
 def test_a_disk_like_ci_machines_runs_both_at_once(run_tests):
-    """CI's machine had about 51 GB free at the start (51.9 at stop 40): with the sum of the two peaks as
-    the rule, its run went one after the other (57 minutes, past CI's 45)."""
+    """CI's machine starts with about 51 GB free (51.9 on 2026-12-06), right at the old rule's line (the sum
+    of the two peaks and the margin, 51 GB): its landing of 2026-12-07 took 57 minutes, what one after the
+    other takes. 50 GB runs both at once now (one after the other under the old rule)."""
     assert run_tests.choose_order(50.0)[0] == "concurrent"
     assert run_tests.choose_order(run_tests.AT_ONCE_GB)[0] == "sequential"  # no margin left
 
