@@ -46,6 +46,11 @@ class Mutant:
     engine: bool = False  # its tests build or run images (a Docker engine): only with --engine
 
 
+def can_be_made(m: Mutant, text: str) -> bool:
+    """The mutant's text occurs exactly once in its file's `text` (else it is STALE: not made, not counted)."""
+    return text.count(m.old) == 1
+
+
 def t(name: str, file: str) -> str:
     return f"{file}::{name}"
 
@@ -1406,7 +1411,7 @@ def main() -> int:
         for m in chosen:
             path = tree / m.file
             original = path.read_text()
-            if original.count(m.old) != 1:
+            if not can_be_made(m, original):
                 stale.append(m)
                 print(f"STALE     {m.id}: {m.old!r} occurs {original.count(m.old)} times in {m.file}")
                 continue

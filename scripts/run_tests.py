@@ -49,7 +49,7 @@ NODE2 = "engine_image or disk_heavy"
 # second engine's --no-cache build beside the engine images' download caches). docs/how-to/run-the-tests.md
 NEED_GB = {"engine-images": 25.0, "rest": 18.0}
 # the two runs' peaks do not come at the same time: what both at once used at most (free at start less
-# the least free seen), measured: 33.3 GB on CI's machine (stop 40, 2026-12-06: 51.9 GB free at start,
+# the least free seen), measured: 33.3 GB on CI's machine (2026-12-06: 51.9 GB free at start,
 # least 18.6), 34.0, 33.4 and 33.3 GB here (2026-12-07: 78.0 -> 44.0, 77.5 -> 44.1, 55.1 -> 21.8). The sum
 # of the two peaks with the margin (51 GB) was the rule before: CI's machine starts with about that much
 # free, and its landing of 2026-12-07 took 3,423 s (57 minutes, what one after the other takes) where the

@@ -349,12 +349,11 @@ def _build_in(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO], con
         network=docker.endpoint.network if docker.endpoint else None,
         notes=rendered.notes,
     )
-    image_id = docker.build(request, log_path, echo=echo or (sys.stderr if plan.options.echo else None))
+    echo = echo or (sys.stderr if plan.options.echo else None)
+    image_id = docker.build(request, log_path, echo=echo)
     settled = settle_config(docker, image_id, created, plan.bases.get("runtime"), plan.platform, then=LISTS)
     image_id = settled.image_id
-    packages, apt, aot = image_lists(
-        docker, image_id, plan.platform, settled.output, echo or (sys.stderr if plan.options.echo else None)
-    )
+    packages, apt, aot = image_lists(docker, image_id, plan.platform, settled.output, echo)
     manifest = dict(rendered.manifest_inputs)
     manifest["outputs"] = {
         "image_id": image_id,
