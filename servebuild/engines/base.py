@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from servebuild.engines.profiles import PORT, LaunchProfile, check_common, profile_flags
 
@@ -32,6 +36,19 @@ JIT_CACHE_PATHS = {
     "humming": "humming",
     "huggingface": "huggingface",
 }
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A known defect of some releases of an engine that a launch profile can meet. A patch entry lifts
+    it by naming it in its `fixes`; the kind's `check_defects` says which profiles meet it."""
+
+    versions: str  # PEP 440 specifiers of the affected releases, e.g. ">=0.5.16,<0.5.18"
+    why: str  # one line: what goes wrong, where, and where upstream fixed it
+    fix: str  # what to do: the local patch that fixes it, or the release that does
+
+    def affects(self, version: str) -> bool:
+        return Version(version) in SpecifierSet(self.versions)
 
 
 class EngineKind:
@@ -87,6 +104,13 @@ class EngineKind:
         """The rules every engine has (engines/profiles.check_common); kinds add their own first.
         Raise ValueError naming the profile."""
         check_common(name, self.flags(profile))
+
+    # name -> a known defect of some of this engine's releases (see Defect)
+    defects: dict[str, Defect] = {}
+
+    def check_defects(self, name: str, profile: LaunchProfile, version: str, fixed: frozenset) -> None:
+        """Refuse a profile that meets a known defect of this engine version that no entry of the patch
+        stack fixes (`fixed`: the defects the stack's entries name). Raise ValueError naming the profile."""
 
     def runtime_env(self) -> dict[str, str]:
         env = dict(self.env)

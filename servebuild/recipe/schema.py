@@ -98,6 +98,8 @@ class PatchEntry(Model):
     file: Optional[str] = None  # local patch, relative to the repository root
     sha256: Optional[str] = None  # of the exact diff applied
     requires: list[str] = []  # ids of entries that must come earlier in the stack
+    conflicts: list[str] = []  # ids of entries that must not be in the same stack (either side may say it)
+    fixes: list[str] = []  # known engine defects this entry fixes (the engine kind's `defects`)
     note: str = ""  # free text, shown nowhere else
 
     _note = printable_field("note")
@@ -107,6 +109,16 @@ class PatchEntry(Model):
     def _id(cls, v: str) -> str:
         if not NAME.match(v):
             raise ValueError(f"{v!r} is not a valid id (lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("requires", "conflicts", "fixes")
+    @classmethod
+    def _ids(cls, v: list[str], info) -> list[str]:
+        for item in v:
+            if not NAME.match(item):
+                raise ValueError(f"{info.field_name}: {item!r} is not a valid id (lowercase letters, digits, '-')")
+        if len(set(v)) != len(v):
+            raise ValueError(f"{info.field_name}: an id is listed twice")
         return v
 
     @field_validator("commit", "base")
@@ -192,7 +204,8 @@ class EngineSource(Model):
 
 
 def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") -> None:
-    """No duplicates; every `requires` earlier in the stack (or, without order, anywhere in it)."""
+    """No duplicates; every `requires` earlier in the stack (or, without order, anywhere in it); no two
+    entries of a stack that conflict (without order: the recipe's pool, every conflict names an entry)."""
     seen: dict[str, PatchEntry] = {}
     for entry in entries:
         if entry.id in seen:
@@ -205,6 +218,18 @@ def check_stack(entries: list[PatchEntry], order: bool = True, where: str = "") 
                 raise ValueError(f"{where}patch entry {entry.id!r} duplicates {prior.id!r}")
         seen[entry.id] = entry
     for i, entry in enumerate(entries):
+        if entry.id in entry.conflicts:
+            raise ValueError(f"{where}patch entry {entry.id!r} conflicts with itself")
+        unknown = next((c for c in entry.conflicts if c not in seen), None)
+        if not order and unknown:  # the recipe's pool of entries: each conflict names one of them
+            raise ValueError(f"{where}patch entry {entry.id!r} conflicts with {unknown!r}, which is not in the stack")
+        for prior in entries[:i] if order else ():
+            if prior.id in entry.conflicts or entry.id in prior.conflicts:
+                said = entry if prior.id in entry.conflicts else prior
+                raise ValueError(
+                    f"{where}patch entries {prior.id!r} ({prior.label()}) and {entry.id!r} ({entry.label()}) "
+                    f"conflict (as {said.id!r} declares): a stack carries one of them"
+                )
         earlier = {e.id for e in entries[:i]} if order else set(seen) - {entry.id}
         for need in entry.requires:
             if need == entry.id:
@@ -517,6 +542,40 @@ class Recipe(Model):
         return self
 
     @model_validator(mode="after")
+    def _stack_fits_the_engine(self) -> "Recipe":
+        """Each entry's `fixes` names a defect the engine kind knows; every launch profile clears the
+        known defects of the engine version that the stack does not fix (engines/<kind>.check_defects)."""
+        if self.engine is None:
+            return self
+        kind = self.engine.kind
+        for group in ("patches", "optional_patches"):
+            for i, entry in enumerate(getattr(self.engine.source, group)):
+                unknown = next((d for d in entry.fixes if d not in kind.defects), None)
+                if unknown:
+                    known = ", ".join(sorted(kind.defects)) or "none"
+                    raise PlacedValueError(
+                        ("engine", "source", group, i, "fixes"),
+                        f"{entry.id}: {unknown!r} is not a known defect of {kind.name} (known: {known})",
+                    )
+        met = self.defect_met(self.engine.source.patches)
+        if met:
+            raise PlacedValueError(("launch", "profiles", met[0]), met[1])
+        return self
+
+    def defect_met(self, stack: list[PatchEntry]) -> Optional[tuple[str, str]]:
+        """(profile, one line) for the first launch profile that meets a known defect of the engine
+        version which no entry of `stack` fixes; None when every profile clears them."""
+        if self.engine is None:
+            return None
+        fixed = frozenset(d for entry in stack for d in entry.fixes)
+        for name, profile in self.launch.profiles.items():
+            try:
+                self.engine.kind.check_defects(name, profile, self.engine.version, fixed)
+            except ValueError as exc:
+                return name, f"recipe {self.name!r}, {exc}"
+        return None
+
+    @model_validator(mode="after")
     def _variants(self) -> "Recipe":
         if self.variants and self.engine is None:
             raise ValueError("variants: a recipe without an engine has no patch stack to vary")
@@ -528,6 +587,9 @@ class Recipe(Model):
             if unknown:
                 raise ValueError(f"variants.{name}: unknown patch {unknown[0]!r} (known: {', '.join(pool)})")
             check_stack([pool[i] for i in variant.patches], where=f"variants.{name}: ")
+            met = self.defect_met([pool[i] for i in variant.patches])
+            if met:
+                raise ValueError(f"variants.{name}: {met[1]}")
         return self
 
     def with_variant(self, name: str) -> "Recipe":
@@ -547,5 +609,8 @@ class Recipe(Model):
             check_stack([pool[i] for i in ids])
         except ValueError as exc:
             raise InputError(str(exc), field="--patches") from None
+        met = self.defect_met([pool[i] for i in ids])
+        if met:
+            raise InputError(met[1], field="--patches")
         source = self.engine.source.model_copy(update={"patches": [pool[i] for i in ids]})
         return self.model_copy(update={"engine": self.engine.model_copy(update={"source": source})})

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: bea9247f6727a9439a2f0c27cbe70d6bec307d700c622bc0b8f45ab247014773
+# recipe sha256: d0ea77427563db3eb86734cd27bd13cf0d93280b2f39949d9a4a9ac991034eb9
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

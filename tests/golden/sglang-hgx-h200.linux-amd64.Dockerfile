@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-hgx-h200 for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: b00354964f3ef2e76464bc23b1f627541f1200edbc253a7c71decea24c1626cd
+# recipe sha256: b5971f629532a37b99eb4625bf0acbda2a36493a2c1cf250272d39eac0364b21
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

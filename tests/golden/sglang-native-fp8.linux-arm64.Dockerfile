@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 1220ebc7b3e723fcc15f6108e32f86fcec60707b4d1b3594df6ffd0a79ede574
+# recipe sha256: 965ef4d820bf6dba17727ab1b725cef9654898d9deda434ca0a17bd000fd2ed5
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

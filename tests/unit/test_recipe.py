@@ -82,8 +82,16 @@ def test_vllm_recipe_pins():
 def test_sglang_stack_order_and_requires():
     r = load_recipe("sglang-native-fp8", REPO_ROOT).recipe
     ids = [p.id for p in r.engine.source.patches]
-    assert ids == ["sglang-pr-33276", "sglang-pr-33889", "sglang-pr-33312", "sglang-adaptive-prefill"]
-    assert r.engine.source.patches[2].requires == ["sglang-pr-33889"]
+    # #33889/#33312 cannot apply on v0.5.16: local backports stand for #34189 and #33312
+    assert ids == [
+        "sglang-pr-33276",
+        "sglang-dsv4-verify-pad",
+        "sglang-dsv4-shared-expert-fusion-policy",
+        "sglang-adaptive-prefill",
+    ]
+    assert not any(p.pr in (33889, 33312) for p in r.engine.source.patches + r.engine.source.optional_patches)
+    assert r.engine.source.patches[1].fixes == ["sglang-dsv4-verify-pad"]
+    assert r.engine.source.patches[2].conflicts == ["sglang-original-shared-expert-remap"]
     env = r.launch.profiles["sglang-native-fp8"].env
     assert env["SGLANG_DSV4_ADAPTIVE_PREFILL"] == "1"
     assert env["SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT"] == "738197504"
@@ -216,12 +224,23 @@ def test_sglang_variants_reproduce_the_seed_ab_table():
     stacks = {
         name: [p.id for p in loaded.with_variant(name).recipe.engine.source.patches] for name in loaded.recipe.variants
     }
-    assert stacks["original-fix"] == ["sglang-original-shared-expert-remap"]
-    assert stacks["pr-33312-only"] == ["sglang-pr-33889", "sglang-pr-33312"]
-    assert stacks["final"] == [p.id for p in loaded.recipe.engine.source.patches]
-    # the remap is never in the default stack, and never stacked with #33312
-    assert "sglang-original-shared-expert-remap" not in stacks["final"]
-    assert not any("sglang-pr-33312" in s and "sglang-original-shared-expert-remap" in s for s in stacks.values())
+    pad, policy, remap = (
+        "sglang-dsv4-verify-pad",
+        "sglang-dsv4-shared-expert-fusion-policy",
+        "sglang-original-shared-expert-remap",
+    )
+    assert stacks == {
+        "original-fix": [pad, remap],
+        "original-fix-33276": ["sglang-pr-33276", pad, remap],
+        "fusion-policy-only": [pad, policy],
+        "pr-33276-fusion-policy": ["sglang-pr-33276", pad, policy],
+        "final": [p.id for p in loaded.recipe.engine.source.patches],
+        "local-stack": [pad, policy, "sglang-adaptive-prefill"],
+    }
+    # the remap is never in the default stack, and never stacked with the fusion policy; every row is DSpark-safe
+    assert remap not in stacks["final"]
+    assert not any(policy in s and remap in s for s in stacks.values())
+    assert all(pad in s for s in stacks.values())
     # a variant keeps the recipe's hash (the recipe as written) and says which variant it is
     v = loaded.with_variant("original-fix")
     assert v.sha256 == loaded.sha256 and v.variant == "original-fix"
@@ -242,21 +261,37 @@ def _with(tmp_path, **variants):
     [
         ({"a": {"patches": ["nope"]}}, "variants.a: unknown patch 'nope'"),
         (
-            {"a": {"patches": ["sglang-pr-33312"]}},
-            "variants.a: patch entry 'sglang-pr-33312' requires 'sglang-pr-33889'",
+            {
+                "a": {
+                    "patches": [
+                        "sglang-dsv4-verify-pad",
+                        "sglang-dsv4-shared-expert-fusion-policy",
+                        "sglang-original-shared-expert-remap",
+                    ]
+                }
+            },
+            "variants.a: patch entries 'sglang-dsv4-shared-expert-fusion-policy' "
+            "(patches/sglang-dsv4-shared-expert-fusion-policy.patch) and 'sglang-original-shared-expert-remap' "
+            "(patches/sglang-dspark-shared-expert-remap.patch) conflict (as 'sglang-dsv4-shared-expert-fusion-policy' "
+            "declares): a stack carries one of them",
+        ),
+        (
+            {"a": {"patches": ["sglang-adaptive-prefill"]}},
+            "variants.a: recipe 'v', profile 'sglang-native-fp8': DSpark verifies 6 tokens "
+            "(--speculative-num-draft-tokens 6) on sglang 0.5.16",
         ),
         ({"a": {"patches": ["sglang-pr-33276", "sglang-pr-33276"]}}, "variants.a: duplicate patch entry"),
         ({"Bad": {"patches": []}}, "'Bad' is not a valid variant name"),
     ],
 )
 def test_bad_variants(tmp_path, variants, message):
-    with pytest.raises(RecipeError, match=message.replace("(", r"\(")):
+    with pytest.raises(RecipeError, match=re.escape(message)):
         load_recipe(str(_with(tmp_path, **variants)), REPO_ROOT)
 
 
 def test_unknown_variant_names_the_known_ones():
     with pytest.raises(
-        RecipeError, match="unknown variant 'x'; this recipe has: adaptive-prefill-only, final, original-fix"
+        RecipeError, match="unknown variant 'x'; this recipe has: final, fusion-policy-only, local-stack, original-fix"
     ):
         load_recipe("sglang-native-fp8", REPO_ROOT).with_variant("x")
 

@@ -115,7 +115,14 @@ CASES = [
         [("engine.source.patches.0.file", "patches/sglang-adaptive-prefill.patch")],
         ["engine.source.patches.0", "exactly one"],
     ),
-    ("duplicate-patch", [("engine.source.patches.1.pr", 33276)], ["duplicates 'sglang-pr-33276'"]),
+    (
+        "duplicate-patch",
+        [
+            ("engine.source.patches.2.file", "patches/sglang-dsv4-verify-pad.patch"),
+            ("engine.source.patches.2.sha256", "67474d4de89132b1ca62f6066d904fcda6516a22978e5ff32cc8ef4c1db01b58"),
+        ],
+        ["'sglang-dsv4-shared-expert-fusion-policy' duplicates 'sglang-dsv4-verify-pad'"],
+    ),
     (
         "requires-missing",
         [("engine.source.patches.2.requires", ["sglang-pr-99999"])],
@@ -123,10 +130,55 @@ CASES = [
     ),
     (
         "requires-order-or-cycle",
-        [("engine.source.patches.1.requires", ["sglang-pr-33312"])],
-        ["requires 'sglang-pr-33312', which comes later in the stack"],
+        [("engine.source.patches.1.requires", ["sglang-dsv4-shared-expert-fusion-policy"])],
+        ["requires 'sglang-dsv4-shared-expert-fusion-policy', which comes later in the stack"],
     ),
-    ("requires-itself", [("engine.source.patches.1.requires", ["sglang-pr-33889"])], ["requires itself"]),
+    ("requires-itself", [("engine.source.patches.1.requires", ["sglang-dsv4-verify-pad"])], ["requires itself"]),
+    (
+        "conflicts-unknown",
+        [("engine.source.patches.2.conflicts", ["sglang-nope"])],
+        ["conflicts with 'sglang-nope', which is not in the stack"],
+    ),
+    (
+        "conflicts-itself",
+        [("engine.source.patches.1.conflicts", ["sglang-dsv4-verify-pad"])],
+        ["conflicts with itself"],
+    ),
+    (
+        "conflicting-default-stack",
+        [
+            (
+                "engine.source.patches.3",
+                {
+                    "id": "sglang-original-shared-expert-remap",
+                    "file": "patches/sglang-dspark-shared-expert-remap.patch",
+                    "sha256": "291e174c4d6601588d9d652733c17655d1dec8a97774ba5a56f7a6ef7ab79e81",
+                },
+            )
+        ],
+        [
+            "patch entries 'sglang-dsv4-shared-expert-fusion-policy' (patches/sglang-dsv4-shared-expert-fusion-policy.patch)"
+            " and 'sglang-original-shared-expert-remap' (patches/sglang-dspark-shared-expert-remap.patch) conflict"
+        ],
+    ),
+    (
+        "fixes-unknown-defect",
+        [("engine.source.patches.1.fixes", ["sglang-nope"])],
+        [
+            "engine.source.patches.1.fixes",
+            "'sglang-nope' is not a known defect of sglang (known: sglang-dsv4-verify-pad)",
+        ],
+    ),
+    (
+        "dspark-verify-pad-unfixed",
+        [("engine.source.patches.1.fixes", [])],
+        [
+            "launch.profiles.sglang-native-fp8",
+            "recipe 'bad', profile 'sglang-native-fp8': DSpark verifies 6 tokens (--speculative-num-draft-tokens 6) on "
+            "sglang 0.5.16, whose DSV4 compress plan persists only 4 verify tokens",
+            "patches/sglang-dsv4-verify-pad.patch",
+        ],
+    ),
     (
         "dspark-below-block-size",
         [(ARGS, args_with(("--speculative-num-draft-tokens", "5")))],

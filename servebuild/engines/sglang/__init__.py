@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from servebuild.engines.base import EngineKind, check_dspark_block
+from servebuild.engines.base import Defect, EngineKind, check_dspark_block
+
+# SGLang 0.5.16-0.5.17's DSV4 compress plan persists at most this many verify tokens per step
+VERIFY_PAD_LIMIT = 4
 
 
 class SGLang(EngineKind):
@@ -62,6 +65,23 @@ class SGLang(EngineKind):
         "sglang/srt/speculative/decoupled_spec_io.py",
     )
 
+    defects = {
+        "sglang-dsv4-verify-pad": Defect(
+            versions=">=0.5.16,<0.5.18",
+            why=(
+                f"whose DSV4 compress plan persists only {VERIFY_PAD_LIMIT} verify tokens "
+                f"(jit_kernel/csrc/deepseek_v4/c_plan.cuh: kMaxMTPDraftTokens = {VERIFY_PAD_LIMIT}), so rejected "
+                "drafts roll back to compressor state never written and outputs are silently corrupted "
+                "(fixed upstream by #34189, first in 0.5.18)"
+            ),
+            fix=(
+                "put patches/sglang-dsv4-verify-pad.patch (`fixes: [sglang-dsv4-verify-pad]`) in the stack, "
+                f"or verify at most {VERIFY_PAD_LIMIT} tokens (--speculative-dspark-block-size "
+                f"{VERIFY_PAD_LIMIT - 1})"
+            ),
+        )
+    }
+
     # the flags the DSpark rule reads, as SGLang's argparse accepts them (abbreviations included)
     DSPARK_FLAGS = ("--speculative-algorithm", "--speculative-dspark-block-size", "--speculative-num-draft-tokens")
     known_flags = DSPARK_FLAGS
@@ -85,6 +105,34 @@ class SGLang(EngineKind):
                     raise ValueError(f"profile {name!r}: DSPARK needs an integer {flag}")
                 what = flag if offset == 0 else f"{flag} minus one"
                 check_dspark_block(name, profile.dspark_block_size, int(given[0]) - offset, what)
+
+    def verify_tokens(self, profile) -> tuple[int, str] | None:
+        """How many tokens a DSpark profile verifies per step and where that number comes from, as
+        SGLang 0.5.16 resolves it (arg_groups/speculative_hook.py: --speculative-num-draft-tokens, else
+        --speculative-dspark-block-size + 1, else the draft checkpoint's block size + 1); None when the
+        profile does not run DSpark or the number is not known."""
+        flags = self.flags(profile)
+        algo = flags.get("--speculative-algorithm")
+        if not algo or (algo[0] or "").upper() != "DSPARK":
+            return None
+        for flag, offset in (("--speculative-num-draft-tokens", 0), ("--speculative-dspark-block-size", 1)):
+            given = (flags.get(flag) or [None])[0]
+            if given is not None and re.fullmatch(r"[0-9]+", given):
+                return int(given) + offset, f"{flag} {given}" + (" + 1" if offset else "")
+        if profile.dspark_block_size is not None:
+            return profile.dspark_block_size + 1, f"the checkpoint's block size {profile.dspark_block_size} + 1"
+        return None
+
+    def check_defects(self, name, profile, version, fixed):
+        defect = self.defects["sglang-dsv4-verify-pad"]
+        if "sglang-dsv4-verify-pad" in fixed or not defect.affects(version):
+            return
+        verify = self.verify_tokens(profile)
+        if verify is not None and verify[0] > VERIFY_PAD_LIMIT:
+            raise ValueError(
+                f"profile {name!r}: DSpark verifies {verify[0]} tokens ({verify[1]}) on sglang {version}, "
+                f"{defect.why}; {defect.fix}"
+            )
 
 
 KIND = SGLang()
