@@ -1,7 +1,7 @@
 """Rebuild seconds and new layer bytes after a one-flag launch-profile edit of an engine image.
 
 usage: .venv/bin/python scripts/bench_profile_edit.py --recipe sglang-native-fp8-bookworm
-       [--variant adaptive-prefill-only] [--parent sglang-native-fp8] [--ca-bundle FILE]
+       [--variant local-stack] [--parent sglang-native-fp8] [--ca-bundle FILE]
        (--ca-bundle defaults to $SERVEBUILD_CA_BUNDLE, else the system bundle where it exists)
 
 Works in a throwaway clone of this checkout's HEAD (commit first): builds the recipe there (warm if the engine's cache
@@ -42,7 +42,7 @@ def build(clone: Path, recipe: str, variant: str, tag: str, ca: str | None) -> f
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--recipe", default="sglang-native-fp8-bookworm")
-    ap.add_argument("--variant", default="adaptive-prefill-only")
+    ap.add_argument("--variant", default="local-stack")
     ap.add_argument("--parent", default="sglang-native-fp8", help="the recipe file whose profile is edited")
     # as bench_engine_image.py: a host whose HTTPS goes through an intercepting proxy needs its CA in the
     # build (pip then said "No matching distribution" for the first pin it fetched)

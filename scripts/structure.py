@@ -5,7 +5,7 @@ Usage:
   python scripts/structure.py [ROOT] --trace -- INVOKE-ARGS...
                                                  the same, plus a trace of one command run in this process
                                                  (e.g. -- build --recipe sglang-native-fp8-bookworm
-                                                  --variant adaptive-prefill-only)
+                                                  --variant local-stack)
 
 Static facts: modules per package, lines, the largest modules and functions, the longest chain of
 module-level imports, imports inside functions, tasks.py lines. The trace counts the servebuild

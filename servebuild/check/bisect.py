@@ -561,13 +561,17 @@ class Session:
 
 
 def jobs_for(loaded, variants: Optional[str], search: bool) -> list[tuple[str, Optional[tuple[str, ...]]]]:
-    """What to build: with `search`, every prefix of the patch stack (prefix-0 is the release);
-    else the named variants (ad-hoc NAME=ID+ID stacks allowed), or all the recipe's variants."""
+    """What to build: with `search`, every prefix of the patch stack (prefix-0 is the release) from the
+    first one whose launch profiles meet no known defect of the engine (a SGLang 0.5.16 DSpark recipe:
+    from the prefix that carries the verify-pad fix, since shorter ones are refused); else the named
+    variants (ad-hoc NAME=ID+ID stacks allowed), or all the recipe's variants."""
     if search:
         if loaded.recipe.engine is None:
             raise RecipeError("a recipe without an engine has no patch stack", file=loaded.file, field="engine")
-        stack = [e.id for e in loaded.recipe.engine.source.patches]
-        return [(f"prefix-{i}", tuple(stack[:i])) for i in range(len(stack) + 1)]
+        entries = loaded.recipe.engine.source.patches
+        start = next(i for i in range(len(entries) + 1) if loaded.recipe.defect_met(entries[:i]) is None)
+        stack = [e.id for e in entries]
+        return [(f"prefix-{i}", tuple(stack[:i])) for i in range(start, len(stack) + 1)]
     jobs = [variant_job(loaded, spec) for spec in (variants.split(",") if variants else list(loaded.recipe.variants))]
     if not jobs:
         raise RecipeError("the recipe defines no variants", file=loaded.file, field="variants")

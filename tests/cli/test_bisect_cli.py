@@ -27,7 +27,31 @@ R = ["--recipe", "sglang-native-fp8-bookworm"]
         (R + ["--variants", "under_score=", "--run", "true"], "is not VARIANT or NAME=ID+ID"),
         (R + ["--variants", "original-fix,original-fix", "--run", "true"], "variant 'original-fix' is named twice"),
         (R + ["--variants", "a=,a=sglang-adaptive-prefill", "--run", "true"], "variant 'a' is named twice"),
-        (R + ["--variants", "x=sglang-pr-33312", "--run", "true"], "requires 'sglang-pr-33889'"),
+        (
+            R
+            + [
+                "--variants",
+                "x=sglang-dsv4-verify-pad+sglang-adaptive-prefill+sglang-dsv4-verify-pad",
+                "--run",
+                "true",
+            ],
+            "duplicate patch entry 'sglang-dsv4-verify-pad'",
+        ),
+        (
+            R
+            + [
+                "--variants",
+                "x=sglang-dsv4-verify-pad+sglang-dsv4-shared-expert-fusion-policy+sglang-original-shared-expert-remap",
+                "--run",
+                "true",
+            ],
+            "patch entries 'sglang-dsv4-shared-expert-fusion-policy' (patches/sglang-dsv4-shared-expert-fusion-policy.patch)"
+            " and 'sglang-original-shared-expert-remap' (patches/sglang-dspark-shared-expert-remap.patch) conflict",
+        ),
+        (
+            R + ["--variants", "x=sglang-adaptive-prefill", "--run", "true"],
+            "profile 'sglang-native-fp8': DSpark verifies 6 tokens (--speculative-num-draft-tokens 6) on sglang 0.5.16",
+        ),
         (R + ["--profiles", "nope", "--run", "true"], "no profile 'nope'"),
         (R + ["--metric", "ttft", "--run", "true"], "--metric NAME and --threshold NUMBER together"),
         (R + ["--run", "true", "--timeout", "0"], "positive"),

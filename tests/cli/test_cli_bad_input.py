@@ -405,7 +405,7 @@ def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
         ),
         (
             ["--run", "true", "--variant", "nope"],
-            ["variants: unknown variant 'nope'; this recipe has: adaptive-prefill-only"],
+            ["variants: unknown variant 'nope'; this recipe has: final, fusion-policy-only, local-stack"],
         ),
     ],
 )

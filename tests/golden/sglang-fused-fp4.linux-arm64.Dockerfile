@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-fused-fp4 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: d0ea77427563db3eb86734cd27bd13cf0d93280b2f39949d9a4a9ac991034eb9
+# recipe sha256: ec5a5fa32def5265b5302a6b36484b15099d19575d0478d4e468bb5ff5deb24d
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

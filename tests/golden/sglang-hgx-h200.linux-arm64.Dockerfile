@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-hgx-h200 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: b5971f629532a37b99eb4625bf0acbda2a36493a2c1cf250272d39eac0364b21
+# recipe sha256: 9684b9add67b0af67cfe00033b58e64060150e389983731eae17b097e682783e
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 397c8257d8d4b193249e1071cc9f2a1705404cdf4853e9f7ff72599e15500d6b
+# recipe sha256: a2b52eec9cf695b57c30d6d610e6d4d94ae5e3efad33738c34c70598a0e3c4cd
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

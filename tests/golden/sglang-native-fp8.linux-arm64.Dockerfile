@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe sglang-native-fp8 for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 965ef4d820bf6dba17727ab1b725cef9654898d9deda434ca0a17bd000fd2ed5
+# recipe sha256: afb7ed282bf2d3ebbea652c93a415c7aa0012b36c70e3e070fc3df0ebece6b80
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -304,7 +304,7 @@ def test_gpus_on_an_engine_without_gpus_is_one_line(engine):
                 "--recipe",
                 "sglang-native-fp8-bookworm",
                 "--variants",
-                "adaptive-prefill-only",
+                "local-stack",
                 "--run",
                 "true",
                 "--gpus",

@@ -30,7 +30,7 @@ from servebuild.fsutil import sha256_file
 from servebuild.recipe.load import load_recipe
 from support import RECIPE_CHECKS, REPO_ROOT, copy_recipe_chain
 
-CASES = [("sglang-native-fp8-bookworm", "adaptive-prefill-only"), ("vllm-dspark-bookworm", "release")]
+CASES = [("sglang-native-fp8-bookworm", "local-stack"), ("vllm-dspark-bookworm", "release")]
 # launch profiles each engine's own parser must refuse: the default profile with (flag, value) set
 # in place of what it gives, and the engine's own words for it
 BAD_PROFILES = {

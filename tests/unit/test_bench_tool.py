@@ -112,12 +112,10 @@ def test_a_row_that_only_built_shows_no_exit():
 
 def test_profiles_default_to_the_recipes_and_may_be_chosen_per_variant():
     loaded = load_recipe("sglang-native-fp8-bookworm", REPO_ROOT)
-    variants = ["adaptive-prefill-only", "original-fix"]
+    variants = ["local-stack", "original-fix"]
     assert bisect.profile_names(loaded, None, variants) == {v: ["sglang-native-fp8"] for v in variants}
-    got = bisect.profile_names(
-        loaded, "sglang-native-fp8,adaptive-prefill-only:sglang-native-fp8-fixed-prefill", variants
-    )
-    assert got == {"adaptive-prefill-only": ["sglang-native-fp8-fixed-prefill"], "original-fix": ["sglang-native-fp8"]}
+    got = bisect.profile_names(loaded, "sglang-native-fp8,local-stack:sglang-native-fp8-fixed-prefill", variants)
+    assert got == {"local-stack": ["sglang-native-fp8-fixed-prefill"], "original-fix": ["sglang-native-fp8"]}
     with pytest.raises(InputError, match="'final' is not a variant of this run"):
         bisect.profile_names(loaded, "final:sglang-native-fp8", variants)
     with pytest.raises(RecipeError, match="no profile 'nope'"):

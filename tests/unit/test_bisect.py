@@ -10,6 +10,8 @@ import pytest
 
 from servebuild.check import bisect
 from servebuild.errors import InputError
+from servebuild.recipe.load import load_recipe
+from support import REPO_ROOT
 
 
 # -- bisect's options: checked before anything builds ------------------------------------------------------------------
@@ -122,3 +124,19 @@ def test_a_row_exits_with_its_first_failing_run():
     assert r.exit == 3
     r.add(None, 1.0, {}, "log4", None)
     assert r.exit is None
+
+
+def test_search_starts_at_the_first_prefix_whose_profiles_meet_no_known_defect():
+    """SGLang 0.5.16 DSpark: prefixes without the verify-pad fix are refused, so --search's baseline is the
+    first prefix that carries it (the recipe puts it first); a stack with the fix later starts later."""
+    loaded = load_recipe("sglang-native-fp8", REPO_ROOT)
+    jobs = bisect.jobs_for(loaded, None, True)
+    assert jobs[0] == ("prefix-1", ("sglang-dsv4-verify-pad",))
+    assert [name for name, _ in jobs] == ["prefix-1", "prefix-2", "prefix-3", "prefix-4"]
+    engine = loaded.recipe.engine
+    src = engine.source
+    moved = src.model_copy(update={"patches": [src.patches[1], src.patches[3], src.patches[0]]})
+    recipe = loaded.recipe.model_copy(update={"engine": engine.model_copy(update={"source": moved})})
+    assert [name for name, _ in bisect.jobs_for(loaded.replace(recipe), None, True)] == ["prefix-3"]
+    # a recipe whose profiles meet no defect starts at the release
+    assert bisect.jobs_for(load_recipe("vllm-dspark", REPO_ROOT), None, True)[0] == ("prefix-0", ())

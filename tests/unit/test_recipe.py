@@ -84,13 +84,13 @@ def test_sglang_stack_order_and_requires():
     ids = [p.id for p in r.engine.source.patches]
     # #33889/#33312 cannot apply on v0.5.16: local backports stand for #34189 and #33312
     assert ids == [
+        "sglang-dsv4-verify-pad",  # first: every prefix of the stack serves DSpark correctly
         "sglang-pr-33276",
-        "sglang-dsv4-verify-pad",
         "sglang-dsv4-shared-expert-fusion-policy",
         "sglang-adaptive-prefill",
     ]
     assert not any(p.pr in (33889, 33312) for p in r.engine.source.patches + r.engine.source.optional_patches)
-    assert r.engine.source.patches[1].fixes == ["sglang-dsv4-verify-pad"]
+    assert r.engine.source.patches[0].fixes == ["sglang-dsv4-verify-pad"]
     assert r.engine.source.patches[2].conflicts == ["sglang-original-shared-expert-remap"]
     env = r.launch.profiles["sglang-native-fp8"].env
     assert env["SGLANG_DSV4_ADAPTIVE_PREFILL"] == "1"
@@ -231,9 +231,9 @@ def test_sglang_variants_reproduce_the_seed_ab_table():
     )
     assert stacks == {
         "original-fix": [pad, remap],
-        "original-fix-33276": ["sglang-pr-33276", pad, remap],
+        "original-fix-33276": [pad, "sglang-pr-33276", remap],
         "fusion-policy-only": [pad, policy],
-        "pr-33276-fusion-policy": ["sglang-pr-33276", pad, policy],
+        "pr-33276-fusion-policy": [pad, "sglang-pr-33276", policy],
         "final": [p.id for p in loaded.recipe.engine.source.patches],
         "local-stack": [pad, policy, "sglang-adaptive-prefill"],
     }

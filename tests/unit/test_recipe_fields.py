@@ -112,8 +112,8 @@ CASES = [
     ),
     (
         "patch-both-kinds",
-        [("engine.source.patches.0.file", "patches/sglang-adaptive-prefill.patch")],
-        ["engine.source.patches.0", "exactly one"],
+        [("engine.source.patches.1.file", "patches/sglang-adaptive-prefill.patch")],
+        ["engine.source.patches.1", "exactly one"],
     ),
     (
         "duplicate-patch",
@@ -130,10 +130,10 @@ CASES = [
     ),
     (
         "requires-order-or-cycle",
-        [("engine.source.patches.1.requires", ["sglang-dsv4-shared-expert-fusion-policy"])],
+        [("engine.source.patches.0.requires", ["sglang-dsv4-shared-expert-fusion-policy"])],
         ["requires 'sglang-dsv4-shared-expert-fusion-policy', which comes later in the stack"],
     ),
-    ("requires-itself", [("engine.source.patches.1.requires", ["sglang-dsv4-verify-pad"])], ["requires itself"]),
+    ("requires-itself", [("engine.source.patches.0.requires", ["sglang-dsv4-verify-pad"])], ["requires itself"]),
     (
         "conflicts-unknown",
         [("engine.source.patches.2.conflicts", ["sglang-nope"])],
@@ -141,7 +141,7 @@ CASES = [
     ),
     (
         "conflicts-itself",
-        [("engine.source.patches.1.conflicts", ["sglang-dsv4-verify-pad"])],
+        [("engine.source.patches.0.conflicts", ["sglang-dsv4-verify-pad"])],
         ["conflicts with itself"],
     ),
     (
@@ -171,7 +171,7 @@ CASES = [
     ),
     (
         "dspark-verify-pad-unfixed",
-        [("engine.source.patches.1.fixes", [])],
+        [("engine.source.patches.0.fixes", [])],
         [
             "launch.profiles.sglang-native-fp8",
             "recipe 'bad', profile 'sglang-native-fp8': DSpark verifies 6 tokens (--speculative-num-draft-tokens 6) on "
