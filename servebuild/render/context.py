@@ -28,7 +28,7 @@ from servebuild.render import payload
 from servebuild.render.aot import RELEASE_AOT, aot_argv, aot_kernels, aot_reuse_argv, aot_spec, site_packages
 from servebuild.errors import InputError, IntegrityError
 from servebuild.modes.base import ENGINE_SITE
-from servebuild.render.reuse import PARSER, Overlay, parser_files, stage_bases
+from servebuild.render.reuse import KERNELS, PARSER, Overlay, kernel_files, parser_files, stage_bases
 from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
@@ -113,6 +113,7 @@ def dockerfile_data(
         "release_fragment": mode_fragment(engine, platform, _environment(), release=True) if engine else "",
         "stage_bases": stage_bases(engine, overlay_files, platform) if engine else {},
         "parser_base": PARSER,
+        "kernel_base": KERNELS,
         "engine_site": ENGINE_SITE,
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
@@ -182,16 +183,19 @@ def _tree_members(tarball: Path, names: set[str]) -> dict[str, tuple[tarfile.Tar
     return found
 
 
-def _write_parser_files(context: Path, members: dict, wanted: dict[str, str]) -> None:
-    """check-overlay/SITE_PATH <- the patched tree's file (the tarball's src/TREE_PATH), for each wanted file."""
+def _write_parser_files(
+    context: Path, members: dict, wanted: dict[str, str], folder: str = "check-overlay", stage: str = "profile check"
+) -> None:
+    """FOLDER/SITE_PATH <- the patched tree's file (the tarball's src/TREE_PATH), for each wanted file (the
+    check-base stage's check-overlay/, the aot-base stage's kernel-overlay/)."""
     for site, tree in sorted(wanted.items()):
         member, data = members[f"src/{tree}"]
-        if data is None:  # a link the parser reads: git and the overlay carry it, the check-base does not
+        if data is None:  # a link the stage reads: git and the overlay carry it, the stage's base does not
             raise InputError(
-                f"{tree} is not a regular file in the patched tree; the profile "
-                f"check of a variant cannot carry it (remove the link from the patch)"
+                f"{tree} is not a regular file in the patched tree; the {stage} "
+                f"of a variant cannot carry it (remove the link from the patch)"
             )
-        target = context / "check-overlay" / site
+        target = context / folder / site
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(member.mode & 0o755)
@@ -250,12 +254,18 @@ def write_context(
         assert source_tarball is not None, "an engine recipe needs its source tarball"
         overlay = Overlay.of(overlay_files)
         # the files of the variant its parser reads, for the check-base stage (render/reuse.py)
-        parser = parser_files(recipe.engine, stage_bases(recipe.engine, overlay, platform), overlay)
+        decided = stage_bases(recipe.engine, overlay, platform)
+        parser = parser_files(recipe.engine, decided, overlay)
+        # the kernel sources of the variant, for the aot-base stage (render/reuse.py)
+        kernels = kernel_files(recipe.engine, decided, overlay)
         only = recipe.engine.mode.overlay_only
         members = _tree_members(
-            source_tarball, {f"src/{tree}" for tree in parser.values()} | (_overlay_names(overlay) if only else set())
+            source_tarball,
+            {f"src/{tree}" for tree in [*parser.values(), *kernels.values()]}
+            | (_overlay_names(overlay) if only else set()),
         )
         _write_parser_files(context, members, parser)
+        _write_parser_files(context, members, kernels, "kernel-overlay", "aot")
         if only:
             _write_overlay(context, members, overlay)
         else:

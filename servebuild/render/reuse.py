@@ -6,7 +6,9 @@ argument parser and what it imports. A variant whose patches touch none of that 
 its release builds, on the release engine (`engine-release`: the runtime stage before the overlay,
 with the release's own dist-info), so BuildKit runs it once for every such variant; a variant that
 touches it gets the stage on its own engine (`runtime-base`), and the build log names the first file
-that decided it. The profile check of such a variant runs on `check-base`: the release engine with only
+that decided it; when what it touches is kernel sources alone (no Python), the aot stage runs on `aot-base`,
+the release engine with only those sources, so variants whose kernel sources are the same bytes share it.
+The profile check of such a variant runs on `check-base`: the release engine with only
 the patched files its parser reads and the files the stack adds, so variants whose parser reads the
 same bytes share one check (one whose stack deletes a parser file gets its own engine). The rule reads
 the patch stack's real file list (the sources station's `git apply --numstat`), never a variant's name,
@@ -26,6 +28,9 @@ VARIANT = "runtime-base"  # the variant's own engine
 # the release engine with only the files of the variant that its argument parser reads (and the files the
 # stack adds): variants whose parser reads the same bytes get one profile check (check-overlay/ in the context)
 PARSER = "check-base"
+# the release engine with only the kernel sources the variant changes (kernel-overlay/ in the context): the
+# aot stage of variants whose kernel sources are the same bytes is one BuildKit step, whatever else they patch
+KERNELS = "aot-base"
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ class StageBase:
         return self.base == RELEASE
 
     def describe(self, stage: str) -> str:
+        if self.base == KERNELS:
+            return (
+                f"{stage}: built on the release engine with the files of this variant its kernels read "
+                f"({self.because}); only the kernels that read {', '.join(self.changed)} are compiled, the rest "
+                f"copied from the release's"
+            )
         if self.base == PARSER:
             return (
                 f"{stage}: built on the release engine with the files of this variant its parser reads or the "
@@ -104,7 +115,12 @@ def stage_bases(engine, overlay_files, platform: str) -> dict[str, StageBase]:
         # a kernel source (not Python, under the kind's kernel inputs): each kernel's own build record
         # says whether it read it; Python may change any builder, flag or source list: every kernel again
         sources = all(_covered(installed[f], kind.kernel_inputs) and not installed[f].endswith(".py") for f in touched)
-        out["aot"] = StageBase(VARIANT, why, tuple(installed[f] for f in touched) if sources else ())
+        changed = tuple(installed[f] for f in touched) if sources else ()
+        gone = [f for f in touched if f in overlay.deleted]
+        if sources and not gone:  # the release engine and these sources: shared by variants with the same bytes
+            out["aot"] = StageBase(KERNELS, why, changed)
+        else:  # Python under the kernel inputs, or a deleted source the release engine would still have
+            out["aot"] = StageBase(VARIANT, f"{why}; the stack deletes {gone[0]}" if gone else why, changed)
     read = [f for f in sorted(installed) if _covered(installed[f], kind.parser_inputs)]
     if not read:
         out["profile-check"] = StageBase(RELEASE)
@@ -121,8 +137,16 @@ def stage_bases(engine, overlay_files, platform: str) -> dict[str, StageBase]:
 
 def parser_files(engine, bases: dict[str, StageBase], overlay_files) -> dict[str, str]:
     """Site path -> tree path of each file the check-base stage carries (none when the check is elsewhere)."""
-    check = bases.get("profile-check")
-    if check is None or check.base != PARSER:
+    return _carried(engine, bases.get("profile-check"), PARSER, overlay_files)
+
+
+def kernel_files(engine, bases: dict[str, StageBase], overlay_files) -> dict[str, str]:
+    """Site path -> tree path of each kernel source the aot-base stage carries (none when aot is elsewhere)."""
+    return _carried(engine, bases.get("aot"), KERNELS, overlay_files)
+
+
+def _carried(engine, stage: Optional[StageBase], base: str, overlay_files) -> dict[str, str]:
+    if stage is None or stage.base != base:
         return {}
     site = {f: engine.mode.site_path(engine, f) for f in Overlay.of(overlay_files).changed}
-    return {s: f for f, s in sorted(site.items()) if s in check.changed}
+    return {s: f for f, s in sorted(site.items()) if s in stage.changed}

@@ -88,6 +88,21 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         assert patches == load_recipe(recipe, REPO_ROOT).recipe.variants[variant].patches
         if patches:
             assert "+sb" in engine_info["installed_version"]
+        if "sglang-dsv4-verify-pad" in patches:
+            # the fix changes the compress plan's kernel source: this build compiles that module (and no other)
+            # on the release engine with the patched source, and copies every other kernel from the release's
+            built_log = result.log_path.read_text()
+            compiled = re.findall(
+                r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/deepseek_v4/c_plan\.cuh, which the "
+                r"patches change\)$",
+                built_log,
+                re.M,
+            )
+            assert compiled == ["sglang.jit_kernel.dsv4.compress:_jit_compress_plan_module"], compiled
+            assert re.search(r"aot: \S+topk\S*\(.*\): the release's build, copied", built_log, re.M), built_log[-3000:]
+            RECIPE_CHECKS.append(
+                f"{recipe} {variant}: aot compiled {compiled[0]} (c_plan.cuh patched), copied the rest"
+            )
         assert any(p.startswith("build-essential=") for p in manifest["outputs"]["apt_packages"])
         out_dir = tmp_path_factory.mktemp("smoke")
         start = time.monotonic()
@@ -166,10 +181,13 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
             print(f"second variant: {json.dumps(record)}")
             for t, n in unique.items():
                 assert n is not None and n < 0.01 * record["size_bytes"], (t, n)
-            # the loader fix touches neither the kernels nor the parser: both stages are its release's. The aot
-            # stage is cached (the first variant shared it too); the first variant's patch changes a module the
-            # parser reads, so its profile-check was its own and the release's is built here for the first time
-            shared_stages_are_cached(other_result.log_path, {"aot": True, "profile-check": True}, judged=("aot",))
+            # both variants carry the verify-pad fix (c_plan.cuh, a kernel source) and nothing else under the kernel
+            # inputs: one aot stage on the release engine with that source, built by the first and CACHED here; the
+            # loader fix touches nothing the parser reads, so its profile-check is the release's (built here for the
+            # first time: the first variant's adaptive prefill changes a module the parser reads)
+            shared_stages_are_cached(
+                other_result.log_path, {"aot": False, "profile-check": True}, judged=(), cached=("aot",)
+            )
             record.update(variant_stages(engine, recipe, tag, cache, tmp_path_factory, tags))
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
     finally:
@@ -195,15 +213,17 @@ STAGE_NOTE = re.compile(
 )
 
 
-def shared_stages_are_cached(log_path, want: dict[str, bool], judged=("aot", "profile-check")) -> None:
+def shared_stages_are_cached(log_path, want: dict[str, bool], judged=("aot", "profile-check"), cached=()) -> None:
     """The build log says, per build-time stage, whether the variant shares its release's (`want`); a shared
-    stage in `judged` has all its steps CACHED there (the release built them earlier in this run). A stage
-    of its own may be cached too (a second run of this test): what it built is judged by its output. A
-    recipe of another name checks its profiles again whatever the engine (the record names the recipe)."""
+    stage in `judged` has all its steps CACHED there (the release built them earlier in this run), and so
+    has a stage of its own in `cached` (an earlier variant of this run built the same one: an aot-base of
+    the same kernel-source bytes). Another stage of its own may be cached too (a second run of this test):
+    what it built is judged by its output. A recipe of another name checks its profiles again whatever the
+    engine (the record names the recipe)."""
     log = log_path.read_text()
     said = {m.group(1): m.group(2).startswith("shared") for m in STAGE_NOTE.finditer(log)}
     assert said == want, (said, want)
-    for stage in (s for s in judged if want[s]):
+    for stage in [s for s in judged if want[s]] + list(cached):
         steps = re.findall(rf"^#(\d+) \[{stage} \d+/\d+\]", log, re.M)
         assert steps, f"no {stage} step in {log_path}"
         cached = [n for n in steps if re.search(rf"^#{n} CACHED$", log, re.M)]
@@ -221,7 +241,8 @@ def _fixture_project(dest):
 
 
 def _fixture_recipe(root, base: str, name: str, variant: str, patch: str, extra_profile: dict | None = None):
-    """A recipe extending `base` with one fixture patch as a variant of its own."""
+    """A recipe extending `base` with one fixture patch as a variant of its own (after the verify-pad fix,
+    without which SGLang 0.5.16's DSpark launchers are refused)."""
     loaded = load_recipe(base, root)
     optional = [
         e.model_dump(exclude_none=True, exclude_defaults=True) for e in loaded.recipe.engine.source.optional_patches
@@ -231,7 +252,9 @@ def _fixture_recipe(root, base: str, name: str, variant: str, patch: str, extra_
         "name": name,
         "extends": base,
         "engine": {"source": {"optional_patches": optional}},
-        "variants": {variant: {"description": f"test fixture: {patch}", "patches": [variant]}},
+        "variants": {
+            variant: {"description": f"test fixture: {patch}", "patches": ["sglang-dsv4-verify-pad", variant]}
+        },
     }
     if extra_profile:
         data["launch"] = {"profiles": extra_profile}
@@ -284,33 +307,41 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
     kernel_tag, flag_tag = "servebuild-test/fixture-kernel:amd64", "servebuild-test/fixture-flag:amd64"
     tags += [kernel_tag, flag_tag]
     name = _fixture_recipe(root, recipe, "fixture-kernel", "kernel-edit", "sglang-kernel-edit.patch")
+    # (each fixture variant carries the verify-pad fix too: SGLang 0.5.16's DSpark profiles are refused without it)
     built, kernel_s = build_fixture(root, engine, "linux/amd64", kernel_tag, cache, recipe=name, variant="kernel-edit")
     # the release's profile-check, built by the second variant: its two RUN steps were seen CACHED here, its
     # settle step not (why is open), so the note is judged, not the steps
     shared_stages_are_cached(built.log_path, {"aot": False, "profile-check": True}, judged=())
     log = built.log_path.read_text()
     assert (
-        "aot: built on this variant's engine (python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel "
-        "input of sglang); only the kernels that read sglang/jit_kernel/csrc/add_constant.cuh are compiled"
+        "aot: built on the release engine with the files of this variant its kernels read "
+        "(python/sglang/jit_kernel/csrc/add_constant.cuh is a kernel input of sglang); only the kernels that read "
+        "sglang/jit_kernel/csrc/add_constant.cuh, sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh are compiled"
     ) in log
-    # exactly that kernel compiled (its build read the header, by the deps log nvcc's depfile filled); the
+    # exactly the kernels that read an edited source compiled (by the deps log nvcc's depfile filled); the
     # others copied from the release's aot stage, which this build found cached
     compiled = re.findall(
-        r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/add_constant\.cuh, which the "
-        r"patches change\)$",
+        r"aot: (\S+?)\(.*\) for .* \(it reads sglang/jit_kernel/csrc/(?:add_constant|deepseek_v4/c_plan)\.cuh, "
+        r"which the patches change\)$",
         log,
         re.M,
     )
     copied = re.findall(r"aot: (\S+?)\(.*\): the release's build, copied", log, re.M)
-    # the recipe compiles add_constant for two args (5, 7): both read the header; the three DSV4 top-k
-    # modules and the Triton kernel are copied
-    assert compiled and set(compiled) == {"sglang.jit_kernel.add_constant:_jit_add_constant_module"}, (compiled, copied)
+    # the recipe compiles add_constant for two args (5, 7): both read the header; the compress plan reads
+    # c_plan.cuh; the three DSV4 top-k modules and the Triton kernel are copied
+    assert set(compiled) == {
+        "sglang.jit_kernel.add_constant:_jit_add_constant_module",
+        "sglang.jit_kernel.dsv4.compress:_jit_compress_plan_module",
+    }, (compiled, copied)
     assert not any("add_constant" in c for c in copied) and sum("dsv4.topk" in c for c in copied) == 3, copied
+    # against the first variant's image (the verify-pad fix alone among kernel sources)
     release, edited = _seed_files(engine, release_tag), _seed_files(engine, kernel_tag)
     assert sorted(release) == sorted(edited)
     changed = sorted(k for k in release if release[k] != edited[k])
-    assert changed and all("add_constant" in k for k in changed), changed
-    assert all(release[k] == edited[k] for k in release if "add_constant" not in k)
+    assert any("add_constant" in k for k in changed) and all(
+        "add_constant" in k or "compress_plan" in k for k in changed
+    ), changed
+    assert all(release[k] == edited[k] for k in release if "add_constant" not in k and "compress_plan" not in k)
     default = load_recipe(recipe, REPO_ROOT).recipe.launch
     profile = default.profiles[default.default_profile()]
     flagged = {
@@ -323,7 +354,8 @@ def variant_stages(engine, recipe, release_tag, cache, tmp_path_factory, tags) -
     }
     name = _fixture_recipe(root, recipe, "fixture-flag", "adds-a-flag", "sglang-adds-a-flag.patch", flagged)
     built, flag_s = build_fixture(root, engine, "linux/amd64", flag_tag, cache, recipe=name, variant="adds-a-flag")
-    shared_stages_are_cached(built.log_path, {"aot": True, "profile-check": False})
+    # its kernel sources are the first variant's (the verify-pad fix): that aot stage, CACHED
+    shared_stages_are_cached(built.log_path, {"aot": False, "profile-check": False}, cached=("aot",))
     checked = json.loads(
         subprocess.run(
             [

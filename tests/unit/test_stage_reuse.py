@@ -12,7 +12,7 @@ import pytest
 
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import aot_owner, render_dockerfile, write_context
-from servebuild.render.reuse import PARSER, RELEASE, VARIANT, Overlay, stage_bases
+from servebuild.render.reuse import KERNELS, PARSER, RELEASE, VARIANT, Overlay, stage_bases
 from servebuild.sources.stack import numstat_paths
 from support import REPO_ROOT
 
@@ -83,7 +83,9 @@ def test_a_parser_file_the_stack_deletes_is_parsed_on_the_variants_engine():
 )
 def test_a_kernel_source_or_any_native_file_gets_its_own_kernels(path):
     decided = stage_bases(engine(), ["python/sglang/srt/managers/scheduler.py", path], "linux/amd64")
-    assert decided["aot"].base == VARIANT and path in decided["aot"].because
+    # its own kernels: on the release engine with the source (a header alone), else on the variant's engine
+    own = KERNELS if path.endswith("utils.cuh") else VARIANT
+    assert decided["aot"].base == own and path in decided["aot"].because
 
 
 @pytest.mark.parametrize(
@@ -178,11 +180,30 @@ def test_kernel_sources_alone_compile_only_the_kernels_that_read_them():
     may change any builder: every kernel again."""
     header = "python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"
     decided = stage_bases(engine(), ["python/sglang/srt/managers/scheduler.py", header], "linux/amd64")["aot"]
-    assert decided.base == VARIANT and decided.changed == ("sglang/jit_kernel/include/sgl_kernel/add_constant.cuh",)
+    # kernel sources alone: the release engine with those sources (aot-base), whatever Python elsewhere changes
+    assert decided.base == KERNELS and decided.changed == ("sglang/jit_kernel/include/sgl_kernel/add_constant.cuh",)
     assert "only the kernels that read sglang/jit_kernel/include/sgl_kernel/add_constant.cuh" in decided.describe("aot")
+    assert decided.describe("aot").startswith("aot: built on the release engine with the files of this variant")
     for other in ("python/sglang/jit_kernel/add_constant.py", "python/sglang/srt/layers/attention/kernel.cuh"):
         mixed = stage_bases(engine(), [header, other], "linux/amd64")["aot"]
         assert mixed.base == VARIANT and mixed.changed == (), other
+    # a deleted kernel source: the release engine would still have it, so the variant's own engine
+    gone = stage_bases(engine(), Overlay((header,), deleted=(header,)), "linux/amd64")["aot"]
+    assert gone.base == VARIANT and "the stack deletes" in gone.because
+
+
+def test_the_verify_pad_fix_compiles_only_the_compress_plan_on_a_stage_shared_by_every_row():
+    """sglang-dsv4-verify-pad changes deepseek_v4/c_plan.cuh (a kernel source) and pool_configurator.py (no
+    kernel input): every variant carrying it, whatever else it patches, gets one aot stage (the same text,
+    the same kernel-overlay bytes), which compiles the compress plan only."""
+    pad = patch_files("sglang-dsv4-verify-pad.patch")
+    decided = {}
+    for other in ("sglang-dspark-shared-expert-remap.patch", "sglang-adaptive-prefill.patch"):
+        decided[other] = stage_bases(engine(), pad + patch_files(other), "linux/amd64")["aot"]
+        assert decided[other].base == KERNELS
+        assert decided[other].changed == ("sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh",)
+    a, b = (_stage_body(_render(pad + patch_files(o)), "aot") for o in decided)
+    assert a == b and "--changed sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh" in a
 
 
 def _stage_body(text: str, stage: str) -> str:
@@ -193,7 +214,9 @@ def _stage_body(text: str, stage: str) -> str:
 
 def test_the_dockerfile_of_a_kernel_source_edit_reuses_the_release_build():
     text = _render(["python/sglang/jit_kernel/include/sgl_kernel/add_constant.cuh"])
-    assert _stage_from(text, "aot-release") == "engine-release" and _stage_from(text, "aot") == "runtime-base"
+    assert _stage_from(text, "aot-release") == "engine-release" and _stage_from(text, "aot") == "aot-base"
+    assert _stage_from(text, "aot-base") == "engine-release"
+    assert "kernel-overlay/" in _stage_body(text, "aot-base")
     # the release's aot stage is the release build's own text (BuildKit finds it cached)
     shared = _render([])
     assert _stage_body(text, "aot-release") == _stage_body(shared, "aot")
