@@ -17,7 +17,7 @@ from servebuild.sources.archives import write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import GitMirrors, git
-from servebuild.sources.versionfile import commit_in_tree
+from servebuild.sources.versionfile import commit_in_sdist, commit_in_tree
 from servebuild.patchfiles import is_native, is_test_or_doc
 from servebuild.recipe.schema import EngineSource, PatchEntry
 
@@ -286,8 +286,10 @@ class SourceCache(GitMirrors):
             "prefix": prefix,
             "tag_commit": source.commit,
         }
-        if version_file is not None:  # read before any patch: the artifact's own statement
-            written, commit = commit_in_tree(tree / prefix, version_file)
+        if version_file is not None:  # from the artifact itself: its own .gitignore may keep the file out of the tree
+            written, commit = (
+                commit_in_sdist(path, version_file) if kind == "sdist" else commit_in_tree(tree / prefix, version_file)
+            )
             origin.update({"version_file": version_file, "commit_id": written, "sdist_commit": commit})
         return env, origin, release_files
 

@@ -70,6 +70,8 @@ def version_py(commit_id: str | None) -> str:
 def make_sdist(path: Path, version_file: str | None) -> str:
     """A gzipped sdist of vLLM's shape at `path`; its sha256."""
     members = {
+        # as in the real sdist: its .gitignore names the generated version file, so git leaves it out of the tree
+        "vllm-0.26.0/.gitignore": "/vllm/_version.py\n",
         "vllm-0.26.0/PKG-INFO": "Metadata-Version: 2.4\nName: vllm\nVersion: 0.26.0\n",
         "vllm-0.26.0/setup.py": "from setuptools import setup\nsetup()\n",
         "vllm-0.26.0/vllm/__init__.py": "from ._version import __version__\n",
