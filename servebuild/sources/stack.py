@@ -167,7 +167,7 @@ class SourceCache(GitMirrors):
     ) -> PreparedSource:
         """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
         (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball. A release
-        tree's `version_file` (tree path) is read for the commit the artifact was cut from, recorded in
+        tree's `version_file` (its path in the artifact) is read for the commit the artifact was cut from, recorded in
         the tree's origin (`sdist_commit`, as the file states it, often short).
 
         The result is remembered under a key of everything it depends on (tree origin, each

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,7 @@ def commit_in(text: str) -> tuple[Optional[str], Optional[str]]:
     (None, None) where it assigns no commit_id or assigns None."""
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # not Python, or nested past the parser
         return None, None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "commit_id" for t in node.targets):
@@ -48,13 +49,17 @@ def commit_in_tree(tree: Path, version_file: str) -> tuple[Optional[str], Option
 
 
 def commit_in_sdist(sdist: Path, version_file: str) -> tuple[Optional[str], Optional[str]]:
-    """`commit_in` of `version_file` in an sdist (under its one top directory), read from the archive."""
-    with tarfile.open(sdist) as tf:
-        for member in tf:
-            parts = member.name.split("/", 1)
-            if member.isfile() and len(parts) == 2 and parts[1] == version_file:
-                with tf.extractfile(member) as handle:
-                    return commit_in(handle.read(MAX_BYTES).decode("utf-8", "replace"))
+    """`commit_in` of `version_file` in an sdist (under its one top directory), read from the archive.
+    An archive that cannot be read is one line naming it."""
+    try:
+        with tarfile.open(sdist) as tf:
+            for member in tf:
+                parts = member.name.split("/", 1)
+                if member.isfile() and len(parts) == 2 and parts[1] == version_file:
+                    with tf.extractfile(member) as handle:
+                        return commit_in(handle.read(MAX_BYTES).decode("utf-8", "replace"))
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:  # truncated, corrupt, not a tarball
+        raise IntegrityError(f"{sdist.name} cannot be read as an sdist ({type(exc).__name__}: {exc})") from None
     return None, None
 
 

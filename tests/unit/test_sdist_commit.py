@@ -296,3 +296,22 @@ def test_the_committed_vllm_recipes_and_locks_name_the_commit_the_sdist_was_cut_
     for name in ("vllm-dspark", "vllm-dspark-bookworm"):
         lock = yaml.safe_load((REPO_ROOT / "recipes" / f"{name}.lock.yaml").read_text())
         assert (lock["source"]["commit"], lock["source"]["sdist_commit"]) == (TAG_COMMIT, "f2654939e"), name
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
+def test_an_sdist_that_cannot_be_read_is_one_line(tmp_path, damage):
+    from servebuild.sources.versionfile import commit_in_sdist
+
+    sdist = tmp_path / "vllm-0.26.0.tar.gz"
+    make_sdist(sdist, VLLM_0_26_0_VERSION_PY)
+    data = sdist.read_bytes()
+    sdist.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not an archive" * 10)
+    with pytest.raises(IntegrityError) as info:
+        commit_in_sdist(sdist, "vllm/_version.py")
+    assert one_printable_line(info.value).startswith("vllm-0.26.0.tar.gz cannot be read as an sdist (")
+
+
+def test_a_version_file_nested_past_the_parser_names_none():
+    from servebuild.sources.versionfile import commit_in
+
+    assert commit_in("commit_id = " + "(" * 100000 + "1" + ")" * 100000 + "\n") == (None, None)
