@@ -159,6 +159,9 @@ def fetch(root: Path, recipe: str, offline: bool = False, locked: bool = False) 
         print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")
         return
     print(f"fetched {source.url} at {source.commit} in {time.monotonic() - start:.1f}s")
+    if "version_file" in source.tree:  # a release sdist: the commit it says it was cut from
+        tree = source.tree
+        print(f"  tree: {tree['file']}, cut from commit {tree['sdist_commit']} (its {tree['version_file']})")
     for p in source.patches:
         kind = "python-only" if p.python_only else "native"
         print(f"  {p.id}: sha256 {p.sha256} ({kind}; {len(p.files)} files)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from servebuild.errors import ServebuildError, ToolError
+from servebuild.errors import HostError, Refused, ServebuildError, ToolError
 from servebuild.fsutil import sha256_bytes
 from servebuild.lock import debian
 from servebuild.lock.basedigest import registry_digest
@@ -18,9 +18,11 @@ from servebuild.patchfiles import is_native
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.recipe.schema import PatchEntry
+from servebuild.sources.artifacts import fetch_artifact
 from servebuild.sources.prepare import prepare_engine_source
 from servebuild.sources.prs import find_pr_commit
 from servebuild.sources.stack import SourceCache
+from servebuild.sources.versionfile import check_sdist_commit, commit_in_sdist
 
 
 def resolve_base(ref: str, local_id: Optional[str]) -> dict:
@@ -70,6 +72,7 @@ def compute_lock(
     }
     if r.engine:
         lock["source"], lock["patches"] = _lock_stack(loaded, cache, work, unresolved)
+        lock["source"].update(_sdist_commit(loaded, cache, unresolved))
     if debian.bootstrapped_suite(r):
         lock["debian"] = debian.lock_platforms(r, apt_steps(r), work / "debian", old.debian if old else {}, unresolved)
     lock["unresolved"] = unresolved
@@ -124,6 +127,40 @@ def _lock_stack(loaded: LoadedRecipe, cache: SourceCache, work: Path, unresolved
         for p in loaded.recipe.platforms
     }
     return {"url": src.url, "commit": src.commit, "tarball_sha256": tarballs}, patches
+
+
+def _sdist_commit(loaded: LoadedRecipe, cache: SourceCache, unresolved: list[str]) -> dict:
+    """{"sdist_commit": ...} where the tree is a release sdist with a version file: the commit it says it
+    was cut from, checked against the recipe (refused if neither its commit nor its sdist_commit); {}
+    otherwise. Read from the hash-pinned sdist itself (PyPI, or the artifact cache): GitHub is not needed."""
+    engine = loaded.recipe.engine
+    platform = loaded.recipe.platforms[0]  # an sdist is the same file for every platform
+    origin = engine.mode.tree_origin(engine, platform)
+    if origin.kind != "pypi" or origin.version_file is None:
+        return {}
+    try:
+        path, _ = fetch_artifact(
+            loaded.root / origin.requirement,
+            origin.requirement,
+            origin.artifact,
+            platform,
+            loaded.recipe.python,
+            cache.root,
+            offline=cache.offline,
+        )
+    except (HostError, Refused) as exc:  # unreachable index, or --offline with an empty cache
+        unresolved.append(f"engine.source.sdist_commit: {exc.problem}")
+        return {"sdist_commit": None}
+    written, commit = commit_in_sdist(path, origin.version_file)
+    check_sdist_commit(
+        commit,
+        written,
+        engine.source.commit,
+        engine.source.sdist_commit,
+        f"{path.name}:{origin.version_file}",
+        loaded.file,
+    )
+    return {"sdist_commit": commit}
 
 
 def _entry_dict(e: PatchEntry, commit, base, sha256, how) -> dict:

@@ -70,6 +70,8 @@ class LockedSource(_Entry):
     url: str
     commit: str
     tarball_sha256: Optional[dict[str, str]] = None  # platform -> the source tarball's sha256, where it was made
+    # the commit the release sdist was cut from, as its version file states it (short): beside the tag's `commit`
+    sdist_commit: Optional[str] = None
 
 
 class Lock(_Entry):

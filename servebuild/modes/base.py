@@ -19,14 +19,17 @@ class TreeOrigin:
     """Where the engine's source tree comes from before the patch stack is applied.
 
     `git`: the pinned commit of the upstream repository. `pypi`: a hash-pinned release artifact
-    of the same tag (a wheel or an sdist, named by a hashed requirement file), unpacked under
-    `prefix`; the git upstream is then needed only to compute PR diffs.
+    of the tag (a wheel or an sdist, named by a hashed requirement file), unpacked under
+    `prefix`; the git upstream is then needed only to compute PR diffs. A release may be cut from a
+    commit after the tag: `version_file` names the file that says which (sources/versionfile.py).
     """
 
     kind: str  # "git" or "pypi"
     requirement: Optional[str] = None  # hashed requirement file (project-relative) for "pypi"
     artifact: str = "wheel"  # "wheel" or "sdist"
     package_prefix: str = ""  # where the artifact's files land in the tree (e.g. python/ for a wheel)
+    # the generated version file (its path in the artifact) whose commit_id names the commit it was cut from
+    version_file: Optional[str] = None
 
 
 @dataclass
@@ -59,6 +62,12 @@ class InstallMode:
                 missing = [p for p in platforms if p not in value]
                 if missing:
                     raise ValueError(f"engine.{name}: install {self.name} needs an entry for {', '.join(missing)}")
+        if engine.source.sdist_commit is not None and not any(
+            self.tree_origin(engine, p).version_file for p in platforms
+        ):
+            raise ValueError(
+                f"engine.source.sdist_commit: install {self.name} does not take its tree from a release sdist"
+            )
 
     # -- files
     def context_files(self, engine, platform: str) -> dict[str, str]:

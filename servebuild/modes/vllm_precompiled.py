@@ -15,7 +15,7 @@ class VllmPrecompiled(InstallMode):
         return {"precompiled.txt": engine.precompiled[platform]}
 
     def tree_origin(self, engine, platform):
-        return TreeOrigin("pypi", requirement=engine.sdist, artifact="sdist")
+        return TreeOrigin("pypi", requirement=engine.sdist, artifact="sdist", version_file="vllm/_version.py")
 
     def fragment(self, engine, platform):
         return Fragment("modes/vllm-precompiled.j2")

@@ -169,6 +169,7 @@ class EngineSource(Model):
     url: str  # upstream git URL (a config may map it to a mirror)
     commit: str  # the tree's full 40-hex commit SHA, always
     tag: Optional[str] = None  # the release tag of that commit (documentation; checked against the release)
+    sdist_commit: Optional[str] = None  # the commit the release sdist was cut from, if not `commit`
     subdir: str = "."  # the directory of the tree that pip installs
     patches: list[PatchEntry] = []  # applied in order, 3-way where possible
     optional_patches: list[PatchEntry] = []  # not applied by default; variants may pick them
@@ -179,6 +180,13 @@ class EngineSource(Model):
     @classmethod
     def _commit(cls, v: str) -> str:
         return full_sha(v)
+
+    @field_validator("sdist_commit")
+    @classmethod
+    def _sdist_commit(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.match(r"^[0-9a-f]{7,40}\Z", v):
+            raise ValueError(f"{v!r} is not a hex SHA (7 to 40 lowercase hex digits, short as the sdist states it)")
+        return v
 
     _subdir = pattern_field("subdir", REL_DIR, "a relative directory of the tree")
 

@@ -158,7 +158,7 @@ PAYLOAD: tuple[Row, ...] = (
         "serve-time-jit",
     ),
     Row(
-        "what the image is (servebuild_info.py: recipe, variant, patches, profiles, seed)",
+        "what the image is (servebuild_info.py: recipe, variant, tree, patches, profiles, seed)",
         TOOLS / "servebuild_info.py",
         "launchers/.tools/servebuild_info.py",
         f"{IMAGE_TOOLS}/servebuild_info.py",

@@ -1,5 +1,6 @@
 """Release artifacts from PyPI (a wheel or an sdist named by a hashed requirement file), fetched by
-sha256 on the host and cached: the same code as the engine's tag, without GitHub.
+sha256 on the host and cached: the engine's release (cut from its tag's commit, or from the one the
+recipe declares as sdist_commit: sources/versionfile.py), without GitHub.
 
 Standard library only (through registry/index.py: bounded in size and time, streamed to disk): the JSON
 API names each file with its sha256, so the download is checked

@@ -1,6 +1,7 @@
 """The engine's patched source for one platform: the install mode says where the tree comes from
-(the pinned commit, or the release artifact of the same tag from PyPI) and which changes it can
-carry; the source cache lays it out, applies the stack and writes the tarball."""
+(the pinned commit, or the tag's release artifact from PyPI, checked against the commit its version
+file says it was cut from) and which changes it can carry; the source cache lays it out, applies the
+stack and writes the tarball."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from servebuild.sources.artifacts import fetch_artifact
 from servebuild.fsutil import canonical_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.sources.stack import PreparedSource, SourceCache
+from servebuild.sources.versionfile import check_sdist_commit
 
 
 def prepare_engine_source(
@@ -41,11 +43,23 @@ def prepare_engine_source(
         release = (path, digest, origin.artifact, origin.package_prefix)
     # the rule depends on the mode and the engine's other fields: they key a remembered preparation
     rule_key = canonical_json(engine.model_dump(mode="json", exclude={"source"}))
-    return cache.prepare(
+    prepared = cache.prepare(
         engine.source,
         loaded.root,
         work,
         release=release,
         rule_key=rule_key,
         rule=lambda path, release_files: mode.patch_problem(path, release_files, engine),
+        version_file=origin.version_file if origin.kind == "pypi" else None,
     )
+    tree = prepared.tree
+    if "version_file" in tree:  # checked on every use: the recipe's sdist_commit keys no remembered preparation
+        check_sdist_commit(
+            tree["sdist_commit"],
+            tree["commit_id"],
+            engine.source.commit,
+            engine.source.sdist_commit,
+            f"{tree['file']}:{tree['version_file']}",
+            loaded.file,
+        )
+    return prepared

@@ -17,6 +17,7 @@ from servebuild.sources.archives import write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
 from servebuild.sources.gitmirror import GitMirrors, git
+from servebuild.sources.versionfile import commit_in_sdist, commit_in_tree
 from servebuild.patchfiles import is_native, is_test_or_doc
 from servebuild.recipe.schema import EngineSource, PatchEntry
 
@@ -162,9 +163,12 @@ class SourceCache(GitMirrors):
         release: Optional[tuple[Path, str, str, str]] = None,
         rule: Optional[PatchRule] = None,
         rule_key: str = "",
+        version_file: Optional[str] = None,
     ) -> PreparedSource:
         """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
-        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball.
+        (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball. A release
+        tree's `version_file` (its path in the artifact) is read for the commit the artifact was cut from, recorded in
+        the tree's origin (`sdist_commit`, as the file states it, often short).
 
         The result is remembered under a key of everything it depends on (tree origin, each
         entry's diff bytes, the mode's rule as `rule_key`): an A/B variant or a rebuild with the
@@ -196,12 +200,13 @@ class SourceCache(GitMirrors):
                 sha256_bytes(
                     canonical_json(
                         {
-                            "v": 2,
+                            "v": 3,
                             "url": source.url,
                             "commit": source.commit,
                             "subdir": source.subdir,
                             "release": list(release[1:]) if release else None,
                             "rule": rule_key,
+                            "version_file": version_file,
                             "patches": [
                                 [e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
                                 for e in source.patches
@@ -216,7 +221,7 @@ class SourceCache(GitMirrors):
         if remembered is not None:
             return remembered
         tree = work / "tree"
-        env, origin, release_files = self._lay_out(source, tree, repo, release)
+        env, origin, release_files = self._lay_out(source, tree, repo, release, version_file)
         applied = [
             self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
             for entry in source.patches
@@ -256,7 +261,12 @@ class SourceCache(GitMirrors):
         return diff
 
     def _lay_out(
-        self, source: EngineSource, tree: Path, repo: Optional[Path], release: Optional[tuple[Path, str, str, str]]
+        self,
+        source: EngineSource,
+        tree: Path,
+        repo: Optional[Path],
+        release: Optional[tuple[Path, str, str, str]],
+        version_file: Optional[str] = None,
     ) -> tuple[dict, dict, Optional[set]]:
         """A fresh git work tree of the unpatched source: (git env, origin record, release files)."""
         if tree.exists():
@@ -269,17 +279,19 @@ class SourceCache(GitMirrors):
             return env, {"from": "git", "commit": source.commit}, None
         path, digest, kind, prefix = release
         release_files = releases.check_out(self.root, path, digest, kind, prefix, tree, env)
-        return (
-            env,
-            {
-                "from": f"pypi-{kind}",
-                "file": path.name,
-                "sha256": digest,
-                "prefix": prefix,
-                "tag_commit": source.commit,
-            },
-            release_files,
-        )
+        origin = {
+            "from": f"pypi-{kind}",
+            "file": path.name,
+            "sha256": digest,
+            "prefix": prefix,
+            "tag_commit": source.commit,
+        }
+        if version_file is not None:  # from the artifact itself: its own .gitignore may keep the file out of the tree
+            written, commit = (
+                commit_in_sdist(path, version_file) if kind == "sdist" else commit_in_tree(tree / prefix, version_file)
+            )
+            origin.update({"version_file": version_file, "commit_id": written, "sdist_commit": commit})
+        return env, origin, release_files
 
     def _apply_entry(
         self,

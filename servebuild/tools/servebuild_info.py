@@ -4,6 +4,7 @@ usage: python /opt/servebuild/tools/servebuild_info.py [--json] [--manifest FILE
 
 Reads the build manifest ($SERVEBUILD_MANIFEST, else /opt/servebuild/manifest.json), the profile check's
 record and the seed's record beside it, and prints: the recipe and variant, the engine and its version,
+the tree it was built from (a release sdist: the tag's commit and the commit the sdist says it was cut from),
 each patch of the stack (its PR and commit or its file, and the files it changes), the engine each
 build-time stage ran on, each launch profile with the parser that accepted it, and the kernels the seed
 holds. --json prints the same as one JSON object. A missing or unreadable manifest is one line, exit 2.
@@ -44,6 +45,20 @@ def _patch(entry: dict) -> dict:
     return {"id": entry.get("id"), "from": origin, "files": list(entry.get("files") or [])}
 
 
+def _tree(source: dict) -> str:
+    """Where the unpatched tree came from: the commit, or the release artifact, the tag's commit and the
+    commit the artifact says it was cut from (its version file's commit_id, as short as it is there)."""
+    tree = source.get("tree") or {}
+    if tree.get("from", "git") == "git":
+        return f"git commit {str(tree.get('commit') or source.get('commit'))[:12]}"
+    line = f"{tree.get('file')} ({tree.get('from')}) of the tag commit {str(tree.get('tag_commit'))[:12]}"
+    if "version_file" not in tree:
+        return line
+    if tree.get("sdist_commit") is None:
+        return f"{line}; its {tree['version_file']} names no commit"
+    return f"{line}, cut from commit {tree['sdist_commit']} ({tree['version_file']}: commit_id = {tree.get('commit_id')!r})"
+
+
 def describe(manifest_path: str) -> dict:
     manifest = _read(manifest_path, "build manifest", required=True)
     here = os.path.dirname(manifest_path)
@@ -62,15 +77,14 @@ def describe(manifest_path: str) -> dict:
                 "version": engine.get("installed_version") or engine.get("version"),
                 "release": engine.get("version"),
                 "install": engine.get("install"),
+                "tree": _tree(engine["source"]) if engine.get("source") else None,
                 "patches": [_patch(p) for p in (engine.get("source") or {}).get("patches") or []],
             }
             if engine
             else None
         ),
         "stages": {name: stage.get("on") for name, stage in sorted((manifest.get("stages") or {}).items())},
-        "profiles": {
-            name: (parsed.get(name) or {}).get("parsed_by") for name in launch.get("profiles") or []
-        },
+        "profiles": {name: (parsed.get(name) or {}).get("parsed_by") for name in launch.get("profiles") or []},
         "default_profile": launch.get("default"),
         "checked_by": (
             f"{checked.get('engine')} {checked.get('version')}"
@@ -87,6 +101,8 @@ def text(info: dict) -> str:
     engine = info["engine"]
     if engine:
         lines.append(f"engine: {engine['name']} {engine['version']} ({engine['install']} of {engine['release']})")
+        if engine["tree"]:
+            lines.append(f"tree: {engine['tree']}")
         lines.append(f"patches: {len(engine['patches'])}")
         lines += [f"  {p['id']} ({p['from']}): {', '.join(p['files'])}" for p in engine["patches"]]
     for stage, on in info["stages"].items():

@@ -479,3 +479,55 @@ def test_rebuild_check_bad_input_is_one_line(args, words):
     proc = cli("rebuild", *args, env={"SERVEBUILD_REGISTRY_TIMEOUT": "5"})
     assert_one_line(proc, *words)
     assert "built" not in proc.stdout
+
+
+# ------------------------------------------------------------------ issue 43 item 4: the commit an sdist was cut from
+
+
+@pytest.fixture
+def sdist_project(tmp_path):
+    """tasks.py, the minimal recipe as vllm-precompiled over an sdist of vLLM's shape whose vllm/_version.py is
+    v0.26.0's (commit_id 'gf2654939e'), seeded in the artifact cache: a stand-in for PyPI's 38 MB file, which
+    the CLI would fetch by the same hash (tests/unit/test_sdist_commit.py says what is real)."""
+    from support import copy_real
+    from unit.minimal_recipe import BASE, merge
+    from unit.test_sdist_commit import make_sdist, version_py
+
+    root = tmp_path / "project"
+    copy_real(root, "tasks.py", "constraints/torch-cu130/py3.12-linux-amd64.txt")
+    (root / "recipes").mkdir()
+    sdist = tmp_path / "vllm-0.26.0.tar.gz"
+    digest = make_sdist(sdist, version_py("gf2654939e"))
+    (root / "cache" / "artifacts" / digest).mkdir(parents=True)
+    shutil.copy(sdist, root / "cache" / "artifacts" / digest / sdist.name)
+    (root / "constraints" / "sdist.txt").write_text(f"vllm==0.26.0 \\\n    --hash=sha256:{digest}\n")
+    (root / "constraints" / "pre.txt").write_text(f"vllm==0.26.0 \\\n    --hash=sha256:{'ab' * 32}\n")
+
+    def write(source: dict) -> Path:
+        engine = {"install": "vllm-precompiled", "sdist": "constraints/sdist.txt", "source": source}
+        engine["precompiled"] = {"linux/amd64": "constraints/pre.txt"}
+        (root / "recipes" / "hostile.yaml").write_text(yaml.safe_dump(merge(BASE, {"engine": engine})))
+        return root
+
+    return write
+
+
+def fetch_sdist(root: Path):
+    env = {"PYTHONPATH": str(REPO_ROOT), "SERVEBUILD_CACHE": str(root / "cache")}
+    return cli("fetch", "--recipe", "hostile", "--offline", env=env, cwd=root)
+
+
+def test_an_sdist_cut_from_another_commit_is_refused_in_one_line(sdist_project):
+    root = sdist_project({})
+    line = assert_one_line(fetch_sdist(root), "recipes/hostile.yaml", "engine.source.sdist_commit")
+    assert "vllm-0.26.0.tar.gz:vllm/_version.py says the sdist was cut from commit f2654939e, not the recipe's" in line
+    assert "568afb3a13806beb53bb2e6bd518269357b237c0" in line
+    line = assert_one_line(fetch_sdist(sdist_project({"sdist_commit": "abcdef0"})), "engine.source.sdist_commit")
+    assert "cut from commit f2654939e, the recipe declares sdist_commit abcdef0" in line
+    assert not list((root / "build").rglob("Dockerfile"))  # nothing rendered, nothing built
+
+
+def test_an_sdist_cut_from_the_declared_commit_is_fetched_and_named(sdist_project):
+    proc = fetch_sdist(sdist_project({"sdist_commit": "f2654939e"}))
+    assert proc.returncode == 0, proc.stderr
+    assert "  tree: vllm-0.26.0.tar.gz, cut from commit f2654939e (its vllm/_version.py)\n" in proc.stdout

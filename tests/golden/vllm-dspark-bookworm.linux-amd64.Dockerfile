@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark-bookworm for linux/amd64. Do not edit: edit the recipe.
-# recipe sha256: 261416b44fdc4ccd5a34f75e26d711a544e5ffd8d8819f0dee3404590ed0783f
+# recipe sha256: c7371dadbe1d232fd8c6767cac979bff91e9ceca352b4bdaa958d939a56f27b8
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM servebuild/debian:bookworm-amd64 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

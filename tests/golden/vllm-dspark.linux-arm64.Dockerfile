@@ -1,5 +1,5 @@
 # Rendered by servebuild from recipe vllm-dspark for linux/arm64. Do not edit: edit the recipe.
-# recipe sha256: 4ed99c5c588bbd33438586fb8e31237924641cb3500a2239c5d3d36a1e93c0bc
+# recipe sha256: c609ff4c45777e4d0fc9c47ba8902b883b02bb530fe9dc5e03b618992311c4f9
 # ---- deps stage: the hash-pinned Python environment (the same on every host and for every variant)
 FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

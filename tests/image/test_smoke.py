@@ -368,6 +368,9 @@ def test_the_image_says_what_it_is(host, expect, manifest):
     assert [p["id"] for p in info["engine"]["patches"]] == expect["manifest"]["patches"], info
     assert sorted(info["profiles"]) == sorted(manifest["launch"]["profiles"]), info
     assert all(info["profiles"].values()) or not expect.get("profile_check"), f"a profile not checked: {info}"
+    tree = ((manifest.get("engine") or {}).get("source") or {}).get("tree") or {}
+    if tree.get("sdist_commit"):  # a release sdist: the commit it was cut from (its version file's), as recorded
+        assert f"cut from commit {tree['sdist_commit']} " in info["engine"]["tree"], info
     shown = host.run(f"{expect['python']} {tool}")
     assert shown.rc == 0 and f"image: {manifest['recipe']['name']}, variant" in shown.stdout, lines_of(shown)
 

@@ -84,6 +84,9 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
         assert any(
             f"--hash=sha256:{tree['sha256']}" in f.read_text() for f in (REPO_ROOT / "constraints").rglob("*.txt")
         ), tree
+        if "version_file" in tree:  # a release sdist: the commit it says it was cut from is the recipe's or declared
+            source = load_recipe(recipe, REPO_ROOT).recipe.engine.source
+            assert tree["sdist_commit"] in (source.sdist_commit, source.commit[: len(tree["sdist_commit"] or "")]), tree
         patches = [p["id"] for p in engine_info["source"]["patches"]]
         assert patches == load_recipe(recipe, REPO_ROOT).recipe.variants[variant].patches
         if patches:
