@@ -24,8 +24,8 @@ def cli(*args, env=None, cwd=REPO_ROOT, timeout=120):
 
 @pytest.fixture
 def recipes(tmp_path):
-    """A copy of two real recipes (a base and an engine recipe) and their locks, outside the project."""
-    for name in ("torch-cu130", "sglang-native-fp8"):
+    """A copy of three real recipes (a base and two engine recipes) and their locks, outside the project."""
+    for name in ("torch-cu130", "sglang-native-fp8", "vllm-dspark"):
         for suffix in (".yaml", ".lock.yaml"):
             shutil.copy(REPO_ROOT / "recipes" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
     return tmp_path
@@ -171,18 +171,22 @@ def _edit_lock(recipes, name, edit):
 )
 @pytest.mark.parametrize("command", [["render"], ["build", "--dry-run"], ["build", "--dry-run", "--locked"]])
 def test_malformed_lock_entries_are_one_line(recipes, edit, words, command):
-    _edit_lock(recipes, "sglang-native-fp8", edit)
-    proc = cli(*command, "--recipe", str(recipes / "sglang-native-fp8.yaml"))
+    # vllm-dspark: its lock's first patch entry is a PR left unpinned (#48993, a short SHA only)
+    _edit_lock(recipes, "vllm-dspark", edit)
+    proc = cli(*command, "--recipe", str(recipes / "vllm-dspark.yaml"))
     if words is None:  # a null list is an empty one; the dry run still says the unpinned PR stops it
         stops = command[0] == "build"
         assert proc.returncode == (2 if stops else 0) and "Traceback" not in proc.stderr, proc.stderr
         return
-    assert_one_line(proc, "sglang-native-fp8.lock.yaml", "malformed lock", *words)
+    assert_one_line(proc, "vllm-dspark.lock.yaml", "malformed lock", *words)
     assert "Warning" not in proc.stderr
 
 
 def test_a_lock_value_of_the_wrong_type_is_one_line_without_a_warning(recipes):
-    _edit_lock(recipes, "sglang-native-fp8", lambda lock: lock["patches"][0].update(sha256="not-a-hash"))
+    def edit(lock):
+        next(p for p in lock["patches"] if p["id"] == "sglang-pr-33276").update(sha256="not-a-hash")
+
+    _edit_lock(recipes, "sglang-native-fp8", edit)
     proc = cli("build", "--dry-run", "--recipe", str(recipes / "sglang-native-fp8.yaml"))
     assert_one_line(proc, "sglang-native-fp8.lock.yaml")
     assert "Warning" not in proc.stderr
@@ -373,7 +377,7 @@ def test_a_ca_bundle_that_is_not_pem_is_one_line(index, monkeypatch):
 
 def test_dry_run_exit_code_says_whether_the_build_would_stop(recipes):
     """`build --dry-run` used to exit 0 while printing `would stop:`: a script could not tell."""
-    stops = cli("build", "--dry-run", "--recipe", str(recipes / "sglang-native-fp8.yaml"))
+    stops = cli("build", "--dry-run", "--recipe", str(recipes / "vllm-dspark.yaml"))  # #48993: a short SHA only
     assert stops.returncode == 2, stops
     assert "  would stop: " in stops.stdout and "is not pinned to a full commit" in stops.stdout
     assert stops.stderr.strip().splitlines() == ["error: the build would stop (see `would stop:` above)"]
