@@ -23,7 +23,7 @@ run="eval \"\$(grep '^\[ -n' \"\$SERVEBUILD_LAUNCHER\")\"
 servebuild-bench --url http://127.0.0.1:$port --suite tail,decode --requests 30 --runs 3 --max-tokens 32 --ignore-eos off --out $B
 /opt/venv/bin/python -c \"import json, os; d = json.load(open('$B/bench.json')); d.update(json.load(open('/tmp/check.json')), flavour=os.environ['FLAVOUR']); json.dump(d, open('$B/row.json', 'w'))\""
 .venv/bin/invoke bisect --recipe sglang-native-fp8-bookworm --platform linux/amd64 \
-  --ca-bundle /etc/ssl/certs/ca-certificates.crt --variants release=,local-stack,original-fix \
+  --ca-bundle /etc/ssl/certs/ca-certificates.crt --variants pad=sglang-dsv4-verify-pad,local-stack,original-fix \
   --profiles local-stack:sglang-native-fp8,local-stack:sglang-native-fp8-fixed-prefill \
   --repeat 3 --env FLAVOUR=tart --network host --gpus none --keep $B --metrics-file $B/row.json --timeout 900 \
   --volume "$PWD/examples/ab:/checks:ro" --run "$run"

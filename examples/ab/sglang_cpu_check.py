@@ -6,9 +6,13 @@ JSON line of metrics, so `invoke bisect --run` tells the variants apart without 
   patch's `next_chunk_size` where the image has it (SGLANG_DSV4_ADAPTIVE_PREFILL as the environment
   sets it, 1 when unset: source a launcher's environment first to measure that profile's policy),
   else the stock fixed chunk.
-- shared_expert_slot: where the DSpark draft loader maps a shared-expert weight name
-  (`_remap_dspark_weight_name` of the image's deepseek_v4_dspark.py): 256 when the original remap
-  fix is in, -1 when the name stays a shared expert.
+- shared_expert_slot / shared_expert_slot_fused: where the DSpark draft loader maps a shared-expert
+  weight name (`_remap_dspark_weight_name` of the image's deepseek_v4_dspark.py) with shared experts
+  separate (the default launcher) and fused (--enforce-shared-experts-fusion): 256 is the fused slot,
+  -1 a name that stays a shared expert. The original remap fix gives 256 both ways; the fusion-policy
+  backport (#33312's behaviour) gives -1 then 256; the release -1 both ways.
+- verify_pad_c4: how many verify tokens per step the DSV4 compress plan persists in a C4 state ring
+  with speculation (c_plan.cuh): 4 in the release, 8 with the verify-pad backport (#34189).
 
 Run inside an image: python /checks/sglang_cpu_check.py (bind-mount this directory at /checks).
 Only sglang's stdlib-level modules are imported (no torch, no CUDA).
@@ -55,20 +59,37 @@ def chunk_plan(root: Path) -> dict:
             "min_chunk": min(sizes[:-1])}
 
 
-def shared_expert_slot(root: Path) -> int:
+def shared_expert_slot(root: Path, fused: int) -> int:
     path = root / "srt" / "models" / "deepseek_v4_dspark.py"
     tree = ast.parse(path.read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_remap_dspark_weight_name")
     namespace = {"Optional": Optional}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), namespace)
-    mapped = namespace["_remap_dspark_weight_name"](types.SimpleNamespace(confidence_head=None),
-                                                   "mtp.0.ffn.shared_experts.w1.weight")
+    model = types.SimpleNamespace(
+        confidence_head=None,
+        num_fused_shared_experts=fused,  # what the fusion policy resolved (the release's loader never reads it)
+        config=types.SimpleNamespace(n_routed_experts=256),
+    )
+    mapped = namespace["_remap_dspark_weight_name"](model, "mtp.0.ffn.shared_experts.w1.weight")
     return 256 if mapped and ".experts.256." in mapped else -1
+
+
+def verify_pad_c4(root: Path) -> int:
+    source = (root / "jit_kernel" / "csrc" / "deepseek_v4" / "c_plan.cuh").read_text()
+    ring, window = 16, 8  # C4 with speculation: get_compress_state_ring_size(4, True), the overlap window
+    if "kMaxMTPDraftTokens = 4" in source:
+        return min(ring - 4, 4)
+    return ring - window if "ring_size - window_size" in source else -1
 
 
 def main() -> int:
     root = sglang_dir()
-    metrics = {**chunk_plan(root), "shared_expert_slot": shared_expert_slot(root)}
+    metrics = {
+        **chunk_plan(root),
+        "shared_expert_slot": shared_expert_slot(root, 0),
+        "shared_expert_slot_fused": shared_expert_slot(root, 1),
+        "verify_pad_c4": verify_pad_c4(root),
+    }
     print(json.dumps(metrics, sort_keys=True))
     return 0
 
