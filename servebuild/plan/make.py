@@ -170,7 +170,13 @@ def _pinned_recipe(
     else:  # use what the committed lock pins, if it is current
         loaded, lock = pin_for_build(loaded)
     if options.stack is not None:
-        loaded = loaded.replace(loaded.recipe.with_stack(list(options.stack)), variant=options.variant)
+        try:
+            stacked = loaded.recipe.with_stack(list(options.stack))
+        except InputError as exc:  # an ad-hoc stack has a name: the line says which (bisect --variants NAME=...)
+            if not options.variant:
+                raise
+            raise exc.moved(field=f"--variants {options.variant}") from None
+        loaded = loaded.replace(stacked, variant=options.variant)
     elif options.variant:
         loaded = loaded.with_variant(options.variant)
     problem = unpinned_problem(loaded, lock)
