@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from servebuild.sources import releases
+from servebuild.sources import applyfail, releases
 from servebuild.sources.archives import write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
@@ -196,7 +196,7 @@ class SourceCache(GitMirrors):
                 sha256_bytes(
                     canonical_json(
                         {
-                            "v": 2,
+                            "v": 3,
                             "url": source.url,
                             "commit": source.commit,
                             "subdir": source.subdir,
@@ -217,10 +217,18 @@ class SourceCache(GitMirrors):
             return remembered
         tree = work / "tree"
         env, origin, release_files = self._lay_out(source, tree, repo, release)
-        applied = [
-            self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
-            for entry in source.patches
-        ]
+        applied: list[AppliedPatch] = []
+        try:
+            for entry in source.patches:
+                try:
+                    applied.append(
+                        self._apply_entry(tree, project_root, entry, diffs[entry.id], env, release_files, rule)
+                    )
+                except PatchConflict as conflict:
+                    raise self._conflict(source, origin, repo, entry, [p.id for p in applied], conflict) from None
+        except BaseException:
+            shutil.rmtree(tree, ignore_errors=True)  # no half-patched tree is left to be taken for the source
+            raise
         tar_path, tar_sha = self.write_tarball(tree, env)
         changed = sorted({f for p in applied for f in p.files if f not in p.dropped})
         deleted = [f for f in changed if not (tree / f).exists() and not (tree / f).is_symlink()]
@@ -355,44 +363,81 @@ class SourceCache(GitMirrors):
         return files
 
     def _apply(self, tree: Path, entry: PatchEntry, diff: bytes, env: dict, exclude: list[str] = ()) -> None:
+        """Apply one diff to the tree and its index, 3-way where the blobs are at hand. A straight
+        `git apply --check -v` first names the hunks that do not apply as they are; if the 3-way run
+        fails too, PatchConflict carries the first file it refused, with that hunk."""
         patch = tree.parent / f"{entry.id}.patch"
         patch.write_bytes(diff)
-        proc = git(
-            "apply",
-            "--3way",
-            "--index",
-            "--whitespace=nowarn",
-            *[f"--exclude={_literal(f)}" for f in exclude],
-            str(patch),
-            cwd=tree,
-            env=env,
-            check=False,
-        )
+        opts = ["--index", "--whitespace=nowarn", *[f"--exclude={_literal(f)}" for f in exclude]]
+        straight = git("apply", "--check", "-v", *opts, str(patch), cwd=tree, env=env, check=False)
+        proc = git("apply", "--3way", *opts, str(patch), cwd=tree, env=env, check=False)
         if proc.returncode != 0:
-            raise InputError(
-                self._conflict(entry, proc.stderr.decode(errors="replace")),
+            failure = applyfail.first_failure(
+                straight.stderr.decode(errors="replace"), proc.stderr.decode(errors="replace"), diff
+            )
+            raise PatchConflict(failure, proc.stderr.decode(errors="replace"))
+
+    def _conflict(
+        self,
+        source: EngineSource,
+        origin: dict,
+        repo: Optional[Path],
+        entry: PatchEntry,
+        before: list[str],
+        conflict: "PatchConflict",
+    ) -> InputError:
+        """The one line for an entry that does not apply: what (the PR and its commit, or the file),
+        on what (tag, commit, the entries applied before it), where (first file and hunk), and the
+        way out (a backport file)."""
+        onto = f"{source.tag} (commit {source.commit})" if source.tag else f"commit {source.commit}"
+        if origin.get("from", "git") != "git":
+            onto += f" as its {origin['from'].removeprefix('pypi-')} from PyPI"
+        onto += f" with {', '.join(before)} applied before it" if before else " with no patch before it"
+        failure = conflict.failure
+        if failure is None:
+            last = [line for line in conflict.stderr.splitlines() if line.strip()][-1:] or ["git apply failed"]
+            where = f"git apply: {last[0].strip()}"
+        else:
+            where = failure.shown()
+        base = source.tag or "this base"
+        if entry.pr is None:
+            return InputError(
+                f"{entry.file} does not apply on {onto}: {where}",
+                hint=f"refresh {entry.file} against {base} and the entries before it",
                 file=self.recipe,
                 field=f"engine.source.patches.{entry.id}",
             )
+        return InputError(
+            f"PR #{entry.pr} (commit {entry.commit}) does not apply on {onto}: {where}{self._lag(repo, source, entry)}",
+            hint=f"write a backport patch of PR #{entry.pr} for {base} under patches/ and list it with `file:` "
+            f"in place of `pr: {entry.pr}`",
+            file=self.recipe,
+            field=f"engine.source.patches.{entry.id}",
+        )
 
     @staticmethod
-    def _conflict(entry: PatchEntry, stderr: str) -> str:
-        file, hunk = "?", "?"
-        m = re.search(r"patch failed: (.+):(\d+)", stderr)
-        if m:
-            file, hunk = m.group(1), f"at line {m.group(2)}"
-        else:
-            m = re.search(
-                r"(?:error: )?(\S+): (does not exist in index|does not match index|No such file|patch does not apply)",
-                stderr,
-            )
-            if m:
-                file, hunk = m.group(1), m.group(2)
-        conflict = re.search(r"Applied patch to '(.+)' with conflicts", stderr)
-        if conflict:
-            file, hunk = conflict.group(1), "3-way merge left conflicts"
-        hint = f" (it requires {', '.join(entry.requires)})" if entry.requires else ""
+    def _lag(repo: Optional[Path], source: EngineSource, entry: PatchEntry) -> str:
+        """How far past the base the PR was written: the upstream commits its diff's base has and the
+        tree lacks (a refactor it builds on), or nothing where that cannot be told."""
+        parent = entry.base or f"{entry.commit}^1"
+        if repo is None:
+            return ""
+        count = git("rev-list", "--count", f"{source.commit}..{parent}", cwd=repo, check=False)
+        sha = git("rev-parse", "--verify", "--quiet", f"{parent}^{{commit}}", cwd=repo, check=False)
+        n = count.stdout.decode().strip()
+        if count.returncode != 0 or sha.returncode != 0 or not n.isdigit() or n == "0":
+            return ""
+        commits = "commit" if n == "1" else "commits"
         return (
-            f"patch {entry.id} does not apply: file {file}, hunk {hunk}; an earlier entry of the "
-            f"stack may be missing{hint}"
+            f" (it was written on upstream {sha.stdout.decode().strip()[:12]}, which has {n} {commits} "
+            f"{source.tag or source.commit[:12]} lacks)"
         )
+
+
+class PatchConflict(Exception):
+    """An entry git could not apply: the first file and hunk it refused (None if git named none)."""
+
+    def __init__(self, failure: Optional[applyfail.Failure], stderr: str):
+        super().__init__(failure.shown() if failure else stderr)
+        self.failure = failure
+        self.stderr = stderr
