@@ -48,4 +48,5 @@ def prepare_engine_source(
         release=release,
         rule_key=rule_key,
         rule=lambda path, release_files: mode.patch_problem(path, release_files, engine),
+        python=loaded.recipe.python,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from servebuild.sources import applyfail, releases
+from servebuild.sources import applyfail, pycheck, releases
 from servebuild.sources.archives import write_tarball
 from servebuild.errors import InputError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, canonical_json, read_input, sha256_bytes, sha256_file
@@ -162,13 +162,18 @@ class SourceCache(GitMirrors):
         release: Optional[tuple[Path, str, str, str]] = None,
         rule: Optional[PatchRule] = None,
         rule_key: str = "",
+        python: Optional[str] = None,
     ) -> PreparedSource:
         """Lay out the unpatched tree (the pinned commit, or the release artifact `release` =
         (file, sha256, artifact kind, prefix)), apply the stack in order, write the tarball.
 
         The result is remembered under a key of everything it depends on (tree origin, each
         entry's diff bytes, the mode's rule as `rule_key`): an A/B variant or a rebuild with the
-        same inputs reuses its tarball (checked by hash) instead of laying out the tree again."""
+        same inputs reuses its tarball (checked by hash) instead of laying out the tree again.
+
+        Before the tarball is written, the patched Python is checked statically (pycheck.py) for the
+        target interpreter `python` ("3.12"): a patch that leaves a file that cannot compile, or an
+        import of a module or name the tree lacks, is refused in one line naming it."""
         unresolved = [e for e in source.patches if e.pr is not None and e.commit is None]
         if unresolved:
             e = unresolved[0]
@@ -202,6 +207,7 @@ class SourceCache(GitMirrors):
                             "subdir": source.subdir,
                             "release": list(release[1:]) if release else None,
                             "rule": rule_key,
+                            "python": python,
                             "patches": [
                                 [e.id, e.kind, e.pr, e.commit, e.base, e.file, sha256_bytes(diffs[e.id])]
                                 for e in source.patches
@@ -226,6 +232,7 @@ class SourceCache(GitMirrors):
                     )
                 except PatchConflict as conflict:
                     raise self._conflict(source, origin, repo, entry, [p.id for p in applied], conflict) from None
+            self._check_python(source, tree, work, repo, release, origin, applied, diffs, python)
         except BaseException:
             shutil.rmtree(tree, ignore_errors=True)  # no half-patched tree is left to be taken for the source
             raise
@@ -389,9 +396,7 @@ class SourceCache(GitMirrors):
         """The one line for an entry that does not apply: what (the PR and its commit, or the file),
         on what (tag, commit, the entries applied before it), where (first file and hunk), and the
         way out (a backport file)."""
-        onto = f"{source.tag} (commit {source.commit})" if source.tag else f"commit {source.commit}"
-        if origin.get("from", "git") != "git":
-            onto += f" as its {origin['from'].removeprefix('pypi-')} from PyPI"
+        onto = self._onto(source, origin, [])
         onto += f" with {', '.join(before)} applied before it" if before else " with no patch before it"
         failure = conflict.failure
         if failure is None:
@@ -415,6 +420,79 @@ class SourceCache(GitMirrors):
             field=f"engine.source.patches.{entry.id}",
         )
 
+    def _check_python(
+        self,
+        source: EngineSource,
+        tree: Path,
+        work: Path,
+        repo: Optional[Path],
+        release: Optional[tuple[Path, str, str, str]],
+        origin: dict,
+        applied: list[AppliedPatch],
+        diffs: dict[str, bytes],
+        python: Optional[str],
+    ) -> None:
+        """Refuse the first finding of the static Python check that the unpatched tree does not have."""
+        changed = sorted({f for p in applied for f in p.files if f not in p.dropped})
+        files = pycheck.scope(tree, source.subdir, changed)
+        findings = pycheck.check(tree, source.subdir, files, set(changed), python)
+        if not findings:
+            return
+        base = work / "base-tree"  # the unpatched tree, laid out again only when there is something to compare
+        try:
+            self._lay_out(source, base, repo, release)
+            known = {f.key() for f in pycheck.check(base, source.subdir, files, set(changed), python)}
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        new = [f for f in findings if f.key() not in known]
+        if not new:
+            return
+        order = {p.id: i for i, p in enumerate(applied)}
+        culprit, finding = min(
+            ((self._culprit(f, applied, diffs), f) for f in new),
+            key=lambda cf: (order[cf[0].id], cf[1].path, cf[1].line),
+        )
+        entry = next(e for e in source.patches if e.id == culprit.id)
+        onto = self._onto(source, origin, [p.id for p in applied])
+        what = f"PR #{entry.pr} (commit {entry.commit})" if entry.pr is not None else entry.file
+        hint = (
+            f"it needs an upstream change {source.tag or 'the base'} lacks: write a backport patch of PR #{entry.pr} "
+            f"for {source.tag or 'this base'} under patches/ and list it with `file:` in place of `pr: {entry.pr}`"
+            if entry.pr is not None
+            else f"refresh {entry.file} against {source.tag or 'this base'} and the entries before it"
+        )
+        raise Refused(
+            f"{what}: with it applied, {finding.shown()} (static check of the patched tree: {onto})",
+            hint=hint,
+            file=self.recipe,
+            field=f"engine.source.patches.{entry.id}",
+        )
+
+    @staticmethod
+    def _culprit(finding: pycheck.Finding, applied: list[AppliedPatch], diffs: dict[str, bytes]) -> AppliedPatch:
+        """The entry a finding is held against: the last that added the statement's line to the file,
+        else the last that changed the module it imports (it removed the name), else the last that
+        changed the file."""
+        touching = [p for p in applied if finding.path in p.files and finding.path not in p.dropped]
+        if finding.text:
+            added = [p for p in touching if _adds_line(diffs[p.id], finding.text)]
+            if added:
+                return added[-1]
+        if finding.module:
+            stem = finding.module.replace(".", "/")
+            targets = {f"{stem}.py", f"{stem}/__init__.py", finding.detail}
+            changers = [p for p in applied if any(f == t or f.endswith("/" + t) for f in p.files for t in targets if t)]
+            if changers:
+                return changers[-1]
+        return touching[-1] if touching else applied[-1]
+
+    @staticmethod
+    def _onto(source: EngineSource, origin: dict, before: list[str]) -> str:
+        onto = f"{source.tag} (commit {source.commit})" if source.tag else f"commit {source.commit}"
+        if origin.get("from", "git") != "git":
+            onto += f" as its {origin['from'].removeprefix('pypi-')} from PyPI"
+        return onto + (f" with {', '.join(before)} applied" if before else "")
+
     @staticmethod
     def _lag(repo: Optional[Path], source: EngineSource, entry: PatchEntry) -> str:
         """How far past the base the PR was written: the upstream commits its diff's base has and the
@@ -432,6 +510,14 @@ class SourceCache(GitMirrors):
             f" (it was written on upstream {sha.stdout.decode().strip()[:12]}, which has {n} {commits} "
             f"{source.tag or source.commit[:12]} lacks)"
         )
+
+
+def _adds_line(diff: bytes, text: str) -> bool:
+    """Whether the diff adds a line that reads `text` (leading and trailing blanks aside)."""
+    want = text.strip().encode("utf-8", "surrogateescape")
+    return any(
+        line[:1] == b"+" and not line.startswith(b"+++ ") and line[1:].strip() == want for line in diff.split(b"\n")
+    )
 
 
 class PatchConflict(Exception):
