@@ -154,8 +154,11 @@ def first_failure(straight: str, merged: str, diff: bytes) -> Optional[Failure]:
     refused = failures(merged, diff)
     by_path = {f.path: f for f in checked}
     for f in refused:
-        if f.hunk is None and f.path in by_path and by_path[f.path].hunk is not None:
-            plain = by_path[f.path]
-            return Failure(f.path, plain.hunk, "does not apply, nor merge 3-way" if "3-way" in f.reason else f.reason)
-        return f
+        plain = by_path.get(f.path)
+        if f.hunk is not None or plain is None:
+            return f
+        merged = "3-way" in f.reason
+        if plain.hunk is not None:
+            return Failure(f.path, plain.hunk, "does not apply, nor merge 3-way" if merged else f.reason)
+        return Failure(f.path, None, f"{plain.reason} (and a 3-way merge conflicts)" if merged else f.reason)
     return checked[0] if checked else None
