@@ -434,14 +434,24 @@ class SourceCache(GitMirrors):
     ) -> None:
         """Refuse the first finding of the static Python check that the unpatched tree does not have."""
         changed = sorted({f for p in applied for f in p.files if f not in p.dropped})
-        files = pycheck.scope(tree, source.subdir, changed)
-        findings = pycheck.check(tree, source.subdir, files, set(changed), python)
+        words = pycheck.last_names(tree, source.subdir, changed)
+        if not words:
+            return
+        # the files that name a changed module, found by git grep (the SGLang tree: 0.1 s, not 1.5 s)
+        spec = "*.py" if source.subdir in (".", "") else f"{source.subdir.strip('/')}/*.py"
+        grep = git(
+            "grep", "-l", "-z", "-F", "-w", *[a for w in words for a in ("-e", w)], "--", spec, cwd=tree, check=False
+        )
+        candidates = grep.stdout.decode("utf-8", "surrogateescape").split("\0") if grep.returncode in (0, 1) else None
+        files = pycheck.scope(tree, source.subdir, changed, [c for c in candidates if c] if candidates else candidates)
+        added = pycheck.added_lines([diffs[p.id] for p in applied])
+        findings = pycheck.check(tree, source.subdir, files, set(changed), python, added)
         if not findings:
             return
         base = work / "base-tree"  # the unpatched tree, laid out again only when there is something to compare
         try:
             self._lay_out(source, base, repo, release)
-            known = {f.key() for f in pycheck.check(base, source.subdir, files, set(changed), python)}
+            known = {f.key() for f in pycheck.check(base, source.subdir, files, set(changed), python, added)}
         finally:
             shutil.rmtree(base, ignore_errors=True)
         new = [f for f in findings if f.key() not in known]
