@@ -465,11 +465,20 @@ class SourceCache(GitMirrors):
         entry = next(e for e in source.patches if e.id == culprit.id)
         onto = self._onto(source, origin, [p.id for p in applied])
         what = f"PR #{entry.pr} (commit {entry.commit})" if entry.pr is not None else entry.file
-        hint = (
-            f"it needs an upstream change {source.tag or 'the base'} lacks: write a backport patch of PR #{entry.pr} "
-            f"for {source.tag or 'this base'} under patches/ and list it with `file:` in place of `pr: {entry.pr}`"
+        tag = source.tag or "the base"
+        wrote = finding.path in culprit.files and bool(finding.text) and _adds_line(diffs[culprit.id], finding.text)
+        why = (
+            ""
+            if finding.kind == "syntax"
+            else f"it needs an upstream change {tag} lacks: "
+            if wrote
+            else f"{tag}'s own code still imports what it removes: "
+        )
+        hint = why + (
+            f"write a backport patch of PR #{entry.pr} for {tag} under patches/ and list it with `file:` "
+            f"in place of `pr: {entry.pr}`"
             if entry.pr is not None
-            else f"refresh {entry.file} against {source.tag or 'this base'} and the entries before it"
+            else f"refresh {entry.file} against {tag} and the entries before it"
         )
         raise Refused(
             f"{what}: with it applied, {finding.shown()} (static check of the patched tree: {onto})",

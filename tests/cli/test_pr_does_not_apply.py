@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import FIXTURE_REQUIREMENTS, REPO_ROOT, git, write
+from support import FIXTURE_REQUIREMENTS, REPO_ROOT, git, sha256, write
 
 DIGEST = "sha256:" + "0" * 64  # the bases are pinned in the recipe: lock asks no registry
 
 
 @dataclass
 class Upstream:
+    work: Path  # the non-bare repository the upstream was made in
     url: str
     base: str  # v1.0.0
     pr1: str
@@ -168,7 +169,7 @@ def make_refactor_upstream(tmp: Path) -> Upstream:
     git(tmp, "clone", "-q", "--bare", str(work), str(bare))
     git(bare, "update-ref", "refs/pull/6/head", pr6)
     git(bare, "branch", "-q", "-D", "drop")
-    return Upstream(f"file://{bare}", base, pr1, refactor, pr4, pr5, pr6)
+    return Upstream(work, f"file://{bare}", base, pr1, refactor, pr4, pr5, pr6)
 
 
 @pytest.fixture(scope="module")
@@ -314,9 +315,9 @@ def test_a_pr_that_removes_a_name_an_unchanged_module_imports_is_refused(project
     assert line == (
         f"error: recipes/toy.yaml: engine.source.patches.pr-6: PR #6 (commit {upstream.pr6}): with it applied, "
         "toyserve/models/llama.py line 1 imports declare_load_time_override from toyserve.runtime, which toyserve/runtime.py does not "
-        f"define (static check of the patched tree: v1.0.0 (commit {upstream.base}) with pr-6 applied); it needs "
-        "an upstream change v1.0.0 lacks: write a backport patch of PR #6 for v1.0.0 under patches/ and list it "
-        "with `file:` in place of `pr: 6`"
+        f"define (static check of the patched tree: v1.0.0 (commit {upstream.base}) with pr-6 applied); v1.0.0's "
+        "own code still imports what it removes: write a backport patch of PR #6 for v1.0.0 under patches/ and "
+        "list it with `file:` in place of `pr: 6`"
     )
     no_half_work(project, before)
 
@@ -327,3 +328,44 @@ def test_the_stack_that_applies_and_imports_is_fetched(project, upstream):
     proc = cli(project, "fetch", "--recipe", "toy")
     assert proc.returncode == 0, proc.stderr
     assert "tarball:" in proc.stdout
+
+
+def local_patch(project: Path, name: str, text: str) -> dict:
+    (project / "patches" / f"{name}.patch").write_text(text)
+    return {"id": name, "file": f"patches/{name}.patch", "sha256": sha256(text)}
+
+
+def test_a_local_patch_that_does_not_apply_says_to_refresh_it(project, upstream):
+    """A local patch written against the refactor, not the tag (its blobs are in the mirror, so the 3-way
+    merge is tried too): the straight check names the hunk, and the way out is to refresh the file."""
+    diff = git(upstream.work, "diff", upstream.refactor, upstream.pr4) + "\n"
+    recipe_patches = [{"id": "pr-1", "pr": 1, "commit": upstream.pr1}, local_patch(project, "loads", diff)]
+    write_recipe(project, upstream, recipe_patches)
+    before = snapshot(project)
+    assert refused(cli(project, "fetch", "--recipe", "toy")) == (
+        f"error: recipes/toy.yaml: engine.source.patches.loads: patches/loads.patch does not apply on v1.0.0 "
+        f"(commit {upstream.base}) with pr-1 applied before it: toyserve/loader.py hunk @@ -3,4 +3,4 @@ does not "
+        "apply, nor merge 3-way; refresh patches/loads.patch against v1.0.0 and the entries before it"
+    )
+    no_half_work(project, before)
+
+
+def test_a_local_patch_that_leaves_a_file_python_cannot_compile_is_refused(project, upstream):
+    broken = (
+        "diff --git a/toyserve/broken.py b/toyserve/broken.py\n"
+        "new file mode 100644\n"
+        "--- /dev/null\n"
+        "+++ b/toyserve/broken.py\n"
+        "@@ -0,0 +1,2 @@\n"
+        "+def run(job):\n"
+        "+    return job +\n"
+    )
+    write_recipe(project, upstream, [local_patch(project, "broken", broken)])
+    before = snapshot(project)
+    assert refused(cli(project, "fetch", "--recipe", "toy")) == (
+        "error: recipes/toy.yaml: engine.source.patches.broken: patches/broken.patch: with it applied, "
+        "toyserve/broken.py line 2 does not compile: invalid syntax (static check of the patched tree: v1.0.0 "
+        f"(commit {upstream.base}) with broken applied); refresh "
+        "patches/broken.patch against v1.0.0 and the entries before it"
+    )
+    no_half_work(project, before)
