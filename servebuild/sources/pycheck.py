@@ -245,19 +245,20 @@ class Tree:
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             rel = os.path.relpath(here / part, self.root)
-            if (here / part).is_dir():
-                if last:
-                    init = here / part / "__init__.py"
-                    if init.is_file():
-                        return Module("package", f"{rel}/__init__.py")
-                    return Module("namespace", rel)
+            if not last:
+                if not (here / part).is_dir():
+                    return None
                 here = here / part
                 continue
-            if last and (here / f"{part}.py").is_file():
+            # the order Python's path finder takes: a regular package, a module, an extension, a namespace
+            if (here / part / "__init__.py").is_file():
+                return Module("package", f"{rel}/__init__.py")
+            if (here / f"{part}.py").is_file():
                 return Module("file", f"{rel}.py")
-            if last and self._extension(here, part):
+            if self._extension(here, part):
                 return Module("extension", rel)
-            return None
+            if (here / part).is_dir():
+                return Module("namespace", rel)
         return None
 
     def _ls(self, folder: Path) -> list[str]:

@@ -213,3 +213,37 @@ def test_no_compile_verdict_for_a_newer_python_than_this_one(tmp_path):
     newer = f"{sys.version_info[0]}.{sys.version_info[1] + 1}"
     assert findings(root, ["pkg/bad.py"], python=newer) == []
     assert pycheck.can_compile_for(f"{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+def test_a_module_file_wins_over_a_namespace_directory_of_the_same_name(tmp_path):
+    root = tree(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/mod.py": "X = 1\n",
+            "pkg/mod/data.txt": "",  # a directory without __init__.py: Python takes mod.py
+            "pkg/u.py": "from pkg.mod import X\n",
+        },
+    )
+    assert findings(root, ["pkg/u.py"]) == []
+
+
+def test_with_the_added_lines_a_changed_file_is_checked_where_the_stack_wrote(tmp_path):
+    """An import the stack left alone, of a module it left alone, is the base's business (the caller drops
+    what the base has anyway); one the stack wrote, or one of a changed module, is checked."""
+    root = tree(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/old.py": "A = 1\n",
+            "pkg/changed.py": "B = 1\n",
+            "pkg/u.py": "from pkg.old import gone_long_ago\nfrom pkg.old import new_name\nfrom pkg.changed import C\n",
+        },
+    )
+    changed = ["pkg/u.py", "pkg/changed.py"]
+    files = pycheck.scope(root, ".", changed)
+    added = pycheck.added_lines([b"+from pkg.old import new_name\n"])
+    assert [f.shown() for f in pycheck.check(root, ".", files, set(changed), None, added)] == [
+        "pkg/u.py line 2 imports new_name from pkg.old, which pkg/old.py does not define",
+        "pkg/u.py line 3 imports C from pkg.changed, which pkg/changed.py does not define",
+    ]
