@@ -197,9 +197,10 @@ def defined_names(module: ast.Module, text: str) -> Optional[set[str]]:
 class Tree:
     """A source tree's modules, found as Python would find them on a path entry of the tree."""
 
-    def __init__(self, root: Path, subdir: str = "."):
+    def __init__(self, root: Path, subdir: str = ".", python: Optional[tuple[int, int]] = None):
         self.root = root
         self.subdir = subdir.strip("/") or "."
+        self.python = python  # the target's (major, minor): its grammar, where this interpreter is newer
         self._parsed: dict[str, Optional[tuple[ast.Module, str]]] = {}
         self._found: dict[tuple[str, str], Optional[Module]] = {}
         self._listed: dict[Path, list[str]] = {}
@@ -286,7 +287,8 @@ class Tree:
         if compile_it:
             try:
                 source = (self.root / rel).read_bytes()
-                tree = ast.parse(source, rel)  # bytes: a coding cookie is honoured, as Python does
+                # bytes: a coding cookie is honoured, as Python does; an older target's grammar where known
+                tree = ast.parse(source, rel, feature_version=self.python)
                 compile(tree, rel, "exec", dont_inherit=True)  # what parsing alone lets by ('return' outside a def)
                 self._parsed[rel] = (tree, source.decode("utf-8", "replace"))
             except SyntaxError as exc:
@@ -468,15 +470,19 @@ def scope(tree: Path, subdir: str, changed: list[str], candidates: Optional[list
     return sorted({f for f in mine if (tree / f).is_file()} | set(readers))
 
 
+def target(python: Optional[str]) -> Optional[tuple[int, int]]:
+    """The recipe's "3.12" as (3, 12); None if it is not of that form."""
+    m = re.match(r"^(\d+)\.(\d+)", python or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def can_compile_for(python: Optional[str]) -> bool:
-    """This interpreter reads the target's grammar: it is that version or newer."""
+    """This interpreter reads the target's grammar: it is that version or newer (the older grammar is
+    then asked for: ast's feature_version)."""
     if not python:
         return True
-    try:
-        want = tuple(int(p) for p in python.split(".")[:2])
-    except ValueError:
-        return False
-    return sys.version_info[:2] >= want
+    want = target(python)
+    return want is not None and sys.version_info[:2] >= want
 
 
 def added_lines(diffs: list[bytes]) -> set[str]:
@@ -501,7 +507,7 @@ def check(
     the target Python's grammar. With `added` (added_lines()), a changed file's imports are checked
     where the stack wrote them or where they import a changed module: an import line the stack left
     alone, of a module it left alone, fails on the patched tree only if it fails on the base."""
-    t = Tree(tree, subdir)
+    t = Tree(tree, subdir, target(python) if python and can_compile_for(python) else None)
     compile_it = can_compile_for(python)
     focus = changed_modules(tree, subdir, sorted(changed))
     out: list[Finding] = []

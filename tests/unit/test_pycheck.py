@@ -247,3 +247,15 @@ def test_with_the_added_lines_a_changed_file_is_checked_where_the_stack_wrote(tm
         "pkg/u.py line 2 imports new_name from pkg.old, which pkg/old.py does not define",
         "pkg/u.py line 3 imports C from pkg.changed, which pkg/changed.py does not define",
     ]
+
+
+def test_a_target_older_than_this_python_is_held_to_its_own_grammar(tmp_path):
+    """A parenthesised context manager list is 3.9 grammar: a 3.8 target cannot read it (ast's
+    feature_version), though this interpreter can."""
+    root = tree(
+        tmp_path, {"pkg/__init__.py": "", "pkg/w.py": "with (open('a') as a,\n      open('b') as b):\n    pass\n"}
+    )
+    assert findings(root, ["pkg/w.py"]) == []
+    assert findings(root, ["pkg/w.py"], python="3.8") == [
+        "pkg/w.py line 3 does not compile: Parenthesized context managers are only supported in Python 3.9 and greater"
+    ]
