@@ -51,6 +51,7 @@ def prepare_engine_source(
         rule_key=rule_key,
         rule=lambda path, release_files: mode.patch_problem(path, release_files, engine),
         version_file=origin.version_file if origin.kind == "pypi" else None,
+        python=loaded.recipe.python,
     )
     tree = prepared.tree
     if "version_file" in tree:  # checked on every use: the recipe's sdist_commit keys no remembered preparation

@@ -273,13 +273,15 @@ def test_patch_sha256_mismatch(upstream, project, tmp_path):
 def test_patch_does_not_apply_names_patch_file_and_hunk(upstream, project, tmp_path):
     """PR 3 was written on top of PR 2; without PR 2 in the stack its hunk cannot apply."""
     patches = [{"id": "pr-3", "pr": 3, "commit": upstream.pr3_head, "base": upstream.pr2_head}]
-    expect_error(
-        source(upstream, patches=patches),
-        project,
-        tmp_path,
-        "patch pr-3 does not apply: file toyserve/greeting.py",
-        "an earlier entry of the stack may be missing",
+    line = expect_error(source(upstream, patches=patches), project, tmp_path)
+    assert line == (
+        f"recipes/toy.yaml: engine.source.patches.pr-3: PR #3 (commit {upstream.pr3_head}) does not apply on "
+        f"v1.0.0 (commit {upstream.base}) with no patch before it: toyserve/greeting.py hunk @@ -1,2 +1,2 @@ "
+        f"does not apply, nor merge 3-way (it was written on upstream {upstream.pr2_head[:12]}, which has 2 "
+        "commits v1.0.0 lacks); write a backport patch of PR #3 for v1.0.0 under patches/ and list it with "
+        "`file:` in place of `pr: 3`"
     )
+    assert not (tmp_path / "work" / "tree").exists()  # no half-patched tree left behind
 
 
 def test_requires_not_satisfied_is_a_validation_error(upstream):

@@ -67,3 +67,23 @@ def test_an_untrusted_index_certificate_is_named_with_its_fix():
     tail[-1] = "#7 0.1 WARNING: SSL: CERTIFICATE_VERIFY_FAILED"
     tail.append("#9 ERROR: executor failed running [/bin/bash -o pipefail -c pip install]: exit code: 1")
     assert "--ca-bundle" not in failure_cause([t for t in tail if not t.startswith("#9 0.788")])
+
+
+def test_an_import_error_found_by_the_profile_check_is_the_builds_one_line():
+    """A patched module the engine's parser path imports asks the base for a name it lacks (issue 43): the
+    check's own line is the cause, not the Traceback or BuildKit's exit code."""
+    from servebuild.build.docker import failure_cause
+
+    ours = (
+        "servebuild: recipe sglang-native-fp8, launch profile sglang-native-fp8: servebuild cannot hook sglang "
+        "0.5.16+sb4.0123456789ab's argument parser: ImportError: cannot import name 'get_exec' from "
+        "'sglang.srt.utils' (/opt/venv/lib/python3.12/site-packages/sglang/srt/utils/__init__.py)"
+    )
+    tail = [
+        "#21 [check 2/2] RUN /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe r",
+        "#21 41.2 profile check: 1 of 1 profiles replayed after one import of sglang",
+        f"#21 41.2 {ours}",
+        '#21 ERROR: process "/bin/sh -c /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py" '
+        "did not complete successfully: exit code: 1",
+    ]
+    assert failure_cause(tail) == ours.removeprefix("servebuild: ")

@@ -70,8 +70,10 @@ def _launcher(path: Path, exports: dict, command: str) -> None:
     path.chmod(0o755)
 
 
-def run_check(tmp_path: Path, launchers: dict) -> tuple[subprocess.CompletedProcess, list[str], Path]:
-    _write(tmp_path / "pkgs", ENGINE)
+def run_check(
+    tmp_path: Path, launchers: dict, engine: dict | None = None
+) -> tuple[subprocess.CompletedProcess, list[str], Path]:
+    _write(tmp_path / "pkgs", {**ENGINE, **(engine or {})})
     _write(tmp_path / "pkgs", {"fakeengine-0.1.dist-info/METADATA": "Name: fakeengine\nVersion: 0.1\n"})
     site = tmp_path / "site"
     site.mkdir()
@@ -182,4 +184,43 @@ def test_a_server_that_never_parses_is_a_finding_not_a_pass(tmp_path):
     assert (
         "servebuild: recipe r, launch profile nothing: its launcher exited (rc 4) before fake's argument "
         "parser answered"
+    ) in proc.stdout, proc.stdout
+
+
+RUNTIME_WITHOUT_GET_EXEC = {"fakeengine/runtime.py": "def declare_load_time_override(name):\n    return name\n"}
+
+
+def test_an_import_error_on_the_hooks_path_fails_every_profile_in_one_line_each(tmp_path):
+    """A patched module the hook imports (here the server) asks the base for a name it lacks (issue 43):
+    the check fails at build, naming the ImportError, instead of the server failing at serve time."""
+    engine = {
+        **RUNTIME_WITHOUT_GET_EXEC,
+        "fakeengine/server.py": """
+            from fakeengine.runtime import get_exec
+
+            def serve(args):
+                raise SystemExit(get_exec())
+        """,
+    }
+    proc, _, record = run_check(tmp_path, {"a": ({}, "exec {python} -m fakeengine.launch --model m")}, engine)
+    assert proc.returncode == 1 and not record.exists()
+    ours = [line for line in proc.stdout.splitlines() if line.startswith("servebuild: ")]
+    assert len(ours) == 1 and ours[0].startswith(
+        "servebuild: recipe r, launch profile a: servebuild cannot hook fake 0.1's argument parser: "
+        "ImportError: cannot import name 'get_exec' from 'fakeengine.runtime' ("
+    ), proc.stdout
+
+
+def test_an_import_error_in_the_launch_module_is_a_finding_with_its_words(tmp_path):
+    """The module the launcher runs imports the missing name itself: the profile fails with the error."""
+    launch = "from fakeengine.runtime import get_exec\n" + textwrap.dedent(ENGINE["fakeengine/launch.py"])
+    proc, _, record = run_check(
+        tmp_path,
+        {"a": ({}, "exec {python} -m fakeengine.launch --model m")},
+        {**RUNTIME_WITHOUT_GET_EXEC, "fakeengine/launch.py": launch},
+    )
+    assert proc.returncode == 1 and not record.exists()
+    assert (
+        "servebuild: recipe r, launch profile a: its launcher exited (rc 4) before fake's argument parser answered: "
+        "ImportError: cannot import name 'get_exec' from 'fakeengine.runtime' ("
     ) in proc.stdout, proc.stdout
