@@ -86,14 +86,15 @@ def sglang_upstream(sglang_wheel, tmp_path_factory) -> tuple[str, str]:
     """A git upstream whose tree is v0.5.16's python/sglang, taken from the wheel.
 
     GitHub is unreachable here; the wheel holds the tag's Python sources, so the tree is the
-    real one for every file the local patches touch.
+    real one for every file the local patches touch (Python, and the JIT kernel sources).
     """
     from support import git
 
     work = tmp_path_factory.mktemp("sglang-upstream")
     with zipfile.ZipFile(sglang_wheel) as zf:
         for name in zf.namelist():
-            if name.startswith("sglang/") and name.endswith(".py"):
+            # the Python sources and the JIT kernel sources the package ships as data (.cuh, .cu, .h)
+            if name.startswith("sglang/") and name.endswith((".py", ".cuh", ".cu", ".h")):
                 target = work / "python" / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(name))

@@ -23,6 +23,8 @@ from support import REPO_ROOT
 
 ADAPTIVE = "patches/sglang-adaptive-prefill.patch"
 REMAP = "patches/sglang-dspark-shared-expert-remap.patch"
+PAD = "patches/sglang-dsv4-verify-pad.patch"
+POLICY = "patches/sglang-dsv4-shared-expert-fusion-policy.patch"
 ENV_NAMES = [
     "SGLANG_DSV4_ADAPTIVE_PREFILL",
     "SGLANG_DSV4_ADAPTIVE_PREFILL_TOKEN_PRODUCT",
@@ -96,7 +98,7 @@ def test_both_patches_apply_and_compile(sglang_upstream, tmp_path):
 
 
 def test_patch_headers_say_what_why_against_and_drop():
-    for patch in (ADAPTIVE, REMAP):
+    for patch in (ADAPTIVE, REMAP, PAD, POLICY):
         header = (REPO_ROOT / patch).read_text().split("\n---\n", 1)[0]
         for field in ("What:", "Why:", "Against:", "Drop when:"):
             assert field in header, f"{patch} header lacks {field}"
@@ -254,3 +256,105 @@ def test_iteration_counts_for_the_closing_note(policy, capsys):
         for tokens, row in rows.items():
             print(f"  {tokens:>9,}: {row[0]} / {row[1]} / {row[2]}")
     assert rows[1_048_535] == (1024, 86, 614)
+
+
+def _function(tree: Path, rel: str, name: str, namespace: dict):
+    """One function of the patched tree's file, compiled on its own into `namespace` (the module itself
+    imports torch and CUDA kernels; the function needs neither)."""
+    source = (tree / rel).read_text()
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name)
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), rel, "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.fixture(scope="module")
+def quality_tree(sglang_upstream, tmp_path_factory):
+    """The quality-first stack without #33276 (the local-stack variant), applied in order to v0.5.16."""
+    return patched_tree(sglang_upstream, tmp_path_factory.mktemp("quality"), PAD, POLICY, ADAPTIVE)
+
+
+def test_the_local_stack_applies_in_order_and_compiles(quality_tree):
+    for rel in (
+        "sglang/srt/model_executor/pool_configurator.py",
+        "sglang/srt/models/deepseek_v4.py",
+        "sglang/srt/models/deepseek_v4_dspark.py",
+        "sglang/srt/managers/scheduler.py",
+    ):
+        py_compile.compile(str(quality_tree / rel), doraise=True)
+    plan = (quality_tree / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh").read_text()
+    assert "kMaxMTPDraftTokens" not in plan
+    assert "const auto mtp_pad = std::max<int32_t>(ring_size - window_size, 0);" in plan
+
+
+def test_the_pool_refuses_a_verify_length_its_rings_cannot_hold(quality_tree):
+    check = _function(
+        quality_tree, "sglang/srt/model_executor/pool_configurator.py", "check_verify_tokens_fit_the_rings", {}
+    )
+    # 0.5.16's rings with speculation: C4 16, C128 256 (mem_cache/deepseek_v4_memory_pool.py)
+    source = (quality_tree / "sglang/srt/mem_cache/deepseek_v4_memory_pool.py").read_text()
+    assert "return 16 if compress_ratio == 4 else 256" in source
+    check(6, {4: 16, 128: 256})
+    check(8, {4: 16, 128: 256})
+    with pytest.raises(ValueError, match="9 verify tokens needs a C4 state ring of at least 17"):
+        check(9, {4: 16, 128: 256})
+
+
+class _Args(types.SimpleNamespace):
+    """Server args as declare_load_time_override sees them: its writes land on the same object."""
+
+
+def _policy(tree: Path):
+    declared = []
+    overrides = types.ModuleType("sglang.srt.arg_groups.overrides")
+
+    def declare_load_time_override(source, fields):
+        declared.append((source, fields))
+        for key, value in fields.items():
+            setattr(args, key, value)
+
+    overrides.declare_load_time_override = declare_load_time_override
+    args = _Args(disable_shared_experts_fusion=False, enforce_shared_experts_fusion=False)
+    namespace = {"get_server_args": lambda: args, "log_info_on_rank0": lambda *a: None, "logger": None}
+    fn = _function(tree, "sglang/srt/models/deepseek_v4.py", "resolve_shared_experts_fusion", namespace)
+    return fn, args, declared, overrides
+
+
+def test_one_fusion_policy_for_target_and_draft(quality_tree, monkeypatch):
+    fn, args, declared, overrides = _policy(quality_tree)
+    monkeypatch.setitem(sys.modules, "sglang.srt.arg_groups.overrides", overrides)
+    config = types.SimpleNamespace(n_shared_experts=1)
+    # default: separate, declared once on the server args; the draft, built after, reads the same answer
+    assert fn(config, "target") == 0 and declared == [("target", {"disable_shared_experts_fusion": True})]
+    assert fn(config, "draft") == 0 and len(declared) == 1 and args.disable_shared_experts_fusion is True
+    # --enforce-shared-experts-fusion: both fuse the one shared expert
+    fn, args, declared, overrides = _policy(quality_tree)
+    monkeypatch.setitem(sys.modules, "sglang.srt.arg_groups.overrides", overrides)
+    args.enforce_shared_experts_fusion = True
+    assert fn(config, "target") == 1 and fn(config, "draft") == 1 and declared == []
+    with pytest.raises(ValueError, match="exactly one shared expert"):
+        fn(types.SimpleNamespace(n_shared_experts=2), "target")
+    # both the target and the draft call it, before the draft's stages build their MoE layers
+    v4 = (quality_tree / "sglang/srt/models/deepseek_v4.py").read_text()
+    draft = (quality_tree / "sglang/srt/models/deepseek_v4_dspark.py").read_text()
+    assert "self.num_fused_shared_experts = resolve_shared_experts_fusion(" in v4
+    assert draft.index("resolve_shared_experts_fusion(\n") < draft.index("self.stages = nn.ModuleList(")
+
+
+@pytest.mark.parametrize("fused,slot", [(0, "mlp.shared_experts.gate_proj"), (1, "mlp.experts.256.gate_proj")])
+def test_the_draft_loader_maps_the_shared_expert_by_the_policy(quality_tree, fused, slot):
+    remap = _function(
+        quality_tree, "sglang/srt/models/deepseek_v4_dspark.py", "_remap_dspark_weight_name", {"Optional": None}
+    )
+    model = types.SimpleNamespace(
+        confidence_head=None, num_fused_shared_experts=fused, config=types.SimpleNamespace(n_routed_experts=256)
+    )
+    assert remap(model, "mtp.2.ffn.shared_experts.w1.weight") == f"stages.2.{slot}.weight"
+    assert remap(model, "mtp.0.ffn.experts.7.w2.weight") == "stages.0.mlp.experts.7.down_proj.weight"
+
+
+def test_the_fusion_policy_and_the_original_fix_do_not_stack(sglang_upstream, tmp_path):
+    """They edit the same line of the draft loader: git refuses the pair as the recipe rule does."""
+    from servebuild.errors import ServebuildError
+
+    with pytest.raises(ServebuildError, match="does not apply"):
+        patched_tree(sglang_upstream, tmp_path, PAD, POLICY, REMAP)
