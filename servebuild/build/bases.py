@@ -67,7 +67,9 @@ def rootfs_tarball(
     work = Path(tempfile.mkdtemp(prefix=f"rootfs-{pins.suite}-{arch}.", dir=out.parent))
     log_path = out.with_suffix(".log")
     try:
-        repo = debs.flat_repo(pins.base, files, work / "repo", pins.suite, pins.release.date)
+        repo = debs.flat_repo(
+            pins.base, files, work / "repo", pins.suite, pins.release.date, lock_file, f"debian.linux/{arch}.base"
+        )
         with os.fdopen(open_host_file(log_path, "the mmdebstrap log"), "w") as log:  # no link, no FIFO
             print(
                 f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "
