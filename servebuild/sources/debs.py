@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, mod
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused
-from servebuild.fsutil import atomic_write, open_host_file, sha256_bytes, sha256_file
+from servebuild.fsutil import atomic_write, make_dir, open_host_file, sha256_bytes, sha256_file
 from servebuild.registry import index, limits
 
 DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 1 GiB
@@ -104,6 +104,7 @@ def fetch_debs(
                 f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
                 file=lock_file,
             )
+        make_dir(path.parent, "the artifact cache", under=cache_dir)  # no link planted in the cache followed
         out.append(_download(pkg, mirror, path, recipe, lock_file))
     return out
 

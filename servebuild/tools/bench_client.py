@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -24,6 +25,34 @@ from typing import Iterator, Optional
 
 class BenchError(Exception):
     """One line for the user: what failed, where (request, server, file)."""
+
+
+def open_out(path, append: bool = False, binary: bool = False):
+    """A file the bench writes in its --out, never through a link planted there: opened with O_NOFOLLOW and
+    O_NONBLOCK (a FIFO does not block the open), fstat'ed and refused unless regular, only then truncated
+    (`append`: O_APPEND, kept). Every refusal is one BenchError line naming the path."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+             | (os.O_APPEND if append else 0))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise BenchError(f"cannot write {path}: it is a symbolic link; the bench writes no file "
+                             f"through a link (remove it)") from None
+        raise BenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BenchError(f"cannot write {path}: it is not a regular file (remove it)")
+        if not append:
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise BenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
+    return os.fdopen(fd, ("ab" if append else "wb") if binary else ("a" if append else "w"),
+                     **({} if binary else {"encoding": "utf-8"}))
 
 
 @dataclass
@@ -491,7 +520,7 @@ class ServerProcess:
         self.command, self.log_path = command, log_path
         try:
             os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-            self._log = open(log_path, "ab")
+            self._log = open_out(log_path, append=True, binary=True)  # no link planted in --out followed
         except OSError as exc:
             raise BenchError(f"cannot write the server log {log_path}: {exc.strerror}") from None
         self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdout=self._log, stderr=subprocess.STDOUT,
