@@ -347,6 +347,15 @@ class Bench:
         ok = [s for s in samples if s.ok]
         self.summary.update(requests_ok=len(ok), requests_failed=len(samples) - len(ok), partial=error is not None,
                             suites_finished=list(self.finished))
+        # the rates count the tokens streamed; where the server's usage count disagreed, it is named here
+        disagreed = [s for s in samples if s.token_disagreement]
+        self.summary["token_count_disagreements"] = len(disagreed)
+        if disagreed:
+            first = disagreed[0]
+            self.summary["token_count_disagreement"] = (f"{first.suite} {first.case} request {first.index + 1}: "
+                                                        f"{first.token_disagreement}")
+            self.tables.append(f"\n**token counts**: {len(disagreed)} of {len(samples)} requests: the server's "
+                               f"count disagreed with the stream; first: {self.summary['token_count_disagreement']}")
         if error:
             self.summary["error"] = error
             if self.current:
