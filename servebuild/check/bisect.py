@@ -328,7 +328,7 @@ def table_metrics(rows: list[Row]) -> list[str]:
         k
         for k in names
         if not k.endswith(SUMMARY_ONLY)
-        and not k.startswith(("calibration_", "requests_"))
+        and not k.startswith(("calibration_", "requests_", "token_count_"))  # the bench's bookkeeping
         and not re.fullmatch(r"[a-z]+_s", k)
     )
 

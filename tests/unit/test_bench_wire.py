@@ -278,3 +278,10 @@ def test_the_summary_names_a_token_count_disagreement(standin, tmp_path):
     summary = json.loads((out / "bench.json").read_text())
     assert summary["token_count_disagreements"] >= 1, (proc.stderr, summary)
     assert "4000" in summary["token_count_disagreement"] and "token counts" in (out / "bench.md").read_text()
+
+
+def test_the_disagreement_count_is_bookkeeping_not_a_bisect_metric():
+    from servebuild.check import bisect
+
+    row = bisect.Row("a", [], "t", "sha256:x", 1.0, metrics={"decode_tg_tps": 50.0, "token_count_disagreements": 3})
+    assert bisect.table_metrics([row]) == ["decode_tg_tps"]
