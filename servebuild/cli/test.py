@@ -17,6 +17,7 @@ from servebuild.fsutil import write_json
 from servebuild.lock.lockfile import lock_display
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import host_arch
+from servebuild.recipe.grammar import TAG, shown
 from servebuild.recipe.load import load_recipe
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
@@ -104,6 +105,8 @@ def bootstrap_base(
     bases.check_arch(arch)
     bases.check_suite(suite)
     tag = tag or bases.default_tag(suite, arch)
+    if len(tag) > 255 or not TAG.match(tag):  # before the .debs are fetched and mmdebstrap runs
+        raise InputError(f"{shown(tag)} is not a valid image tag", field="--tag")
     loaded = load_recipe(recipe, root)
     engine = DockerClient()
     cache = checked_cache_dir()

@@ -250,3 +250,15 @@ def test_a_deb_that_is_not_its_pin_is_named_by_the_locks_file_and_entry(tmp_path
         flat_repo([pin], [deb], tmp_path / "repo", "bookworm", "x", LOCK, "debian.linux/amd64.base")
     line = str(info.value)
     assert "\n" not in line and LOCK in line and "debian.linux/amd64.base.0" in line and "'2.0-1'" in line
+
+
+@pytest.mark.parametrize("tag", ["Bad Tag", "x\ny", "a" * 300])
+def test_a_bad_bootstrap_tag_is_refused_before_the_engine_or_a_download(tag, monkeypatch):
+    """`bootstrap-base --tag 'Bad Tag'` was refused after the 96 .debs were fetched and mmdebstrap ran."""
+    from servebuild.cli import test as cli_test
+
+    monkeypatch.setattr(cli_test, "DockerClient", lambda *a, **k: pytest.fail("the engine was asked"))
+    monkeypatch.setattr(bases, "pins_for", lambda *a, **k: pytest.fail("the pins were resolved"))
+    with pytest.raises(ServebuildError) as info:
+        cli_test.bootstrap_base(REPO_ROOT, "amd64", "bookworm", tag, RECIPE)
+    assert "--tag" in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 2
