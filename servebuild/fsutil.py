@@ -114,6 +114,23 @@ def no_link_dir(path: Path, what: str, under: Path) -> Path:
     return path
 
 
+def no_link_below(path: Path, what: str, under: Path) -> Path:
+    """`path`'s components below `under` that exist, lstat'ed top down: a link or a file where a folder goes
+    is refused in one line naming it; nothing is made (the writer that follows makes what is missing)."""
+    where = under
+    for part in path.relative_to(under).parts:
+        where = where / part
+        try:
+            st = os.lstat(where)
+        except FileNotFoundError:
+            break
+        except OSError as exc:
+            raise host_fault(where, what, exc) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refusal(where, what, _not_regular(st.st_mode) or "a file", folder=True)
+    return path
+
+
 def fresh_dir(path: Path, what: str, under: Path) -> Path:
     """`path` made new and empty (what was there removed), its parents below `under` made without a link:
     a link at `path` or above it is refused (the folder it points at is not emptied); shutil.rmtree does not

@@ -124,3 +124,24 @@ def test_a_link_planted_in_the_artifact_cache_is_refused_before_a_deb_is_fetched
         debs.fetch_debs([pin], "http://127.0.0.1:9/debian", cache, "r", "r.lock.yaml")
     one_line(caught.value, str(cache / "debs" / pin.sha256), "symbolic link")
     assert untouched(outside)
+
+
+@pytest.mark.parametrize("planted", ["images", "images/x/smoke", "toy"])
+def test_an_output_folder_below_a_planted_link_is_refused_and_nothing_is_made(tmp_path, outside, planted):
+    """warm, test-image and lock check their folders under build/ (no_link_below) before their writers make them."""
+    build = tmp_path / "build"
+    link = build / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside, target_is_directory=True)
+    target = build / planted / "deeper" / "out"
+    with pytest.raises(ServebuildError) as caught:
+        fsutil.no_link_below(target, "the smoke output", build)
+    one_line(caught.value, str(link), "symbolic link")
+    assert untouched(outside)
+
+
+def test_no_link_below_makes_nothing(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    assert fsutil.no_link_below(build / "a" / "b", "x", build) == build / "a" / "b"
+    assert list(build.iterdir()) == []
