@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,10 +83,82 @@ def writing(path: Path, what: str):
         raise host_fault(path, what, exc) from None
 
 
-def make_dir(path: Path, what: str) -> Path:
-    """`path` and its parents, made if missing; one HostError line if they cannot be."""
+def make_dir(path: Path, what: str, under: Optional[Path] = None) -> Path:
+    """`path` and its parents, made if missing; one HostError line if they cannot be. `under`: the folder
+    (build/, a cache, --out) below which no component may be a link (no_link_dir)."""
+    if under is not None:
+        return no_link_dir(path, what, under)
     with writing(path, what):
         path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def no_link_dir(path: Path, what: str, under: Path) -> Path:
+    """`path` and its parents below `under` made if missing, never through a link: each component below
+    `under` is lstat'ed top down (made with mkdir where missing, then lstat'ed again), and a symbolic link,
+    a file or anything else not a directory there is refused in one line naming it, before anything under
+    it is made, emptied or written. `under` itself (build/, the cache, --out) is the user's to place."""
+    with writing(path, what):
+        under.mkdir(parents=True, exist_ok=True)
+        where = under
+        for part in path.relative_to(under).parts:
+            where = where / part
+            try:
+                st = os.lstat(where)
+            except FileNotFoundError:
+                os.mkdir(where)
+                st = os.lstat(where)
+            if not stat.S_ISDIR(st.st_mode):
+                kind = _not_regular(st.st_mode) or "a file"
+                raise _refusal(where, what, kind, folder=True)
+    return path
+
+
+def no_link_below(path: Path, what: str, under: Path) -> Path:
+    """`path`'s components below `under` that exist, lstat'ed top down: a link or a file where a folder goes
+    is refused in one line naming it; nothing is made (the writer that follows makes what is missing)."""
+    where = under
+    for part in path.relative_to(under).parts:
+        where = where / part
+        try:
+            st = os.lstat(where)
+        except FileNotFoundError:
+            break
+        except OSError as exc:
+            raise host_fault(where, what, exc) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refusal(where, what, _not_regular(st.st_mode) or "a file", folder=True)
+    return path
+
+
+def fresh_dir(path: Path, what: str, under: Path) -> Path:
+    """`path` made new and empty (what was there removed), its parents below `under` made without a link:
+    a link at `path` or above it is refused (the folder it points at is not emptied); shutil.rmtree does not
+    follow a link inside the old folder."""
+    no_link_dir(path.parent, what, under)
+    with writing(path, what):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise _refusal(path, what, _not_regular(st.st_mode) or "a file", folder=True)
+        if st is not None:
+            shutil.rmtree(path)
+        os.mkdir(path)
+    return path
+
+
+def refuse_link(path: Path, what: str) -> Path:
+    """`path` where a file is about to be written: refused in one line if a link, FIFO, device or directory
+    is there (a writer that replaces a file, as savefig does, would otherwise follow it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    kind = _not_regular(st.st_mode)
+    if kind is not None:
+        raise _refusal(path, what, kind)
     return path
 
 
@@ -117,7 +190,7 @@ def _not_regular(mode: int) -> Optional[str]:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _refusal(path: Path, what: str, kind: str) -> HostError:
+def _refusal(path: Path, what: str, kind: str, folder: bool = False) -> HostError:
     if kind == "a symbolic link":
         target = _flat(os.readlink(path)) if os.path.islink(path) else "?"  # its bytes are anyone's: escaped
         return HostError(
@@ -125,7 +198,8 @@ def _refusal(path: Path, what: str, kind: str) -> HostError:
             hint="remove the link",
             file=str(path),
         )
-    return HostError(f"cannot write {what}: it is {kind}, not a regular file", hint="remove it", file=str(path))
+    expected = "a directory" if folder else "a regular file"
+    return HostError(f"cannot write {what}: it is {kind}, not {expected}", hint="remove it", file=str(path))
 
 
 def open_host_file(

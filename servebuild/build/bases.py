@@ -25,7 +25,7 @@ from typing import Optional
 from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.errors import DockerError, InputError, Refused
-from servebuild.fsutil import open_host_file
+from servebuild.fsutil import make_dir, open_host_file
 from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import debian_pins
 from servebuild.plan.make import iso_time
@@ -62,12 +62,14 @@ def rootfs_tarball(
     out = cache_dir / "rootfs" / f"{pins.suite}-{arch}-{key[:16]}.tar"
     if out.is_file() and not out.is_symlink():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(out.parent, "the rootfs cache", under=cache_dir)  # no link planted in the cache followed
     files = debs.fetch_debs(pins.base, pins.mirror, cache_dir, recipe, lock_file, offline=offline)
     work = Path(tempfile.mkdtemp(prefix=f"rootfs-{pins.suite}-{arch}.", dir=out.parent))
     log_path = out.with_suffix(".log")
     try:
-        repo = debs.flat_repo(pins.base, files, work / "repo", pins.suite, pins.release.date)
+        repo = debs.flat_repo(
+            pins.base, files, work / "repo", pins.suite, pins.release.date, lock_file, f"debian.linux/{arch}.base"
+        )
         with os.fdopen(open_host_file(log_path, "the mmdebstrap log"), "w") as log:  # no link, no FIFO
             print(
                 f"mmdebstrap {pins.suite} for {arch}: {len(pins.base)} pinned packages, Release of "

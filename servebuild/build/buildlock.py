@@ -12,6 +12,7 @@ import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Optional
 
 from servebuild.errors import Refused
 from servebuild.fsutil import make_dir, open_host_file
@@ -31,9 +32,10 @@ def try_flock(path: Path, what: str) -> tuple[int, bool]:
 
 
 @contextmanager
-def build_lock(build_dir: Path, recipe: str):
-    """Held for the block; not re-entrant (a second hold, in this process or another, refuses)."""
-    fd, taken = try_flock(make_dir(build_dir, "the build directory") / LOCK_NAME, "the build lock")
+def build_lock(build_dir: Path, recipe: str, under: Optional[Path] = None):
+    """Held for the block; not re-entrant (a second hold, in this process or another, refuses). `under`:
+    build/, below which no folder of `build_dir` may be a link."""
+    fd, taken = try_flock(make_dir(build_dir, "the build directory", under) / LOCK_NAME, "the build lock")
     try:
         if not taken:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"

@@ -33,7 +33,8 @@ SLOTS = 16  # builds of one recipe and platform at once
 @contextmanager
 def context_slot(build_root: Path, recipe: str, platform: str) -> Iterator[Path]:
     """The context folder of a free slot, held for the block (not made: the context's writer makes it)."""
-    base = make_dir(build_root / recipe / FOLDER / slug(platform), "the build contexts")
+    # no folder of it through a link: the context writer empties the slot (fsutil.no_link_dir, fresh_dir)
+    base = make_dir(build_root / recipe / FOLDER / slug(platform), "the build contexts", under=build_root)
     for n in range(SLOTS):
         fd, taken = try_flock(base / f"{n}.lock", "the build context's lock")
         if not taken:

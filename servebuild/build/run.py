@@ -77,7 +77,7 @@ def fetch_sources(plan: BuildPlan) -> Optional[PreparedSource]:
     root = _cache_root(plan)
     with writing(root, "the source cache"):  # a host fault ($SERVEBUILD_CACHE read-only, full, a file in the way)
         cache = SourceCache(root, plan.config.git_mirrors, offline=plan.options.offline, recipe=plan.loaded.file)
-    make_dir(plan.build_dir, "the build directory")
+    make_dir(plan.build_dir, "the build directory", plan.build_root)
     with _FETCH_LOCK, writing(root, "the source cache"), writing(plan.build_dir / "work", "the engine source tree"):
         return prepare_engine_source(
             plan.loaded,
@@ -223,7 +223,7 @@ def render(
             name: {"on": b.base, **({"because": b.because} if b.because else {})} for name, b in sorted(stages.items())
         }
     context = context or plan.build_dir / "context"
-    make_dir(plan.build_dir, "the build directory")
+    make_dir(plan.build_dir, "the build directory", plan.build_root)
     try:
         with writing(context, "the build context"):
             write_context(
@@ -267,7 +267,7 @@ def dry_run(plan: BuildPlan) -> tuple[str, bool]:
     """What a build would do, without the engine or the network: the context is rendered with an
     empty source placeholder and the sources that would be fetched are listed; and whether the build
     would stop before building (an unpinned PR entry). One at a time per build dir, as builds."""
-    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+    with build_lock(plan.build_dir, plan.loaded.recipe.name, plan.build_root):
         return _dry_run(plan)
 
 
@@ -289,7 +289,7 @@ def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
         lines.append(f"  source: {tree}; stack: {', '.join(e.id for e in engine.source.patches) or '(none)'}")
         if problem:
             lines.append(f"  would stop: {problem}")
-        placeholder = make_dir(plan.build_dir, "the build directory") / "dry-run-source.tar"
+        placeholder = make_dir(plan.build_dir, "the build directory", plan.build_root) / "dry-run-source.tar"
         with writing(placeholder, "the dry run's source placeholder"):
             atomic_write(placeholder, b"")  # a link planted there is replaced, never written through
     rendered = render(plan, None, bases, *_host_resources(), tarball=placeholder if engine else None)
@@ -310,7 +310,7 @@ def _dry_run(plan: BuildPlan) -> tuple[str, bool]:
 def build(plan: BuildPlan, docker: DockerClient, echo: Optional[TextIO] = None) -> BuildResult:
     """`echo` takes the live progress (default stderr unless options.echo is off); one build at a
     time per build dir (a second refuses)."""
-    with build_lock(plan.build_dir, plan.loaded.recipe.name):
+    with build_lock(plan.build_dir, plan.loaded.recipe.name, plan.build_root):
         return _build(plan, docker, echo)
 
 

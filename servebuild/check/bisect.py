@@ -328,7 +328,7 @@ def table_metrics(rows: list[Row]) -> list[str]:
         k
         for k in names
         if not k.endswith(SUMMARY_ONLY)
-        and not k.startswith(("calibration_", "requests_"))
+        and not k.startswith(("calibration_", "requests_", "token_count_"))  # the bench's bookkeeping
         and not re.fullmatch(r"[a-z]+_s", k)
     )
 
@@ -436,7 +436,9 @@ class Session:
         self.urls = urls or {}
         self.out_dir = out_dir or (root / "build" / recipe / "bisect")
         self.docker = engine_for_plans(root, list(self.plans.values()), farm_file)
-        make_dir(self.out_dir, "the bisect output")  # before any build: a bisect that cannot report builds nothing
+        # before any build: a bisect that cannot report builds nothing; no folder servebuild makes under build/
+        # (or under --out, the user's) is a link
+        make_dir(self.out_dir, "the bisect output", under=self.out_dir if out_dir else root / "build")
         self.gpus = probe.run.resolved_gpus(self.docker, "every bisect run") if probe else "none"
         if probe:
             print(

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from servebuild.errors import InputError
+from servebuild.fsutil import atomic_write, refuse_link, writing
 
 
 def _pyplot():
@@ -33,8 +35,14 @@ DECODE_METRICS = ("decode_tg_tps", "story_tg_tps", "tail_decode_tps")  # the fir
 
 
 def _save(fig, path: Path) -> Path:
+    """The picture drawn in memory, then written whole by atomic_write: a link planted at `path` (in --out,
+    in build/) is refused in one line, never followed as savefig would."""
     try:
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        refuse_link(path, "the picture")
+        data = io.BytesIO()
+        fig.savefig(data, format="png", dpi=110, bbox_inches="tight")
+        with writing(path, "the picture"):
+            atomic_write(path, data.getvalue())
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}", field="plots") from None
     finally:

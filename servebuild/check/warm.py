@@ -32,7 +32,7 @@ from servebuild.check.smoke import has_nvidia_runtime
 from servebuild.errors import DockerTimeout, HostError, InputError, IntegrityError
 from servebuild.fsutil import make_dir, open_host_file, write_json, writing
 from servebuild.procs import last_words
-from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, RESERVED_COMMANDS, SHA256, TAG, shown
+from servebuild.recipe.grammar import IMAGE_ID, MAX_REFERENCE, NAME, SHA256, TAG, reserved_command, shown
 from servebuild.render.payload import CACHE_TOOL
 from servebuild.render.toolchain import VENV
 
@@ -94,7 +94,7 @@ def result_tag(image: str, tag: Optional[str]) -> str:
 def launcher_name(profile: Optional[str]) -> Optional[str]:
     """--profile names the launcher /usr/local/bin/PROFILE (SERVEBUILD_LAUNCHER and a label): a launch
     profile's name as a recipe may declare it, whatever image it is checked against."""
-    if profile is not None and (not NAME.match(profile) or profile in RESERVED_COMMANDS):
+    if profile is not None and (not NAME.match(profile) or reserved_command(profile)):
         raise InputError(
             f"{shown(profile)} is not a launch profile name (lowercase letters, digits, '-', not a system command)",
             field="--profile",

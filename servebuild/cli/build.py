@@ -153,7 +153,7 @@ def farm_build(root: Path, farm_module, plans: dict, farm_file: Optional[Path]) 
 def fetch(root: Path, recipe: str, offline: bool = False, locked: bool = False) -> None:
     plan = make_plan(root, recipe, build_options(offline=offline, locked=locked))
     start = time.monotonic()
-    with build_lock(plan.build_dir, plan.loaded.recipe.name):  # it writes the build dir's work tree
+    with build_lock(plan.build_dir, plan.loaded.recipe.name, plan.build_root):  # it writes the build dir's work tree
         source = run.fetch_sources(plan)
     if source is None:
         print(f"{plan.loaded.recipe.name} has no engine source; nothing to fetch")

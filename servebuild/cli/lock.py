@@ -8,6 +8,7 @@ from typing import Optional
 
 from servebuild.build import bases
 from servebuild.errors import InputError, IntegrityError, ServebuildError
+from servebuild.fsutil import no_link_below
 from servebuild.lock import compute, depsets, lockfile
 from servebuild.plan.config import load_config
 from servebuild.plan.make import checked_cache_dir
@@ -24,7 +25,8 @@ def lock(root: Path, recipe: str, offline: bool = False) -> None:
         old = lockfile.load_lock_file(loaded)
     except ServebuildError:  # a malformed old lock pins nothing: it is replaced
         old = None
-    data = compute.compute_lock(loaded, cache, ids, root / "build" / loaded.recipe.name / "lock-work", old=old)
+    work = no_link_below(root / "build" / loaded.recipe.name / "lock-work", "the lock's work folder", root / "build")
+    data = compute.compute_lock(loaded, cache, ids, work, old=old)
     path = lockfile.lock_path(loaded)
     lockfile.write_lock(path, data)
     print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path} in {time.monotonic() - start:.1f}s")

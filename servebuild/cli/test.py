@@ -13,10 +13,11 @@ from servebuild.build.docker import DockerClient
 from servebuild.check import engine_parser, host as hostcheck, smoke
 from servebuild.cli.options import build_options, image_ref, verdict
 from servebuild.errors import HostError, InputError
-from servebuild.fsutil import write_json
+from servebuild.fsutil import no_link_below, write_json
 from servebuild.lock.lockfile import lock_display
 from servebuild.plan.make import checked_cache_dir, make_plan
 from servebuild.platforms import host_arch
+from servebuild.recipe.grammar import TAG, shown
 from servebuild.recipe.load import load_recipe
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
@@ -42,7 +43,7 @@ def test_image(
     if hosts:
         if loaded is None:
             raise InputError("--hosts needs --recipe to say what to expect", field="--recipe")
-        out_dir = root / "build" / loaded.recipe.name / "smoke-hosts"
+        out_dir = no_link_below(root / "build" / loaded.recipe.name / "smoke-hosts", "the smoke output", root / "build")
         code = smoke.run_suite(
             hosts, smoke.expectations(loaded, None, image=False), out_dir, require_gpu=require_gpu, python=python
         )
@@ -57,6 +58,7 @@ def test_image(
     else:
         out_dir = root / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
         engine = DockerClient()
+    no_link_below(out_dir, "the smoke output", root / "build")  # no folder of it under build/ a planted link
     return verdict(smoke.test_image(engine, image, loaded, out_dir, require_gpu=require_gpu, network=network), out_dir)
 
 
@@ -104,6 +106,8 @@ def bootstrap_base(
     bases.check_arch(arch)
     bases.check_suite(suite)
     tag = tag or bases.default_tag(suite, arch)
+    if len(tag) > 255 or not TAG.match(tag):  # before the .debs are fetched and mmdebstrap runs
+        raise InputError(f"{shown(tag)} is not a valid image tag", field="--tag")
     loaded = load_recipe(recipe, root)
     engine = DockerClient()
     cache = checked_cache_dir()

@@ -13,7 +13,7 @@ from servebuild.check.container import check_gpus, check_network, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, launcher_name, result_tag, run_warm
 from servebuild.cli.options import build_options, image_ref, whole_seconds
 from servebuild.errors import InputError
-from servebuild.fsutil import writing
+from servebuild.fsutil import no_link_below, writing
 from servebuild.plan.make import make_plan
 from servebuild.recipe.load import load_recipe
 
@@ -106,6 +106,7 @@ def warm(
         work = plan.build_dir / "warm"
     else:
         raise InputError("give --recipe NAME (its built image) or --image REF", field="--recipe")
+    no_link_below(work, "the warm output", root / "build")  # no folder of it under build/ a planted link
     with writing(work, "the warm output"):
         result = run_warm(engine, replace(request, image=image, profile=profile), work)
     if check:

@@ -27,17 +27,25 @@ from pathlib import Path
 from typing import Optional
 
 from debian.deb822 import Deb822
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from servebuild import procs
-from servebuild.errors import HostError, IntegrityError, Refused, ToolError
+from servebuild.errors import HostError, InputError, IntegrityError, Refused, ToolError
 from servebuild.fsutil import atomic_write, canonical_json
+from servebuild.platforms import PLATFORMS, arch_of
 from servebuild.sources import rootfs
-from servebuild.sources.debs import DebPackage
+from servebuild.sources.debs import NAME, DebPackage
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SUITE = re.compile(r"[a-z][a-z0-9-]{1,30}")  # a Debian suite or codename (bookworm, oldstable)
 INST = re.compile(r"^Inst (\S+) (?:\[\S+\] )?\((\S+) .*\[(\S+)\]\)")
+# a Release's Date as Debian's archive writes it (dak, apt-ftparchive): RFC 2822 in UTC, one line, no controls
+RELEASE_DATE = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} (?:UTC|GMT|\+0000)"
+)
+EPOCHS = (946684800, 4102444800)  # 2000-01-01 to 2100-01-01: any Release a lock can pin (a base's date)
+STAGE = re.compile(r"[a-z][a-z0-9_-]{0,30}")
 
 
 class _Entry(BaseModel):
@@ -51,10 +59,63 @@ class DebRelease(_Entry):
     epoch: int
     sha256: str
 
+    @field_validator("date")
+    @classmethod
+    def _date(cls, v: str) -> str:
+        if not RELEASE_DATE.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Release date such as 'Sat, 11 Jul 2026 10:16:37 UTC'")
+        return v
+
+    @field_validator("epoch")
+    @classmethod
+    def _epoch(cls, v: int) -> int:
+        if not EPOCHS[0] <= v < EPOCHS[1]:
+            raise ValueError(f"is {v}; a Release's epoch is from {EPOCHS[0]} (2000) to {EPOCHS[1]} (2100)")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError("is not a sha256 (64 lowercase hex digits)")
+        return v
+
+    @model_validator(mode="after")
+    def _epoch_is_the_date(self) -> "DebRelease":
+        when = email.utils.parsedate_to_datetime(self.date)
+        if int(when.timestamp()) != self.epoch:
+            raise ValueError(f"epoch {self.epoch} is not the date {self.date} ({int(when.timestamp())})")
+        return self
+
 
 class AptStep(_Entry):
     requested: list[str]  # the packages the step names (render's list for the stage)
     packages: list[DebPackage]  # what apt installs for them on top of the base, dependencies included
+
+    @field_validator("requested")
+    @classmethod
+    def _requested(cls, v: list[str]) -> list[str]:
+        bad = next((n for n in v if not NAME.fullmatch(n)), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is not a Debian package name")
+        if v != sorted(set(v)):
+            raise ValueError("must name each package once, sorted")
+        return v
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: list[DebPackage]) -> list[DebPackage]:
+        return once_each(v)
+
+
+def once_each(packages: list[DebPackage]) -> list[DebPackage]:
+    """A package pinned twice (the same version or two) is no pin: which one installs would be apt's choice."""
+    seen: dict[str, int] = {}
+    for i, pkg in enumerate(packages):
+        if pkg.name in seen:
+            raise ValueError(f"pins {pkg.name} twice (entries {seen[pkg.name]} and {i})")
+        seen[pkg.name] = i
+    return packages
 
 
 class LockedDebian(_Entry):
@@ -65,6 +126,37 @@ class LockedDebian(_Entry):
     release: DebRelease
     base: list[DebPackage]
     apt: dict[str, AptStep] = {}
+
+    @field_validator("base")
+    @classmethod
+    def _base(cls, v: list[DebPackage]) -> list[DebPackage]:
+        if not v:
+            raise ValueError("is empty; a base pins its packages (run `invoke lock` again)")
+        return once_each(v)
+
+    @field_validator("apt")
+    @classmethod
+    def _stages(cls, v: dict[str, AptStep]) -> dict[str, AptStep]:
+        bad = next((k for k in v if not STAGE.fullmatch(k)), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is not a stage name")
+        return v
+
+    def arch_problem(self, platform: str) -> Optional[tuple[str, str]]:
+        """(field, problem) where this Debian side is not one of `platform`'s: an unsupported platform, or a
+        package of another architecture (found here, before any .deb is downloaded)."""
+        if platform not in PLATFORMS:
+            return "", f"{platform!r} is not a platform servebuild builds ({', '.join(PLATFORMS)})"
+        allowed = ("all", arch_of(platform))
+        entries = [(f"base.{i}", p) for i, p in enumerate(self.base)] + [
+            (f"apt.{stage}.packages.{i}", p)
+            for stage, step in sorted(self.apt.items())
+            for i, p in enumerate(step.packages)
+        ]
+        for where, pkg in entries:
+            if pkg.arch not in allowed:
+                return f".{where}.arch", f"{pkg.name} is pinned for {pkg.arch}, not {platform} ({' or '.join(allowed)})"
+        return None
 
     @field_validator("suite")
     @classmethod
@@ -181,7 +273,7 @@ class AptView:
 
     def pins(self, wanted: list[tuple[str, str, str]]) -> list[DebPackage]:
         """Each (name, version, arch) as the Packages index describes it (sha256, size, pool path)."""
-        return pins_of(self.stanzas(wanted))
+        return pins_of(self.stanzas(wanted), f"{self.mirror} {self.suite}")
 
     def install_as_status(self, found: dict[tuple[str, str, str], Deb822]) -> None:
         """Make these index paragraphs the installed set apt resolves against (each marked installed)."""
@@ -193,18 +285,45 @@ class AptView:
         atomic_write(self.status, "\n".join(paras))
 
 
-def pins_of(found: dict[tuple[str, str, str], Deb822]) -> list[DebPackage]:
-    return [
-        DebPackage(
-            name=k[0],
-            version=k[1],
-            arch=k[2],
-            sha256=found[k]["SHA256"],
-            size=int(found[k]["Size"]),
-            filename=found[k]["Filename"],
-        )
-        for k in sorted(found)
-    ]
+def pins_of(found: dict[tuple[str, str, str], Deb822], where: str = "the mirror") -> list[DebPackage]:
+    """Each Packages paragraph as a pin, through DebPackage's grammar: a paragraph that is not one is refused
+    in one line naming the package and field, as a lock's would be."""
+    out = []
+    for k in sorted(found):
+        para = found[k]
+        try:
+            size = para.get("Size", "")
+            out.append(
+                DebPackage(
+                    name=k[0],
+                    version=k[1],
+                    arch=k[2],
+                    sha256=para.get("SHA256", ""),
+                    size=int(size) if re.fullmatch(r"[0-9]{1,12}", size) else -1,
+                    filename=para.get("Filename", ""),
+                )
+            )
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(map(str, err["loc"])) or "paragraph"
+            raise HostError(
+                f"{where} lists {k[0]!r} with a bad {field}: {err['msg'].removeprefix('Value error, ')}", field="lock"
+            ) from None
+    return out
+
+
+def check_platforms(debian: dict[str, LockedDebian], file: str) -> None:
+    """Each platform of a lock's Debian side is one servebuild builds, and every package it pins is of that
+    platform's architecture (or of none): one line naming the lock file and field, exit 2."""
+    for platform, pins in sorted(debian.items()):
+        problem = pins.arch_problem(platform)
+        if problem is not None:
+            raise InputError(
+                f"malformed lock: {problem[1]}",
+                hint="run `invoke lock` again",
+                file=file,
+                field=f"debian.{platform}{problem[0]}",
+            )
 
 
 def minbase(suite: str, arch: str) -> list[str]:
@@ -215,12 +334,23 @@ def minbase(suite: str, arch: str) -> list[str]:
 
 
 def release_of(data: bytes, where: str) -> DebRelease:
+    """The Release's Date (held to RELEASE_DATE, so nothing of the mirror's can end a line) and sha256."""
     text = data.decode(errors="replace")
-    match = re.search(r"^Date: (.+)$", text, re.M)
-    when = email.utils.parsedate_to_datetime(match.group(1).strip()) if match else None
-    if when is None:
+    match = re.search(r"^Date: ([^\n]*)$", text, re.M)
+    if match is None:
         raise HostError(f"{where} has no Date", field="lock")
-    return DebRelease(date=match.group(1).strip(), epoch=int(when.timestamp()), sha256=hashlib.sha256(data).hexdigest())
+    date = match.group(1).strip(" ")
+    if not RELEASE_DATE.fullmatch(date):
+        raise HostError(f"{where} has a Date that is not one: {date[:80]!r}", field="lock")
+    try:
+        return DebRelease(
+            date=date,
+            epoch=int(email.utils.parsedate_to_datetime(date).timestamp()),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+    except (ValidationError, ValueError, OverflowError) as exc:
+        problem = exc.errors()[0]["msg"].removeprefix("Value error, ") if isinstance(exc, ValidationError) else exc
+        raise HostError(f"{where} has a Date servebuild cannot pin: {problem}", field="lock") from None
 
 
 def resolve(
@@ -237,13 +367,25 @@ def resolve(
     release = view.update()
     check_not_older(release, not_before, f"{mirror} {suite}")
     found = view.stanzas(view.simulate(minbase(suite, arch)))  # one apt-cache show for the base
-    base = pins_of(found)
+    base = pins_of(found, f"{mirror} {suite}")
     view.install_as_status(found)
     apt = {
         stage: AptStep(requested=sorted(pkgs), packages=view.pins(view.simulate(sorted(pkgs))))
         for stage, pkgs in sorted(steps.items())
     }
-    return LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)
+    try:
+        pins = LockedDebian(suite=suite, mirror=mirror, release=release, base=base, apt=apt)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise HostError(
+            f"{mirror} {suite} {arch} resolves to no lockable set: {'.'.join(map(str, err['loc']))} "
+            f"{err['msg'].removeprefix('Value error, ')}",
+            field="lock",
+        ) from None
+    problem = pins.arch_problem(f"linux/{arch}")
+    if problem is not None:
+        raise HostError(f"{mirror} {suite} {arch}: {problem[1]}", field="lock")
+    return pins
 
 
 def bootstrapped_suite(recipe) -> Optional[str]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from servebuild.errors import InputError, IntegrityError, RecipeError, Refused, ServebuildError
 from servebuild.fsutil import atomic_write, sha256_file
-from servebuild.lock.debian import LockedDebian, bootstrapped_suite
+from servebuild.lock.debian import LockedDebian, bootstrapped_suite, check_platforms
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.files import named_files
 from servebuild.recipe.grammar import SHA256
@@ -134,9 +134,10 @@ def _shape_problem(err: dict) -> tuple[str, str]:
     """(field, what is wrong) for the first problem pydantic found in a lock's data."""
     loc = tuple(str(x) for x in err["loc"])
     field = ".".join(loc) or "(top level)"
+    nullable = bool(loc) and loc[-1] in STRING_OR_NULL and loc[0] != "debian"  # the Debian side has no nulls
     if err["type"] == "missing":
-        return field, "must be given" + (", as a string or null" if loc and loc[-1] in STRING_OR_NULL else "")
-    if loc and loc[-1] in STRING_OR_NULL:
+        return field, "must be given" + (", as a string or null" if nullable else "")
+    if nullable and err["type"] == "string_type":
         return field, "must be a string or null"
     if err["type"] == "extra_forbidden":
         return field, "is not a field of a lock"
@@ -193,6 +194,7 @@ def load_lock_file(loaded: LoadedRecipe) -> Optional[Lock]:
     except ValidationError as exc:
         field, what = _shape_problem(exc.errors()[0])
         raise InputError(f"malformed lock: {what}", hint="run `invoke lock` again", file=display, field=field) from None
+    check_platforms(lock.debian, display)  # each package's arch against its platform, before any download
     if lock.recipe is not None and lock.recipe != loaded.recipe.name:
         raise InputError(
             f"malformed lock: it is the lock of recipe {lock.recipe!r}, not {loaded.recipe.name!r}",

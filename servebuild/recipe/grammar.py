@@ -92,8 +92,31 @@ RESERVED_COMMANDS = frozenset(
         "gcc",
         "cc",
         "servebuild-bench",
+        # what the image's own RUN steps run after the launchers are on PATH (render.launchers.step_commands
+        # over every committed recipe: tests/unit/test_reserved_launchers.py holds this list to cover them)
+        "apt-get",
+        "chmod",
+        "dpkg-query",
+        "echo",
+        "exit",
+        "export",
+        "find",
+        "ln",
+        "mkdir",
+        "read",
+        "sort",
+        "stat",
+        "truncate",
     }
-)  # the last: the bench every engine image carries
+)  # servebuild-bench: the bench every engine image carries; every servebuild-* name is reserved too
+RESERVED_PREFIX = "servebuild"  # servebuild's own commands and tools (servebuild-bench, -info, -cache)
+
+
+def reserved_command(name: str) -> bool:
+    """Whether a launcher of this name would shadow a command servebuild, the smoke suite or an operator runs."""
+    return name in RESERVED_COMMANDS or name.startswith(RESERVED_PREFIX)
+
+
 USER = re.compile(r"^([0-9]{1,10}(:[0-9]{1,10})?|[a-z_][a-z0-9_-]{0,31})\Z")
 # an image tag as `docker tag` takes it: [host[:port]/]path-components[:tag] (no digest, no `{arch}`)
 TAG = re.compile(rf"^(?:{HOST}/)?{COMPONENT}(?:/{COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?\Z")

@@ -26,7 +26,7 @@ from servebuild.recipe.grammar import (
     IMAGE_REF,
     MAX_REFERENCE,
     NAME,
-    RESERVED_COMMANDS,
+    reserved_command,
     REL_DIR,
     SHA40,
     SHA256,
@@ -341,7 +341,7 @@ class Launch(Model):
                 raise PlacedValueError(
                     ("profiles", name), f"profile name {name!r} is not valid (lowercase letters, digits, '-')"
                 )
-            if name in RESERVED_COMMANDS:
+            if reserved_command(name):
                 raise PlacedValueError(
                     ("profiles", name),
                     f"profile name {name!r} would shadow the system command of that name "

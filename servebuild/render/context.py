@@ -19,7 +19,7 @@ import jinja2
 from servebuild.sources.archives import TAR_MTIME
 from servebuild import PACKAGE_DIR, PROJECT_DIR
 from servebuild.engines.base import CACHE_ROOT
-from servebuild.fsutil import sha256_file, write_json
+from servebuild.fsutil import fresh_dir, sha256_file, write_json
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.platforms import arch_of
 from servebuild.recipe.aptsteps import apt_steps
@@ -238,9 +238,7 @@ def write_context(
     derived from its content instead: the same bytes give the same layers, other bytes always transfer.
     """
     recipe = loaded.recipe
-    if context.exists():
-        shutil.rmtree(context)
-    context.mkdir(parents=True)
+    fresh_dir(context, "the build context", context.parent)  # a link at the slot is refused, never emptied
     pinned = {stage: [spec for spec, _ in files] for stage, files in (debs or {}).items()}
     (context / "Dockerfile").write_text(
         render_dockerfile(recipe, loaded.sha256, platform, bases, loaded.root, pinned, overlay_files)

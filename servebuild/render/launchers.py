@@ -5,6 +5,8 @@ and the HEALTHCHECK of the default profile.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -75,3 +77,48 @@ def write_launchers(recipe: Recipe, directory: Path) -> None:
         listen = tuple(kind.listen_args(profile)) if kind else ()
         script.write_text(launcher_script(name, profile, listen, prelude=prelude))
         script.chmod(0o755)
+
+
+_SHELL_OPS = {"&&", "||", ";", "|", "(", ")", "&", ";;", "!"}
+_SHELL_KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "case", "esac", "{", "}"}
+_RUN_FLAG = re.compile(r"--(?:mount|network|security)=\S+\s*")
+
+
+def step_commands(dockerfile: str) -> set[str]:
+    """The command words the RUN steps of a rendered Dockerfile run (the first word of each simple command,
+    the command of a `-exec`, and the same inside an `sh -c`/`bash -c` script), as a shell would look them up
+    on PATH: what a launcher in /usr/local/bin, ahead of /usr/bin on PATH, must not be named (the recipe's
+    RESERVED_COMMANDS is held to cover them by a unit test over every committed recipe)."""
+    found: set[str] = set()
+    text = dockerfile.replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.startswith("RUN "):
+            _commands(_RUN_FLAG.sub("", line[4:]), found)
+    return found
+
+
+def _commands(script: str, found: set[str]) -> None:
+    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    try:
+        words = list(lex)
+    except ValueError:  # an unbalanced quote: not a script of ours
+        return
+    start, skip, prev = True, 0, None
+    for i, word in enumerate(words):
+        if skip:
+            skip -= 1
+        elif word in _SHELL_OPS:
+            start = True
+        elif start and word == "for":  # `for NAME in WORDS;`: no command until the `do`
+            skip, start = next((j for j in range(i + 1, len(words)) if words[j] in {";", "do"}), len(words)) - i, True
+        elif start and (word in _SHELL_KEYWORDS or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word)):
+            pass
+        elif start:
+            found.add(word)
+            start = False
+        elif prev == "-exec":
+            found.add(word)
+        elif prev == "-c" and i >= 2 and words[i - 2] in ("sh", "bash", "/bin/sh", "/bin/bash"):
+            _commands(word, found)
+        prev = word

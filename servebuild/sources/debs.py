@@ -15,23 +15,28 @@ import urllib.error
 from pathlib import Path
 
 from debian.deb822 import Deb822
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused
-from servebuild.fsutil import atomic_write, open_host_file, sha256_bytes, sha256_file
+from servebuild.fsutil import atomic_write, make_dir, open_host_file, sha256_bytes, sha256_file
 from servebuild.registry import index, limits
 
 DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 1 GiB
-NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{0,99}")
-VERSION = re.compile(r"[0-9A-Za-z.+~:-]{1,100}")
+# Debian policy 5.6.1 and 5.6.12: a name of two or more of [a-z0-9+.-] starting alphanumeric; a version
+# [epoch:]upstream[-revision], the upstream starting with a digit. No grammar here can end a line.
+NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{1,99}")
+VERSION = re.compile(r"(?=.{1,100}\Z)(?:[0-9]{1,5}:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)*")
+ARCHES = ("all", "amd64", "arm64")  # a pinned package is of its platform's architecture or of none
 POOL_PATH = re.compile(r"pool/[A-Za-z0-9+._~/-]{1,400}\.deb")
 GRAMMAR = {
     "name": (NAME, "a Debian package name"),
     "version": (VERSION, "a Debian version"),
+    "arch": (re.compile("|".join(ARCHES)), f"one of the architectures {', '.join(ARCHES)}"),
     "sha256": (re.compile(r"[0-9a-f]{64}"), "a sha256 (64 lowercase hex digits)"),
     "filename": (POOL_PATH, "a pool path of a .deb"),
 }
+SPEC = re.compile(rf"{NAME.pattern}:(?:{GRAMMAR['arch'][0].pattern})={VERSION.pattern}")
 
 
 class DebPackage(BaseModel):
@@ -46,7 +51,7 @@ class DebPackage(BaseModel):
     size: int
     filename: str  # the pool path under the mirror
 
-    @field_validator("name", "version", "sha256", "filename")
+    @field_validator("name", "version", "arch", "sha256", "filename")
     @classmethod
     def _grammar(cls, v: str, info: ValidationInfo) -> str:
         pattern, what = GRAMMAR[info.field_name]
@@ -54,9 +59,30 @@ class DebPackage(BaseModel):
             raise ValueError(f"{v!r} is not {what}" if info.field_name != "sha256" else f"is not {what}")
         return v
 
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: int) -> int:
+        if not 0 <= v <= DEB_LIMIT:
+            raise ValueError(f"is {v}; a .deb's size is 0 to {DEB_LIMIT} bytes")
+        return v
+
+    @model_validator(mode="after")
+    def _pool_name(self) -> "DebPackage":
+        """The pool file is NAME_VERSION_ARCH.deb (the version without its epoch), as Debian's archive names it:
+        a pin whose file is another package's, version's or architecture's is refused before it is fetched."""
+        want = f"{self.name}_{self.version.split(':', 1)[-1]}_{self.arch}.deb"
+        if self.filename.rsplit("/", 1)[-1] != want:
+            raise ValueError(f"filename {self.filename!r} is not the pool file of {self.spec} ({want})")
+        return self
+
     @property
     def spec(self) -> str:
-        return f"{self.name}:{self.arch}={self.version}"
+        """`name:arch=version`, the form an apt step installs; the one value of a pin the Dockerfile carries,
+        so it is held to its grammar here too (a pin made without validation cannot end a line)."""
+        spec = f"{self.name}:{self.arch}={self.version}"
+        if not SPEC.fullmatch(spec):
+            raise IntegrityError(f"{spec!r} is not a Debian package pin (name:arch=version)", field="debian")
+        return spec
 
 
 def cached_deb(cache_dir: Path, pkg: DebPackage) -> Path:
@@ -78,6 +104,7 @@ def fetch_debs(
                 f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
                 file=lock_file,
             )
+        make_dir(path.parent, "the artifact cache", under=cache_dir)  # no link planted in the cache followed
         out.append(_download(pkg, mirror, path, recipe, lock_file))
     return out
 
@@ -122,12 +149,15 @@ def control(deb: Path) -> Deb822:
     return Deb822(proc.stdout)
 
 
-def flat_repo(pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, date: str) -> Path:
+def flat_repo(
+    pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, date: str, lock_file: str = "", field: str = ""
+) -> Path:
     """`repo` holding each .deb (hard-linked from the cache where it can be), a Packages index of them and
-    a Release naming the suite (mmdebstrap picks the essential set by suite and codename)."""
+    a Release naming the suite (mmdebstrap picks the essential set by suite and codename). `field`: where
+    the pins are in `lock_file` (a .deb that is not its pin is named by its entry there)."""
     repo.mkdir(parents=True, exist_ok=True)
     stanzas = []
-    for pkg, deb in sorted(zip(pins, debs), key=lambda p: (p[0].name, p[0].arch)):
+    for i, pkg, deb in sorted(zip(range(len(pins)), pins, debs), key=lambda p: (p[1].name, p[1].arch)):
         target = repo / deb.name
         try:
             os.link(deb, target)
@@ -140,8 +170,11 @@ def flat_repo(pins: list[DebPackage], debs: list[Path], repo: Path, suite: str, 
             pkg.arch,
         ):
             raise IntegrityError(
-                f"{deb.name} says it is {fields.get('Package')} {fields.get('Version')} "
-                f"{fields.get('Architecture')}, the lock pins {pkg.spec}"
+                f"{deb.name} (sha256 {pkg.sha256[:12]}...) says it is {fields.get('Package')!r} "
+                f"{fields.get('Version')!r} {fields.get('Architecture')!r}, the lock pins {pkg.spec}",
+                hint="run `invoke lock` again",
+                file=lock_file or None,
+                field=f"{field}.{i}" if field else None,
             )
         fields["Filename"] = f"./{deb.name}"
         fields["Size"] = str(pkg.size)

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -26,6 +27,34 @@ class BenchError(Exception):
     """One line for the user: what failed, where (request, server, file)."""
 
 
+def open_out(path, append: bool = False, binary: bool = False):
+    """A file the bench writes in its --out, never through a link planted there: opened with O_NOFOLLOW and
+    O_NONBLOCK (a FIFO does not block the open), fstat'ed and refused unless regular, only then truncated
+    (`append`: O_APPEND, kept). Every refusal is one BenchError line naming the path."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+             | (os.O_APPEND if append else 0))
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise BenchError(f"cannot write {path}: it is a symbolic link; the bench writes no file "
+                             f"through a link (remove it)") from None
+        raise BenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BenchError(f"cannot write {path}: it is not a regular file (remove it)")
+        if not append:
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise BenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
+    return os.fdopen(fd, ("ab" if append else "wb") if binary else ("a" if append else "w"),
+                     **({} if binary else {"encoding": "utf-8"}))
+
+
 @dataclass
 class Sample:
     """One measured request. Times are seconds from the moment the request was sent."""
@@ -36,7 +65,9 @@ class Sample:
     ok: bool = False
     error: str = ""
     prompt_tokens: Optional[int] = None
-    completion_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None  # what the rates use: counted from the stream (token_count)
+    server_completion_tokens: Optional[int] = None  # the server's usage count, reported beside it
+    token_disagreement: str = ""  # where the server's count is not what was streamed: what each said
     cached_tokens: Optional[int] = None
     ttft_s: Optional[float] = None
     latency_s: Optional[float] = None
@@ -90,6 +121,11 @@ class Server:
     api_key: str = ""
     request_timeout_s: float = 600.0
     ignore_eos: bool = True   # SGLang and vLLM: generate exactly max_tokens; servers that refuse the field: off
+
+    def where(self, path: str) -> str:
+        """The URL a request for `path` (the URL's own path prefix included) is sent to, as it is sent."""
+        host, port, _ = self.parts()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
 
     def parts(self) -> tuple[str, int, str]:
         """(host, port, path prefix), or one line on what is wrong with the URL."""
@@ -194,11 +230,11 @@ def wait_healthy(server: Server, timeout_s: float, process: Optional["ServerProc
     last = "no answer yet"
     said = start
     if report:
-        report(f"waiting for GET {server.url}{path} to answer 200 (up to {timeout_s:.0f} s, --health-timeout)")
+        report(f"waiting for GET {server.where(server.parts()[2] + path)} to answer 200 (up to {timeout_s:.0f} s, --health-timeout)")
     while True:
         if report and time.monotonic() - said >= every_s:
             said = time.monotonic()
-            report(f"still waiting for GET {server.url}{path}: {said - start:.0f} s of {timeout_s:.0f} s ({last})")
+            report(f"still waiting for GET {server.where(server.parts()[2] + path)}: {said - start:.0f} s of {timeout_s:.0f} s ({last})")
         if process is not None and process.poll() is not None:
             raise BenchError(f"the server exited with code {process.poll()} before it was healthy "
                              f"({process.last_line() or 'no output'}; log: {process.log_path})")
@@ -309,18 +345,22 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
         if not (done or finished):  # [DONE], or (servers that omit it) a choice's finish_reason
             sample.error = "the stream ended before a finish_reason or [DONE] (the server closed it)"
             return sample
-        if sample.completion_tokens is None:  # no usage chunk: one token per content chunk
-            sample.completion_tokens = sample.chunks
         sample.text_sha256 = digest.hexdigest()
-        sample.ok = sample.ttft_s is not None
+        # a token arrived; empty ones alone only as a character's first bytes (a partial UTF-8 sequence) and
+        # the closing chunk: more empty arrivals than that with no text at all are a stream of nothing
+        arrivals = len(sample.token_times)
+        sample.ok = arrivals > 0 and (sample.chunks > 0 or arrivals <= UTF8_MAX)
+        token_count(sample, int(body.get("max_tokens") or 0))
         if not sample.ok:
             sample.error = "the stream carried no text"
+            if sample.server_completion_tokens:
+                sample.error += f" (the server counted {sample.server_completion_tokens} completion tokens)"
         return sample
     except StreamLineTooLong as exc:
         sample.error = late if dog.fired else str(exc)
         return sample
     except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
-        sample.error = late if dog.fired else f"{_reason(exc)} (POST {server.url}{path})"
+        sample.error = late if dog.fired else f"{_reason(exc)} (POST {server.where(path)})"
         return sample
     finally:
         dog.timer.cancel()
@@ -409,13 +449,40 @@ def _chunk_text(chunk: dict, api: str) -> Optional[str]:
     return out
 
 
+TOKENS_PER_CHUNK = 64  # a streamed chunk carries one token, or a few (speculative decoding, a stream interval)
+UTF8_MAX = 4  # bytes of one character: its byte-level tokens (and the closing chunk) are at most 4 empty arrivals
+
+
+def token_count(sample: Sample, max_tokens: int) -> None:
+    """The completion tokens the rates use, counted from what was received: each chunk of text carries at
+    least one token, so the count is the number of those chunks, unless the server's usage count is one the
+    stream can hold (at least one token per chunk of text, at most TOKENS_PER_CHUNK per arrival and
+    max_tokens in all: a speculative decoder's or a stream interval's several tokens a chunk). A server's
+    count outside that is not taken: the count stays the chunks', the server's is kept beside it, and the
+    disagreement is named. A failed stream counts only what it carried."""
+    received, said = sample.chunks, sample.server_completion_tokens
+    sample.completion_tokens = received
+    if said is None or not sample.ok:
+        return
+    arrivals = len(sample.token_times)  # a partial UTF-8 sequence's tokens arrive with empty text
+    high = arrivals * TOKENS_PER_CHUNK if not max_tokens else min(max_tokens, arrivals * TOKENS_PER_CHUNK)
+    if received <= said <= high:
+        sample.completion_tokens = said
+        return
+    sample.token_disagreement = (
+        f"the server counted {said} completion tokens, the stream carried {received} chunks of text "
+        f"(a count from {received} to {high} fits it); the bench counts {received}")
+
+
 def _usage(chunk: dict, sample: Sample) -> None:
-    """Token counts from the usage chunk; SGLang's per-choice meta_info carries the accept length."""
+    """Token counts from the usage chunk (the completion count kept as the server's, checked against the
+    stream by token_count); SGLang's per-choice meta_info carries the accept length."""
     usage = chunk.get("usage")
     if isinstance(usage, dict):
-        for key in ("prompt_tokens", "completion_tokens"):
-            if count(usage.get(key)) is not None:
-                setattr(sample, key, usage[key])
+        if count(usage.get("prompt_tokens")) is not None:
+            sample.prompt_tokens = usage["prompt_tokens"]
+        if count(usage.get("completion_tokens")) is not None:
+            sample.server_completion_tokens = usage["completion_tokens"]
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and count(details.get("cached_tokens")) is not None:
             sample.cached_tokens = details["cached_tokens"]
@@ -491,7 +558,7 @@ class ServerProcess:
         self.command, self.log_path = command, log_path
         try:
             os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-            self._log = open(log_path, "ab")
+            self._log = open_out(log_path, append=True, binary=True)  # no link planted in --out followed
         except OSError as exc:
             raise BenchError(f"cannot write the server log {log_path}: {exc.strerror}") from None
         self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdout=self._log, stderr=subprocess.STDOUT,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from bench_client import BenchError, Sample, Server, request_body, stream
+from bench_client import BenchError, Sample, Server, open_out, request_body, stream
 
 PROMPTS = Path(__file__).resolve().parent / "bench_prompts"
 SUITES = ("prefill", "decode", "story", "tail", "grid")
@@ -461,7 +461,7 @@ def write_samples(path: Path) -> Callable[[Sample], None]:
     """A callback appending each sample to a JSONL file as it is measured (partial runs keep theirs)."""
     def write(sample: Sample) -> None:
         try:
-            with open(path, "a", encoding="utf-8") as fh:
+            with open_out(path, append=True) as fh:  # no link planted in --out followed
                 fh.write(json.dumps(sample.record(), sort_keys=True) + "\n")
         except OSError as exc:
             raise BenchError(f"cannot write {path}: {exc.strerror}") from None

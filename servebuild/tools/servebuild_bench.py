@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -34,7 +35,8 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_client import BenchError, Server, ServerProcess, accept_length, first_model, scrape, wait_healthy  # noqa: E402
+from bench_client import (BenchError, Server, ServerProcess, accept_length, first_model, open_out,  # noqa: E402
+                          scrape, wait_healthy)
 from bench_suites import RUNNERS, SUITES, PromptMaker, Run, nonce_check, spread, table, write_samples  # noqa: E402
 
 # the image's cache tool (beside this file in the project: servebuild/tools)
@@ -216,7 +218,7 @@ class Bench:
         self.out = Path(args.out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "samples.jsonl").write_text("")
+            open_out(self.out / "samples.jsonl").close()  # made empty, never through a link planted there
         except OSError as exc:
             raise BenchError(f"cannot write the bench output {self.out}: {exc.strerror}") from None
         self.summary: dict = {"suite": args.suite, "url": args.url, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -345,6 +347,15 @@ class Bench:
         ok = [s for s in samples if s.ok]
         self.summary.update(requests_ok=len(ok), requests_failed=len(samples) - len(ok), partial=error is not None,
                             suites_finished=list(self.finished))
+        # the rates count the tokens streamed; where the server's usage count disagreed, it is named here
+        disagreed = [s for s in samples if s.token_disagreement]
+        self.summary["token_count_disagreements"] = len(disagreed)
+        if disagreed:
+            first = disagreed[0]
+            self.summary["token_count_disagreement"] = (f"{first.suite} {first.case} request {first.index + 1}: "
+                                                        f"{first.token_disagreement}")
+            self.tables.append(f"\n**token counts**: {len(disagreed)} of {len(samples)} requests: the server's "
+                               f"count disagreed with the stream; first: {self.summary['token_count_disagreement']}")
         if error:
             self.summary["error"] = error
             if self.current:
@@ -373,6 +384,8 @@ class Bench:
 def write_whole(path: Path, text: str) -> None:
     """`text` at `path`, whole or not at all (a temp file renamed over it; a full disk leaves the old file,
     or none, never an empty or half-written one)."""
+    if os.path.islink(path):  # replaced by the rename, never followed; but refused, as every file in --out is
+        raise OSError(errno.ELOOP, "it is a symbolic link; the bench writes no file through a link (remove it)")
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "x", encoding="utf-8") as fh:

@@ -183,3 +183,105 @@ def test_a_url_or_model_with_a_line_break_is_one_line(tmp_path, flag, value):
 
 def test_a_plain_url_and_model_are_still_taken(tmp_path):
     assert tool("--check", "--url", "http://127.0.0.1:30000", "--model", "Qwen/Qwen3-0.6B").returncode == 0
+
+
+# ------------------------------------------------------------------ tokens counted from what was received (issue 45, item 5)
+
+
+def test_a_server_count_the_stream_cannot_hold_is_not_the_count(standin):
+    """4 chunks reported as 4,000 tokens: the rates count the 4 streamed, the server's 4,000 is kept beside
+    them and the disagreement is named (the bench gave 1.7 M tok/s from the server's count)."""
+    sample = measure(standin(sse(["a", "b", "c", "d"], "\n", usage=4000)).url, max_tokens=4096)
+    assert sample.ok, sample.error
+    assert sample.completion_tokens == 4 and sample.server_completion_tokens == 4000
+    assert "4000" in sample.token_disagreement and "4 chunks" in sample.token_disagreement
+    assert sample.record()["server_completion_tokens"] == 4000 and sample.record()["completion_tokens"] == 4
+
+
+def test_a_server_count_over_max_tokens_is_not_the_count(standin):
+    sample = measure(standin(sse(["a", "b", "c", "d"], "\n", usage=40)).url, max_tokens=8)
+    assert sample.completion_tokens == 4 and sample.server_completion_tokens == 40 and sample.token_disagreement
+
+
+def test_a_server_count_below_the_chunks_streamed_is_not_the_count(standin):
+    sample = measure(standin(sse(["a", "b", "c", "d"], "\n", usage=2)).url, max_tokens=8)
+    assert sample.completion_tokens == 4 and sample.server_completion_tokens == 2 and sample.token_disagreement
+
+
+def test_a_speculative_decoders_several_tokens_a_chunk_are_taken(standin):
+    """A count the stream can hold (several tokens a chunk, within max_tokens) is the server's, unremarked."""
+    sample = measure(standin(sse(["ab", "cd", "ef", "g"], "\n", usage=7)).url, max_tokens=8)
+    assert sample.ok and sample.completion_tokens == 7 and sample.server_completion_tokens == 7
+    assert sample.token_disagreement == ""
+
+
+def test_a_stream_with_no_content_measures_nothing(standin):
+    """Chunks with empty text and a usage count of 4: no text arrived, so no token was measured."""
+    sample = measure(standin(sse(["", "", "", ""], "\n", usage=4)).url)
+    assert not sample.ok and sample.error.startswith("the stream carried no text"), sample.error
+    assert sample.completion_tokens == 0 and "counted 4" in sample.error
+
+
+def test_no_usage_counts_the_chunks(standin):
+    sample = measure(standin(sse(["a", "b", "c"], "\n")).url)
+    assert sample.ok and sample.completion_tokens == 3 and sample.server_completion_tokens is None
+
+
+def test_a_closed_connection_names_the_url_the_request_went_to():
+    """A server that closes without answering: the line names the URL the POST went to (the URL's path
+    prefix once, not twice)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    port = sock.getsockname()[1]
+
+    def close_each():
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    try:
+        sample = measure(f"http://127.0.0.1:{port}/serve/")
+    finally:
+        sock.close()
+    assert not sample.ok and f"(POST http://127.0.0.1:{port}/serve/v1/completions)" in sample.error, sample.error
+
+
+def test_the_summary_names_a_token_count_disagreement(standin, tmp_path):
+    server = standin(sse(["a", "b", "c", "d"], "\n", usage=4000))
+    out = tmp_path / "out"
+    proc = tool(
+        "--url",
+        server.url,
+        "--model",
+        "stand-in",
+        "--suite",
+        "decode",
+        "--runs",
+        "1",
+        "--max-tokens",
+        "4",
+        "--warmup",
+        "0",
+        "--calibrate",
+        "off",
+        "--out",
+        str(out),
+        "--health-timeout",
+        "5",
+    )
+    summary = json.loads((out / "bench.json").read_text())
+    assert summary["token_count_disagreements"] >= 1, (proc.stderr, summary)
+    assert "4000" in summary["token_count_disagreement"] and "token counts" in (out / "bench.md").read_text()
+
+
+def test_the_disagreement_count_is_bookkeeping_not_a_bisect_metric():
+    from servebuild.check import bisect
+
+    row = bisect.Row("a", [], "t", "sha256:x", 1.0, metrics={"decode_tg_tps": 50.0, "token_count_disagreements": 3})
+    assert bisect.table_metrics([row]) == ["decode_tg_tps"]
