@@ -437,3 +437,37 @@ def test_sglangs_flash_defaults_are_the_checkpoints_shapes(sglang_whl, tiny):
         assert config[key] * 2 == flash[key], key
     probe = text[text.index("def try_detect_fp4_experts") :]
     assert '"I8"' in probe  # SGLang reads int8-packed experts as MXFP4
+
+
+# ---- the census of a DSV4 start: one count per JIT kind
+
+
+def test_census_counts_each_dsv4_kind_apart(tmp_path):
+    """The six caches a DSV4 start compiles into, each under its own directory of the cache root (the
+    variables first_start_gpu.py sets: JIT_CACHE_ENV plus CuTe DSL's), are counted per kind."""
+    sys.path.insert(0, str(ROOT))
+    from servebuild.engines.base import JIT_CACHE_ENV
+
+    import first_start_gpu
+
+    dirs = {**JIT_CACHE_ENV, **first_start_gpu.VLLM_DSV4_EXTRA_ENV}
+    assert {dirs[v] for v in ("TILELANG_CACHE_DIR", "TVM_FFI_CACHE_DIR", "DG_JIT_CACHE_DIR", "CUTE_DSL_CACHE_DIR",
+                              "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")} == {  # fmt: skip
+        "tilelang", "tvm-ffi", "deep_gemm", "cute-dsl", "triton", "inductor"}  # fmt: skip
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    before = tmp_path / "before.json"
+    tool = [sys.executable, str(ROOT / "servebuild" / "tools" / "servebuild_cache.py"), "census", "--cache", str(cache)]
+    env = {**os.environ, "SERVEBUILD_MANIFEST": "/nonexistent"}
+    subprocess.run([*tool, "--listing", str(before)], check=True, capture_output=True, env=env)
+    made = {"tilelang": ["kernel_lib.so", "kernel.cu"], "tvm-ffi": ["mod.so"], "deep_gemm": ["a.cubin", "b.cubin", "c.cubin"],
+            "cute-dsl": ["k.o"], "triton": ["x.json", "x.cubin"], "inductor": ["fx.py"]}  # fmt: skip
+    for kind, names in made.items():
+        for name in names:
+            (cache / kind).mkdir(exist_ok=True)
+            (cache / kind / name).write_text("compiled")
+    (cache / "tilelang" / "build.log").write_text("log")
+    done = subprocess.run([*tool, "--since", str(before)], check=True, capture_output=True, text=True, env=env)
+    counted = json.loads(done.stdout)
+    assert counted["changed"] == {k: len(v) for k, v in made.items()}
+    assert counted["logs"] == {"tilelang": 1}
