@@ -39,17 +39,20 @@ install)
   (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
   rm -rf /tmp/wheels && mkdir -p /tmp/wheels && cat /tmp/stage/p?? | tar x -C /tmp/wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /tmp/wheels/*.whl
-  PYTHONPATH=/tmp/site python3 -c "import vllm, tilelang, cutlass, flashinfer; print('vllm', vllm.__version__, 'tilelang', tilelang.__version__)" ;;
+  mkdir -p /tmp/sitepth && echo "import site; site.addsitedir('/tmp/site')" >/tmp/sitepth/sitecustomize.py
+  PYTHONPATH=/tmp/sitepth:/tmp/site python3 -c "import vllm, tilelang, cutlass, flashinfer; print('vllm', vllm.__version__, 'tilelang', tilelang.__version__)" ;;
 run)
   steps=$3
   mkdir -p /tmp/src && tar xzf "$dir/src.tar.gz" -C /tmp/src
-  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  # pip --target runs no .pth file (nvidia-cutlass-dsl puts its `cutlass` package on the path with one)
+  mkdir -p /tmp/sitepth && echo "import site; site.addsitedir('/tmp/site')" >/tmp/sitepth/sitecustomize.py
+  export PYTHONPATH=/tmp/sitepth:/tmp/site PATH=/tmp/site/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   [ -f /tmp/tiny-dsv4/config.json ] || python3 /tmp/src/scripts/tiny_dsv4.py /tmp/tiny-dsv4
   python3 /tmp/src/servebuild/tools/dsv4_warm.py plan --sms auto >/tmp/dsv4-plan.json && head -c 600 /tmp/dsv4-plan.json
   python3 /tmp/src/scripts/first_start_gpu.py --engine vllm --workload dsv4 --model /tmp/tiny-dsv4 \
-    --out /tmp/dsv4-out --work /tmp/dsv4-work --steps "$steps" --timeout 540 || echo "first_start_gpu: exit $?"
+    --out /tmp/dsv4-out --work /tmp/dsv4-work --steps "$steps" --timeout "${DSV4_TIMEOUT:-420}" || echo "first_start_gpu: exit $?"
   if [ -n "${OUT:-}" ]; then
-    cp /tmp/dsv4-plan.json /tmp/dsv4-out/first-start.json "$OUT/" 2>/dev/null || true
+    cp /tmp/dsv4-plan.json /tmp/dsv4-out/*.json "$OUT/" 2>/dev/null || true
     tail -c 300000 "$(ls -t /tmp/dsv4-out/server-*.log | head -1)" >"$OUT/server-last.log" 2>/dev/null || true
   fi ;;
 *) echo "usage: dsv4_device.sh pack|take|install|run DIR ..." >&2; exit 2 ;;

@@ -257,6 +257,9 @@ def tail(args) -> dict:
         rows.append({"i": i, "prompt_tokens": t, "bucket": bucket_of(t, plan["edges"]), "ttft_s": round(s.ttft_s, 4),
                      "latency_s": round(s.latency_s, 4), "completion_tokens": s.completion_tokens,
                      "text_sha256": s.text_sha256})  # fmt: skip
+        if args.out:  # what a run cut short (a device call's limit) still leaves: the rows so far
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump({"partial": True, "plan": {"sms": plan["sms"], "edges": plan["edges"]}, "rows": rows}, f)
     ttfts = [r["ttft_s"] for r in rows]
     p50 = percentile(ttfts, 50)
     return {
