@@ -1,8 +1,8 @@
 """DeepSeek-V4's mHC buckets, the warm flow that reaches each of them, and the seed's tail test (issue 44).
 
 usage: python dsv4_warm.py plan [--sms N|auto] [--source PATH] [--max-batched N]
-       python dsv4_warm.py warm --url http://127.0.0.1:8000 [--sms N|auto] [--source PATH] [--max-batched N]
-                                [--spec-tokens K] [--out FILE]
+       python dsv4_warm.py warm --url http://127.0.0.1:8000 [--serve CMD] [--sms N|auto] [--source PATH]
+                                [--max-batched N] [--out FILE]
        python dsv4_warm.py tail --url http://127.0.0.1:8000 [--sms N|auto] [--source PATH] [--requests 100]
                                 [--min-tokens 17] [--max-tokens 8192] [--output-tokens 64] [--out FILE]
 
@@ -26,6 +26,11 @@ tail   the seed's tail test: --requests sequential streamed requests, prompt len
        --min-tokens to --max-tokens spread so that every bucket is hit at least once (seeded, shuffled),
        --output-tokens each at temperature 0; TTFT p50/p90/p99, and per request its length, bucket
        and TTFT (a compile shows as a spike on the first request of a bucket).
+
+With --serve CMD (warm, tail) the tool starts the server itself, waits for its health and stops it after:
+the form `invoke warm` runs, the tools folder mounted into the container (until it is in the payload):
+    invoke warm --recipe vllm-dspark --volume $PWD/servebuild/tools:/opt/dsv4:ro \
+      --run '/opt/venv/bin/python /opt/dsv4/dsv4_warm.py warm --serve "$SERVEBUILD_LAUNCHER"'
 
 Standard library only, beside bench_client.py and bench_suites.py (the image's Python). Not yet in the
 images' payload (render/payload.py): adding it moves every committed image id, so for now it runs from
@@ -229,6 +234,27 @@ def server_of(args):
     return server
 
 
+def serving(args, run: Callable) -> dict:
+    """run(args) against the server at --url; with --serve CMD, CMD is started first (its output in
+    --serve-log), waited for (GET /health, --health-timeout) and stopped after, whatever happened: the
+    form `invoke warm --run` takes, where the command brings its own server."""
+    if not args.serve:
+        return run(args)
+    from bench_client import BenchError, Server, ServerProcess, wait_healthy
+
+    process = ServerProcess(args.serve, args.serve_log)
+    try:
+        try:
+            healthy = wait_healthy(Server(url=args.url), args.health_timeout, process)
+        except BenchError as exc:
+            raise WarmError(str(exc)) from None
+        out = run(args)
+        out["healthy_after_s"] = round(healthy, 1)
+        return out
+    finally:
+        process.stop()
+
+
 def warm(args) -> dict:
     plan = make_plan(args)
     server = server_of(args)
@@ -288,6 +314,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--out", help="also write the JSON here")
         if name != "plan":
             s.add_argument("--url", default="http://127.0.0.1:8000")
+            s.add_argument("--serve", help="start this shell command as the server first ($SERVEBUILD_LAUNCHER)")
+            s.add_argument("--serve-log", default="/tmp/dsv4-server.log")
+            s.add_argument("--health-timeout", type=float, default=3600.0)
             s.add_argument("--model", default="")
             s.add_argument("--request-timeout", type=float, default=900.0)
         if name != "warm":
@@ -305,7 +334,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         for name in ("max_batched", "requests", "output_tokens"):
             if getattr(args, name, 1) < 1:
                 raise WarmError(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number above 0")
-        result = {"plan": make_plan, "warm": warm, "tail": tail}[args.cmd](args)
+        if args.cmd == "plan":
+            result = make_plan(args)
+        else:
+            result = serving(args, warm if args.cmd == "warm" else tail)
     except WarmError as exc:
         print(f"dsv4_warm: {exc}", file=sys.stderr)
         return 2

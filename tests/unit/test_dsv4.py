@@ -471,3 +471,78 @@ def test_census_counts_each_dsv4_kind_apart(tmp_path):
     counted = json.loads(done.stdout)
     assert counted["changed"] == {k: len(v) for k, v in made.items()}
     assert counted["logs"] == {"tilelang": 1}
+
+
+# ---- the warm flow against a stand-in server
+
+
+def engine_folder(root: Path) -> Path:
+    """A vllm/ folder holding the split rule (the notes' rendition, in the engine's shape) and the call sites."""
+    mhc = root / "vllm" / "model_executor" / "kernels" / "mhc"
+    mhc.mkdir(parents=True)
+    (mhc / "tilelang_kernels.py").write_text(
+        "@cache\ndef compute_num_split(block_k: int, k: int | None, grid_size: int) -> int:\n"
+        "    device_props = torch.cuda.get_device_properties(0)\n"
+        "    n_sms = device_props.multi_processor_count\n"
+        "    split_k = n_sms // grid_size\n"
+        "    if k is not None:\n"
+        "        num_block_k = cdiv(k, block_k)\n"
+        "        split_k = min(split_k, num_block_k // 4)\n"
+        "    split_k = max(split_k, 1)\n"
+        "    return split_k\n"
+    )
+    (mhc / "tilelang.py").write_text("\n".join([s[4] for s in dsv4_warm.SITES] + list(dsv4_warm.CALL_TEXTS)))
+    return root
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_warm_starts_the_server_sends_one_prefill_per_bucket_and_stops_it(tmp_path):
+    port, log = free_port(), tmp_path / "requests.jsonl"
+    server = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'dsv4_standin_server.py'} {port} {log}"
+    out = tmp_path / "warm.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "servebuild" / "tools" / "dsv4_warm.py"), "warm", "--serve", server,
+         "--serve-log", str(tmp_path / "server.log"), "--url", f"http://127.0.0.1:{port}", "--sms", "132",
+         "--source", str(engine_folder(tmp_path / "engine")), "--health-timeout", "30", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [len(r["prompt"]) for r in sent] == [*EDGES_132, 32]  # one prefill per bucket, then a decode
+    assert [r["max_tokens"] for r in sent] == [1] * 21 + [64]
+    assert len({tuple(r["prompt"][:16]) for r in sent}) == len(sent)  # no shared prefix for the cache to hit
+    assert all(4 <= t < 260 for r in sent for t in r["prompt"])  # byte tokens of tiny_dsv4's tokenizer
+    result = json.loads(out.read_text())
+    assert result["plan"]["warm_prefills"] == EDGES_132 and "healthy_after_s" in json.loads(run.stdout)
+    with pytest.raises(OSError):  # stopped after
+        import urllib.request
+
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_tail_against_the_stand_in_reports_percentiles_and_every_bucket(tmp_path):
+    port, log = free_port(), tmp_path / "requests.jsonl"
+    server = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'dsv4_standin_server.py'} {port} {log}"
+    out = tmp_path / "tail.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "servebuild" / "tools" / "dsv4_warm.py"), "tail", "--serve", server,
+         "--serve-log", str(tmp_path / "server.log"), "--url", f"http://127.0.0.1:{port}", "--sms", "132",
+         "--source", str(engine_folder(tmp_path / "engine")), "--health-timeout", "30", "--requests", "40",
+         "--output-tokens", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["requests"] == 40 and "partial" not in result
+    assert {r["bucket"] for r in result["rows"]} == set(EDGES_132)
+    assert result["ttft_s_p50"] <= result["ttft_s_p90"] <= result["ttft_s_p99"] <= result["ttft_s_max"]
+    assert [len(json.loads(x)["prompt"]) for x in log.read_text().splitlines()] == [
+        r["prompt_tokens"] for r in result["rows"]
+    ]
