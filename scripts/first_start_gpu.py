@@ -4,6 +4,8 @@ seed to a warm pack, measured with the image's own tools (issue 32, point 2).
 
     python scripts/first_start_gpu.py --engine vllm|sglang --model DIR --out DIR
                                       [--spec SPEC.json] [--steps aot,seeded,pack,packed,second]
+    python scripts/first_start_gpu.py --engine vllm --workload dsv4 --model DIR --out DIR
+                                      [--steps seeded,warmrun,pack,packed,nospec] [--redo]
 
 The host needs the engine's pinned set on its Python (the runs so far: the py3.12 amd64 set less what the
 host's torch 2.11.0+cu130 brings, staged in 56 MiB parts and installed with pip --target) and a model
@@ -26,6 +28,20 @@ Around each start the image's servebuild_cache.py takes the census (--listing be
 compiles per kind, and apart the files rewritten on load and the logs. For each start: healthy-after
 seconds, the engine's own init and compile seconds from its log, the census, and the new files per cache
 directory. Writes OUT/first-start.json and the server logs; prints one line per start.
+DeepSeek-V4 (--workload dsv4, issue 44; the model from scripts/tiny_dsv4.py): vLLM with the recipe
+`vllm-dspark`'s profile (fp8 KV cache, block 256, no async scheduling, one sequence, DSpark k=6 greedy,
+the JIT monitor; the flags left out are in VLLM_DSV4_LEFT_OUT with why), CuTe DSL's cache under /cache
+too, and instead of the four prompts each start runs servebuild/tools/dsv4_warm.py:
+  seeded   the tail test from the image as built (100 sequential requests, every mHC bucket of this
+           GPU hit): TTFT p50/p90/p99 before the warm flow, and what each kind compiled
+  warmrun  a fresh /cache from the seed, the server, `dsv4_warm.py warm` (one prefill per bucket, a
+           decode with the DSpark shapes): the run whose compiles `pack` keeps
+  packed   the tail test from the warm pack: p99/p50 and compiles (0 is the goal)
+  nospec   the same server without --speculative-config, the same tail plan: each request's greedy text
+           against the DSpark run's (dspark_greedy_equal)
+Resumable: every step done is recorded in OUT/first-start.json ("done") and skipped when the script is
+run again with the same --out and --work (a device call that ran out of time goes on where it stopped);
+--redo runs the given steps again.
 Figures: docs/benchmarks.md (the first starts on a GPU).
 """
 
@@ -80,12 +96,27 @@ SGLANG_LEFT_OUT = {
     "--speculative-moe-runner-backend": "with DSPARK",
     "--moe-runner-backend": "a dense model has no MoE",
 }
+# the vllm-dspark profile's flags a tiny DSV4 on one GPU cannot take, and why
+VLLM_DSV4_PROFILE = ("vllm-dspark", "vllm-dspark-1m")  # recipe, launch profile
+VLLM_DSV4_LEFT_OUT = {
+    "serve": "given first, with the tiny model's path",
+    "--served-model-name": "named tiny, as the requests ask",
+    "--tensor-parallel-size": "one GPU here: the tiny checkpoint holds one TP2 rank's shapes, served at TP1",
+    "--distributed-executor-backend": "one GPU: no workers",
+    "--max-model-len": "16384: the tail test's prompts (up to 8,192 tokens) and their output; the 1M context's "
+    "KV is sized for the real model",
+    "--gpu-memory-utilization": "0.85: room for the compilers beside the server",
+}
+VLLM_DSV4_EXTRA_ENV = {"CUTE_DSL_CACHE_DIR": "cute-dsl"}  # CuTe DSL's cache (CUTLASS >= 4.3.2), not yet in the image
 PROMPTS = [
     "The capital of France is",
     "Write a long story about a dragon and a knight. " * 40,
     "1 2 3 4 5 6 7 8 9 " * 100,
     "Hello",
 ]
+
+
+WORKLOAD = {"name": "tiny"}  # --workload
 
 
 def env(engine: str) -> dict:
@@ -99,6 +130,8 @@ def env(engine: str) -> dict:
         NVSHMEM_DISABLE_NVLS="1",
     )
     out.update({var: str(CACHE / sub) for var, sub in {**JIT_CACHE_ENV, **KINDS[engine].cache_env}.items()})
+    if WORKLOAD["name"] == "dsv4":
+        out.update({var: str(CACHE / sub) for var, sub in VLLM_DSV4_EXTRA_ENV.items()})
     return out
 
 
@@ -152,8 +185,40 @@ def sglang_profile() -> tuple[list[str], dict]:
     return kept, dict(profile.env)
 
 
-def server_argv(engine: str, model: str) -> tuple[list[str], dict]:
+def vllm_dsv4_profile(spec: bool = True) -> tuple[list[str], dict]:
+    """The recipe's DSV4 launch profile as the image's launcher gets it (args, env), less VLLM_DSV4_LEFT_OUT;
+    spec False drops --speculative-config too (the greedy reference for DSpark's equality)."""
+    from servebuild.recipe.load import load_recipe
+
+    recipe, name = VLLM_DSV4_PROFILE
+    profile = load_recipe(recipe, ROOT).recipe.launch.profiles[name]
+    args, kept, skip = [*profile.args, *profile.extra_args], [], 0
+    takes_value = {k for k in VLLM_DSV4_LEFT_OUT if k.startswith("--")} | {"--speculative-config"}
+    for i, arg in enumerate(args):
+        if skip:
+            skip -= 1
+            continue
+        flag = arg.split("=", 1)[0]
+        if arg == "serve":
+            skip = 1  # serve MODEL
+            continue
+        if flag in VLLM_DSV4_LEFT_OUT or (not spec and flag == "--speculative-config"):
+            skip = 1 if ("=" not in arg and flag in takes_value) else 0
+            continue
+        kept.append(arg)
+    return kept, dict(profile.env)
+
+
+def server_argv(engine: str, model: str, spec: bool = True) -> tuple[list[str], dict]:
     listen = ["--host", "127.0.0.1", "--port", str(PORT)]
+    if engine == "vllm" and WORKLOAD["name"] == "dsv4":
+        args, profile_env = vllm_dsv4_profile(spec)
+        return [
+            *[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--served-model-name", "tiny"],
+            *listen,
+            *["--max-model-len", "16384", "--gpu-memory-utilization", "0.85"],
+            *args,
+        ], profile_env
     if engine == "vllm":  # vLLM's defaults: torch.compile and CUDA graphs on
         return [
             *[sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--served-model-name", "tiny"],
@@ -184,13 +249,28 @@ def stop(server: subprocess.Popen) -> None:
             continue
 
 
-def start(engine: str, name: str, model: str, out: Path, timeout: float) -> dict:
+def dsv4_tool(cmd: str, out: Path, name: str, timeout: float) -> dict:
+    """servebuild/tools/dsv4_warm.py against the running server: its JSON (the tail test's rows too)."""
+    path = out / f"dsv4-{cmd}-{name}.json"
+    run = subprocess.run(
+        [sys.executable, str(TOOLS / "dsv4_warm.py"), cmd, "--url", f"http://127.0.0.1:{PORT}", "--model", "tiny",
+         "--sms", "auto", "--max-batched", "8192", "--out", str(path)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    print(run.stdout[-1500:], run.stderr[-1500:], flush=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"dsv4_warm.py {cmd} failed: {run.stderr.strip()[-400:]}")
+    return json.loads(path.read_text())
+
+
+def start(engine: str, name: str, model: str, out: Path, timeout: float, load: str = "prompts") -> dict:
     before = out / f"listing-{name}-before.json"
     after = out / f"listing-{name}-after.json"
     tool(engine, "census", "--cache", str(CACHE), "--listing", str(before))
     log = out / f"server-{name}.log"
-    argv, extra_env = server_argv(engine, model)
+    argv, extra_env = server_argv(engine, model, spec=load != "nospec")
     t0 = time.monotonic()
+    measured: dict = {}
     with open(log, "w") as handle:
         server = subprocess.Popen(
             argv, env={**env(engine), **extra_env}, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
@@ -202,8 +282,11 @@ def start(engine: str, name: str, model: str, out: Path, timeout: float) -> dict
                 sys.exit(f"{name}: the server {'exited' if server.poll() is not None else 'timed out'}")
             time.sleep(0.5)
         healthy_after = round(time.monotonic() - t0, 1)
-        for prompt in PROMPTS:
-            post(prompt)
+        if load == "prompts":
+            for prompt in PROMPTS:
+                post(prompt)
+        else:  # dsv4: the warm flow, or the tail test (with or without DSpark)
+            measured = dsv4_tool("warm" if load == "warm" else "tail", out, name, 4 * timeout)
     finally:
         stop(server)
     census = json.loads(
@@ -225,13 +308,35 @@ def start(engine: str, name: str, model: str, out: Path, timeout: float) -> dict
         },
         "new_compiled_host_code": [p for p in new if p.startswith(("humming/", "flashinfer/", "tvm-ffi/"))][:60],
     }
+    if measured:
+        row["dsv4"] = measured
+        jit = re.findall(r"(?i)jit monitor[^\n]*", text)
+        row["jit_monitor_lines"] = len(jit)
+        row["jit_monitor_tail"] = jit[-20:]
     timings = ", ".join(f"{k} {row[k]}" for k in TIMINGS[engine])
+    tails = ""
+    if measured.get("ttft_s_p50") is not None:
+        tails = (f", TTFT p50 {measured['ttft_s_p50']} p90 {measured['ttft_s_p90']} p99 {measured['ttft_s_p99']} s "
+                 f"(p99/p50 {measured['p99_over_p50']})")  # fmt: skip
     print(
         f"{name}: healthy after {healthy_after} s, {timings}, compiles {row['changed']}, "
-        f"rewritten {row['rewritten']}, logs {row['logs']}",
+        f"rewritten {row['rewritten']}, logs {row['logs']}{tails}",
         flush=True,
     )
     return row
+
+
+def greedy_equal(starts: list) -> dict:
+    """Each tail request's greedy text with DSpark (the last start that had it) against without (nospec)."""
+    spec = [r for r in starts if r.get("dsv4", {}).get("rows") and r["start"] != "nospec"]
+    plain = [r for r in starts if r["start"] == "nospec" and r.get("dsv4", {}).get("rows")]
+    if not spec or not plain:
+        return {}
+    a, b = spec[-1]["dsv4"]["rows"], plain[-1]["dsv4"]["rows"]
+    pairs = [(x, y) for x, y in zip(a, b) if x["prompt_tokens"] == y["prompt_tokens"]]
+    equal = sum(1 for x, y in pairs if x["text_sha256"] == y["text_sha256"])
+    return {"against": spec[-1]["start"], "compared": len(pairs), "equal": equal,
+            "differ": [x["i"] for x, y in pairs if x["text_sha256"] != y["text_sha256"]][:20]}  # fmt: skip
 
 
 def main() -> int:
@@ -243,14 +348,25 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/vfs")
     ap.add_argument("--steps", default="aot,seeded,pack,packed,second")
     ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--workload", choices=("tiny", "dsv4"), default="tiny")
+    ap.add_argument("--redo", action="store_true", help="run the given steps again even where done")
     args = ap.parse_args()
+    WORKLOAD["name"] = args.workload
+    if args.workload == "dsv4" and args.engine != "vllm":
+        sys.exit("--workload dsv4: vllm only so far (SGLang's DSV4 profile is the next step)")
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     seed, warm = work / "seed", work / "warm-seed"
     report_path = out / "first-start.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {"engine": args.engine, "starts": []}
+    report.setdefault("done", [])
+    report["workload"] = args.workload
+    dsv4 = args.workload == "dsv4"
     for step in args.steps.split(","):
+        if step in report["done"] and not args.redo:
+            print(f"{step}: done in an earlier run ({report_path}), skipped", flush=True)
+            continue
         if step == "aot":
             if not args.spec:
                 sys.exit("the aot step needs --spec")
@@ -281,14 +397,25 @@ def main() -> int:
             aot = json.loads((seed / "aot.json").read_text())
             report["aot"] = {"seconds": round(time.monotonic() - t0, 1), "aot": aot}
             print(f"aot: {report['aot']['seconds']} s", flush=True)
-        elif step in ("seeded", "packed"):
+        elif step in ("seeded", "packed", "warmrun", "nospec"):
             shutil.rmtree(CACHE, ignore_errors=True)
             CACHE.mkdir()
             (seed / "cache").mkdir(parents=True, exist_ok=True)  # no aot step: an empty seed
-            tool(args.engine, "seed", "--cache", str(CACHE), "--seed", str(seed if step == "seeded" else warm))
-            report["starts"].append(start(args.engine, step, args.model, out, args.timeout))
+            tool(
+                args.engine,
+                "seed",
+                "--cache",
+                str(CACHE),
+                "--seed",
+                str(warm if step in ("packed", "nospec") else seed),
+            )
+            load = "prompts" if not dsv4 else {"warmrun": "warm", "nospec": "nospec"}.get(step, "tail")
+            report["starts"].append(start(args.engine, step, args.model, out, args.timeout, load))
+            if step == "nospec":
+                report["dspark_greedy_equal"] = greedy_equal(report["starts"])
         elif step == "second":
-            report["starts"].append(start(args.engine, step, args.model, out, args.timeout))
+            load = "tail" if dsv4 else "prompts"
+            report["starts"].append(start(args.engine, step, args.model, out, args.timeout, load))
         elif step == "pack":
             packed = work / "warm.tar"
             tool(args.engine, "pack", "--cache", str(CACHE), "--seed", str(seed), "--out", str(packed))
@@ -304,6 +431,7 @@ def main() -> int:
             print(f"pack: {packed.stat().st_size} bytes, {len(names)} files {kinds}", flush=True)
         else:
             sys.exit(f"unknown step {step!r}")
+        report["done"] = sorted(set(report["done"]) | {step})
         report_path.write_text(json.dumps(report, indent=1, sort_keys=True))
     return 0
 
