@@ -10,8 +10,6 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-PROFILE_FIELDS = ("description", "module", "args", "extra_args", "env", "dspark_block_size", "port")
-
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 PORT = re.compile(r"[0-9]{1,5}")
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
@@ -68,6 +66,12 @@ class LaunchProfile(BaseModel):
 
     def argv(self) -> list[str]:
         return ["python", "-m", self.module, *self.args, *self.extra_args]
+
+
+def profile_fields() -> tuple[str, ...]:
+    """A profile's fields, read from the model (`LaunchProfile`) when asked: what `from:` carries over
+    (recipe/inherit.py). A field added to the model is inherited with no list to edit beside it."""
+    return tuple(LaunchProfile.model_fields)
 
 
 NUMBER = re.compile(r"-?[0-9][0-9.e+-]*\Z")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servebuild.engines.profiles import PROFILE_FIELDS
+from servebuild.engines.profiles import profile_fields
 from servebuild.errors import PlacedValueError
 
 PROFILES = ("launch", "profiles")
@@ -42,7 +42,8 @@ def merge_profile(name: str, base: Any, child: Any, only_fields: bool = False) -
                 (*PROFILES, name),
                 "inheriting (`extends`, `from`) needs mapping profiles with an `env` mapping and an `extra_args` list",
             )
-    merged = {k: v for k, v in base.items() if k in PROFILE_FIELDS or not only_fields}
+    fields = profile_fields()  # the model's, so a new field needs no edit here
+    merged = {k: v for k, v in base.items() if k in fields or not only_fields}
     merged.update({k: v for k, v in child.items() if k not in ("env", "extra_args")})
     merged["env"] = {**(base.get("env") or {}), **(child.get("env") or {})}
     merged["extra_args"] = list(base.get("extra_args") or []) + list(child.get("extra_args") or [])

@@ -4,8 +4,11 @@ rule and renderer (engines/profiles.profile_flags)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import yaml
+from pydantic import Field
 
 from servebuild.engines import profiles as profiles_module
 from servebuild.errors import RecipeError
@@ -93,3 +96,27 @@ def test_a_recipe_without_an_engine_gets_the_common_rules(project):
     write(project, "hostile", data)
     with pytest.raises(RecipeError, match="--port '99999' is not a TCP port"):
         load_recipe("hostile", project)
+
+
+def test_a_new_profile_field_survives_extends_and_from(project, monkeypatch):
+    """A field added to the LaunchProfile model is inherited with no other edit: the fields `from:`
+    carries over are the model's own, not a hand-kept list beside it (which dropped a new one)."""
+    from servebuild.recipe import load as load_module
+    from servebuild.recipe.schema import Launch, Recipe
+
+    class Sized(profiles_module.LaunchProfile):
+        gpus: Optional[int] = Field(default=None, ge=1)  # a field the model did not have
+
+    class SizedLaunch(Launch):
+        profiles: dict[str, Sized] = {}
+
+    class SizedRecipe(Recipe):
+        launch: SizedLaunch = SizedLaunch()
+
+    monkeypatch.setattr(profiles_module, "LaunchProfile", Sized)
+    monkeypatch.setattr(load_module, "Recipe", SizedRecipe)
+    got = child_of_base(project, {"p": {"env": {"B": "2"}}, "q": {"from": "p"}}, {"p": {**SERVE, "gpus": 4}})
+    assert isinstance(got["p"], Sized) and isinstance(got["q"], Sized)
+    assert got["p"].gpus == 4  # by `extends`
+    assert got["q"].gpus == 4  # by `from:`
+    assert got["q"].env == {"B": "2"} and got["q"].args == SERVE["args"]
