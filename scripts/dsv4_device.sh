@@ -48,7 +48,7 @@ run)
   mkdir -p /tmp/sitepth && echo "import site; site.addsitedir('/tmp/site')" >/tmp/sitepth/sitecustomize.py
   export PYTHONPATH=/tmp/sitepth:/tmp/site PATH=/tmp/site/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   [ -f /tmp/tiny-dsv4/config.json ] || python3 /tmp/src/scripts/tiny_dsv4.py /tmp/tiny-dsv4
-  python3 /tmp/src/servebuild/tools/dsv4_warm.py plan --sms auto >/tmp/dsv4-plan.json && head -c 600 /tmp/dsv4-plan.json
+  python3 /tmp/src/scripts/dsv4_warm.py plan --sms auto >/tmp/dsv4-plan.json && head -c 600 /tmp/dsv4-plan.json
   python3 /tmp/src/scripts/first_start_gpu.py --engine vllm --workload dsv4 --model /tmp/tiny-dsv4 \
     --out /tmp/dsv4-out --work /tmp/dsv4-work --steps "$steps" --timeout "${DSV4_TIMEOUT:-420}" || echo "first_start_gpu: exit $?"
   if [ -n "${OUT:-}" ]; then

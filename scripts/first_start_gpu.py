@@ -31,7 +31,7 @@ directory. Writes OUT/first-start.json and the server logs; prints one line per 
 DeepSeek-V4 (--workload dsv4, issue 44; the model from scripts/tiny_dsv4.py): vLLM with the recipe
 `vllm-dspark`'s profile (fp8 KV cache, block 256, no async scheduling, one sequence, DSpark k=6 greedy,
 the JIT monitor; the flags left out are in VLLM_DSV4_LEFT_OUT with why), CuTe DSL's cache under /cache
-too, and instead of the four prompts each start runs servebuild/tools/dsv4_warm.py:
+too, and instead of the four prompts each start runs scripts/dsv4_warm.py:
   seeded   the tail test from the image as built (100 sequential requests, every mHC bucket of this
            GPU hit): TTFT p50/p90/p99 before the warm flow, and what each kind compiled
   warmrun  a fresh /cache from the seed, the server, `dsv4_warm.py warm` (one prefill per bucket, a
@@ -250,10 +250,10 @@ def stop(server: subprocess.Popen) -> None:
 
 
 def dsv4_tool(cmd: str, out: Path, name: str, timeout: float) -> dict:
-    """servebuild/tools/dsv4_warm.py against the running server: its JSON (the tail test's rows too)."""
+    """scripts/dsv4_warm.py against the running server: its JSON (the tail test's rows too)."""
     path = out / f"dsv4-{cmd}-{name}.json"
     run = subprocess.run(
-        [sys.executable, str(TOOLS / "dsv4_warm.py"), cmd, "--url", f"http://127.0.0.1:{PORT}", "--model", "tiny",
+        [sys.executable, str(ROOT / "scripts" / "dsv4_warm.py"), cmd, "--url", f"http://127.0.0.1:{PORT}", "--model", "tiny",
          "--sms", "auto", "--max-batched", "8192", "--out", str(path)],
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""DeepSeek-V4 on CPU (issue 44): scripts/tiny_dsv4.py's checkpoint and servebuild/tools/dsv4_warm.py's
+"""DeepSeek-V4 on CPU (issue 44): scripts/tiny_dsv4.py's checkpoint and scripts/dsv4_warm.py's
 mHC buckets and tail plan.
 
 Two kinds of test. Plain Python, always run: what the project itself computes (the checkpoint's names,
@@ -29,7 +29,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "servebuild" / "tools"))
 
 import dsv4_warm  # noqa: E402
 import tiny_dsv4  # noqa: E402
@@ -508,7 +507,7 @@ def test_warm_starts_the_server_sends_one_prefill_per_bucket_and_stops_it(tmp_pa
     server = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'dsv4_standin_server.py'} {port} {log}"
     out = tmp_path / "warm.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "servebuild" / "tools" / "dsv4_warm.py"), "warm", "--serve", server,
+        [sys.executable, str(ROOT / "scripts" / "dsv4_warm.py"), "warm", "--serve", server,
          "--serve-log", str(tmp_path / "server.log"), "--url", f"http://127.0.0.1:{port}", "--sms", "132",
          "--source", str(engine_folder(tmp_path / "engine")), "--health-timeout", "30", "--out", str(out)],
         capture_output=True, text=True, timeout=120,
@@ -532,7 +531,7 @@ def test_tail_against_the_stand_in_reports_percentiles_and_every_bucket(tmp_path
     server = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'dsv4_standin_server.py'} {port} {log}"
     out = tmp_path / "tail.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "servebuild" / "tools" / "dsv4_warm.py"), "tail", "--serve", server,
+        [sys.executable, str(ROOT / "scripts" / "dsv4_warm.py"), "tail", "--serve", server,
          "--serve-log", str(tmp_path / "server.log"), "--url", f"http://127.0.0.1:{port}", "--sms", "132",
          "--source", str(engine_folder(tmp_path / "engine")), "--health-timeout", "30", "--requests", "40",
          "--output-tokens", "4", "--out", str(out)],

@@ -29,7 +29,7 @@ tail   the seed's tail test: --requests sequential streamed requests, prompt len
 
 With --serve CMD (warm, tail) the tool starts the server itself, waits for its health and stops it after:
 the form `invoke warm` runs, the tools folder mounted into the container (until it is in the payload):
-    invoke warm --recipe vllm-dspark --volume $PWD/servebuild/tools:/opt/dsv4:ro \
+    invoke warm --recipe vllm-dspark --volume $PWD/scripts:/opt/dsv4:ro \
       --run '/opt/venv/bin/python /opt/dsv4/dsv4_warm.py warm --serve "$SERVEBUILD_LAUNCHER"'
 
 Standard library only, beside bench_client.py and bench_suites.py (the image's Python). Not yet in the
@@ -49,6 +49,7 @@ import random
 import sys
 import time
 import zipfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Optional
 
@@ -240,6 +241,11 @@ def serving(args, run: Callable) -> dict:
     form `invoke warm --run` takes, where the command brings its own server."""
     if not args.serve:
         return run(args)
+    # the bench's client: beside this script's checkout (servebuild/tools), or where an image keeps it
+    here = Path(__file__).resolve().parent
+    for folder in (here.parent / "servebuild" / "tools", Path("/usr/local/share/servebuild-bench")):
+        if (folder / "bench_client.py").is_file() and str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
     from bench_client import BenchError, Server, ServerProcess, wait_healthy
 
     process = ServerProcess(args.serve, args.serve_log)
