@@ -20,7 +20,7 @@ from typing import BinaryIO, Optional
 
 from servebuild.errors import HostError
 from servebuild.registry import limits
-from servebuild.registry.bounded import read_stream
+from servebuild.registry.bounded import CHUNK, collect
 from servebuild.registry.deadline import Expired, deadline
 
 REQUEST_S = 600.0  # one .deb, connect to last byte (SERVEBUILD_MIRROR_TIMEOUT)
@@ -88,6 +88,19 @@ class _Counting:
             self.sink.write(chunk)
 
 
+def _chunks(resp, ends: float, seconds: float, url: str):
+    """The body as the socket gives it (read1: a trickle is seen byte by byte, never held for a whole chunk),
+    past `ends` an Expired: the main thread's deadline alarm already bounds it, a build thread's (no alarm
+    there) is bounded here at each byte that arrives, and by the silence bound between them."""
+    while True:
+        chunk = resp.read1(CHUNK)
+        if not chunk:
+            return
+        if time.monotonic() > ends:
+            raise Expired(f"GET {url}", seconds)
+        yield chunk
+
+
 def get(url: str, limit: int, sink: Optional[BinaryIO] = None, out=None, backoff: float = BACKOFF_S) -> bytes:
     """The body of `url` from a mirror (into `sink` if given, emptied before each try, then b"").
     HTTPError (4xx, or 5xx after the retries) passes to the caller; silence, a deadline (the request's
@@ -120,7 +133,9 @@ def _get(url: str, limit: int, sink: Optional[BinaryIO], out, backoff: float) ->
         try:
             with _Waiting(url, out, min(WAITING_EVERY_S, seconds / 2)) as waiting, deadline(seconds, f"GET {url}"):
                 with urllib.request.urlopen(request, timeout=min(IDLE_S, seconds)) as resp:
-                    read_stream(resp, limit, url, _Counting(sink if sink is not None else buffer, waiting))
+                    chunks = _chunks(resp, time.monotonic() + seconds, seconds, url)
+                    sunk = _Counting(sink if sink is not None else buffer, waiting)
+                    collect(chunks, resp.headers.get("Content-Length"), limit, url, sunk)
                     return b"" if buffer is None else buffer.getvalue()
         except Expired as exc:
             if exc.what != f"GET {url}":  # an outer deadline: its owner says what it bounded
