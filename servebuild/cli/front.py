@@ -55,6 +55,7 @@ def one_line_errors(fn):
         except ServebuildError as exc:
             raise Exit(f"error: {exc}", code=exc.exit_code) from None
         except KeyboardInterrupt:  # SIGINT (^C, or `kill -INT` to this process alone): nothing left running
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the stopping short
             procs.stop_descendants()
             raise Exit(
                 "error: interrupted (SIGINT): stopped, with every process it had started", code=INTERRUPTED
