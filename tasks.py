@@ -13,12 +13,13 @@ from invoke import task
 from servebuild.cli import bench as cli_bench, bisect as cli_bisect, build as cli_build, lock as cli_lock
 from servebuild.cli import release as cli_release
 from servebuild.cli import test as cli_test, warm as cli_warm
-from servebuild.cli.front import one_line_errors, parse_errors_exit_2
+from servebuild.cli.front import interrupts_stop, one_line_errors, parse_errors_exit_2
 from servebuild.cli.options import DEFAULT_RECIPE, DEFAULT_SUITE, EXPECT_FILE, HOST_RECIPE, MAIN_RECIPE
 
 ROOT = Path(__file__).resolve().parent
 
 parse_errors_exit_2()
+interrupts_stop()
 
 
 @task(help={"recipe": "recipe name or path"})

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
+import threading
 import time
 from typing import BinaryIO, Iterable, Iterator, Optional
 
@@ -20,8 +22,17 @@ def start_problem(cmd: list[str], exc: OSError, field: str) -> ToolError:
     )
 
 
+_stopping = threading.Event()  # set once an interrupted command ends its children: no new one starts
+
+
+def _check_not_stopping(cmd: list[str], field: str) -> None:
+    if _stopping.is_set():  # a build thread still running after ^C: it ends here instead of starting more
+        raise ToolError(f"{cmd[0]} not started: the command was interrupted", field=field)
+
+
 def run(cmd: list[str], field: str, **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, **kwargs); a missing or unrunnable program is one ToolError line (`field` places it)."""
+    _check_not_stopping(cmd, field)
     try:
         return subprocess.run(cmd, **kwargs)
     except OSError as exc:
@@ -29,6 +40,7 @@ def run(cmd: list[str], field: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def popen(cmd: list[str], field: str, **kwargs) -> subprocess.Popen:
+    _check_not_stopping(cmd, field)
     try:
         return subprocess.Popen(cmd, **kwargs)
     except OSError as exc:
@@ -82,3 +94,47 @@ def last_words(tail: bytes, limit: int = 200) -> str:
         return ""
     line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in lines[-1])
     return line if len(line) <= limit else line[:limit] + "..."
+
+
+def descendants(pid: Optional[int] = None) -> list[int]:
+    """Every live process below `pid` (default: this one), children first, found by parent in /proc: those
+    started in a session or group of their own (docker clients, servers) included."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after the command name, which may hold spaces
+        if fields and fields[0] != b"Z":
+            parent_of[int(entry)] = int(fields[1])
+    out, todo = [], [os.getpid() if pid is None else pid]
+    while todo:
+        kids = sorted(p for p, parent in parent_of.items() if parent == todo[0])
+        out += kids
+        todo = todo[1:] + kids
+    return out
+
+
+def stop_descendants(grace: float = 5.0) -> list[int]:
+    """End every process this one started, and theirs (an interrupted command leaves none running on):
+    SIGTERM, then SIGKILL to those still there after `grace` seconds. Returns the pids signalled."""
+    _stopping.set()
+    pids = descendants()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    end = time.monotonic() + grace
+    while time.monotonic() < end and any(p in pids for p in descendants()):
+        time.sleep(0.05)
+    for pid in descendants():  # what was started meanwhile goes too
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return pids

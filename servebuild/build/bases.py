@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import hashlib
 import os
 import shutil
 import sys
@@ -26,7 +27,7 @@ from servebuild.build.docker import BuildRequest, DockerClient
 from servebuild.build.imageconfig import settle_config
 from servebuild.errors import DockerError, InputError, Refused
 from servebuild.fsutil import make_dir, open_host_file
-from servebuild.lock.debian import SUITE, LockedDebian, bootstrapped_suite, resolve
+from servebuild.lock.debian import DEFAULT_MIRROR, SUITE, LockedDebian, bootstrapped_suite, resolve
 from servebuild.lock.lockfile import debian_pins
 from servebuild.plan.make import iso_time
 from servebuild.sources import debs, rootfs
@@ -58,8 +59,7 @@ def rootfs_tarball(
     check_suite(pins.suite)
     if shutil.which("mmdebstrap") is None:
         raise DockerError("mmdebstrap is not installed (apt-get install mmdebstrap)", field="bootstrap-base")
-    key = pins.base_key()
-    out = cache_dir / "rootfs" / f"{pins.suite}-{arch}-{key[:16]}.tar"
+    out = cache_dir / "rootfs" / f"{pins.suite}-{arch}-{cache_key(pins)[:16]}.tar"
     if out.is_file() and not out.is_symlink():
         return out
     make_dir(out.parent, "the rootfs cache", under=cache_dir)  # no link planted in the cache followed
@@ -86,7 +86,7 @@ def rootfs_tarball(
                 include=sorted({p.name for p in pins.base}),
             )
         tmp = work / "rootfs.tar"
-        rootfs.normalise(work / "raw.tar", tmp, pins.release.epoch, f"deb {pins.mirror} {pins.suite} main\n")
+        rootfs.normalise(work / "raw.tar", tmp, pins.release.epoch, sources_list(pins))
         got = rootfs.installed(tmp)
         want = sorted((p.name, p.version, p.arch) for p in pins.base)
         if got != want:
@@ -100,6 +100,19 @@ def rootfs_tarball(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def cache_key(pins: LockedDebian) -> str:
+    """The rootfs cache's key: what the rootfs is made from (base_key, the image's label) and the mirror its
+    .debs come from, so a lock pointed at another mirror asks that mirror (for what the artifact cache
+    lacks) and is bounded by its limits, instead of taking a rootfs another mirror's reads made."""
+    return hashlib.sha256(f"{pins.base_key()}\n{pins.mirror}".encode()).hexdigest()
+
+
+def sources_list(pins: LockedDebian) -> str:
+    """The base's /etc/apt/sources.list: Debian's mirror line whatever mirror served the .debs, so the base's
+    bytes (and image id) are a function of the pins alone, never of the transport."""
+    return f"deb {DEFAULT_MIRROR} {pins.suite} main\n"
 
 
 def created_of(pins: LockedDebian) -> str:

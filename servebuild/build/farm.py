@@ -31,6 +31,7 @@ from typing import Callable, Literal, Optional, TextIO
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from servebuild import procs
 from servebuild.build import run
 from servebuild.build.docker import DockerClient, Endpoint
 from servebuild.errors import DockerError, InputError, RecipeError, ServebuildError
@@ -418,11 +419,18 @@ def build_all(plans: dict, nodes: dict[str, Node], out: Optional[TextIO] = None)
             errors[platform] = DockerError(f"{type(exc).__name__}: {exc}", field="build")
         stream.write("" if not stream.pending else "\n")
 
-    threads = [threading.Thread(target=one, args=(p,), name=f"build {p}") for p in plans]
+    # daemon: after ^C they are given 30 s to end once their clients are gone, never an unbounded wait at exit
+    threads = [threading.Thread(target=one, args=(p,), name=f"build {p}", daemon=True) for p in plans]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:  # the builds run in the threads: their clients go, so the threads end (untagged)
+        procs.stop_descendants()
+        for t in threads:
+            t.join(timeout=30)
+        raise
     return results, errors
 
 

@@ -11,12 +11,16 @@ import functools
 import inspect
 import os
 import re
+import signal
 import sys
 
 from invoke import Exit, ParseError
 from invoke.program import Program
 
+from servebuild import procs
 from servebuild.errors import HostError, ServebuildError
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ^C ended
 
 # what the host's file systems say when servebuild cannot write where it must (full, read-only, a file
 # in the way, no permission, quota): one line, as every other host fault
@@ -50,6 +54,12 @@ def one_line_errors(fn):
             sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at exit
         except ServebuildError as exc:
             raise Exit(f"error: {exc}", code=exc.exit_code) from None
+        except KeyboardInterrupt:  # SIGINT (^C, or `kill -INT` to this process alone): nothing left running
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second ^C must not cut the stopping short
+            procs.stop_descendants()
+            raise Exit(
+                "error: interrupted (SIGINT): stopped, with every process it had started", code=INTERRUPTED
+            ) from None
         except BrokenPipeError:  # `invoke validate | head`: the reader left; say nothing more
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise Exit(code=141) from None
@@ -63,6 +73,14 @@ def one_line_errors(fn):
             raise Exit(code=status)
 
     return wrapper
+
+
+def interrupts_stop() -> None:
+    """SIGINT stops a command even where it was inherited ignored (a command started in the background by a
+    non-interactive shell, or by a harness started so): a signal sent to servebuild's own process is meant
+    for it, and the children it starts (docker clients in sessions of their own among them) never see it."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def parse_errors_exit_2() -> None:

@@ -22,6 +22,8 @@ import hashlib
 import os
 import re
 import shlex
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -33,6 +35,7 @@ from servebuild import procs
 from servebuild.errors import HostError, InputError, IntegrityError, Refused, ToolError
 from servebuild.fsutil import atomic_write, canonical_json
 from servebuild.platforms import PLATFORMS, arch_of
+from servebuild.sources import mirror as mirror_reads
 from servebuild.sources import rootfs
 from servebuild.sources.debs import NAME, DebPackage
 
@@ -220,6 +223,8 @@ class AptView:
                     f'APT::Architecture "{arch}";',
                     f'APT::Architectures "{arch}";',
                     'Acquire::Languages "none";',
+                    f'Acquire::http::Timeout "{mirror_reads.IDLE_S:g}";',  # silence, as the .debs' reads
+                    f'Acquire::https::Timeout "{mirror_reads.IDLE_S:g}";',
                     "",
                 ]
             ),
@@ -227,9 +232,23 @@ class AptView:
 
     def run(self, args: list[str]) -> str:
         cmd = [args[0], "-q", *args[1:]]
-        proc = procs.run(
-            cmd, "lock", capture_output=True, text=True, env=dict(os.environ, APT_CONFIG=str(self.config), LC_ALL="C")
-        )
+        seconds = mirror_reads.request_seconds()  # one apt run reads the mirror like one request: its deadline
+        try:
+            proc = procs.run(
+                cmd,
+                "lock",
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, APT_CONFIG=str(self.config), LC_ALL="C"),
+                timeout=seconds,
+            )
+        except subprocess.TimeoutExpired:
+            raise HostError(
+                f"`{' '.join(shlex.quote(a) for a in args[:2])}` against {self.mirror} {self.suite} {self.arch} "
+                f"did not finish within {seconds:g} s",
+                hint="the mirror is stalled or trickling; raise SERVEBUILD_MIRROR_TIMEOUT or use another mirror",
+                field="lock",
+            ) from None
         if proc.returncode != 0:
             raise ToolError(
                 f"`{' '.join(shlex.quote(a) for a in args[:4])} ...` against {self.mirror} {self.suite} "
@@ -240,6 +259,7 @@ class AptView:
 
     def update(self) -> DebRelease:
         """apt-get update (the InRelease signature checked by the host's apt), then the Release read back."""
+        print(f"reading {self.mirror} {self.suite} {self.arch} (apt-get update)", file=sys.stderr, flush=True)
         self.run(["apt-get", "update"])
         found = sorted((self.work / "state/lists").glob(f"*_dists_{self.suite}_InRelease"))
         if not found:

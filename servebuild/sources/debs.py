@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import urllib.error
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, mod
 from servebuild import procs
 from servebuild.errors import HostError, IntegrityError, Refused
 from servebuild.fsutil import atomic_write, make_dir, open_host_file, sha256_bytes, sha256_file
-from servebuild.registry import index, limits
+from servebuild.sources import mirror as mirror_reads
 
 DEB_LIMIT = 1 << 30  # no Debian package a base or an apt step installs is near 1 GiB
 # Debian policy 5.6.1 and 5.6.12: a name of two or more of [a-z0-9+.-] starting alphanumeric; a version
@@ -93,12 +94,15 @@ def fetch_debs(
     pins: list[DebPackage], mirror: str, cache_dir: Path, recipe: str, lock_file: str, offline: bool = False
 ) -> list[Path]:
     """The cached `.deb` of each pin, downloading what the cache lacks; every file checked against its sha256."""
-    out = []
+    out, said = [], False
     for pkg in pins:
         path = cached_deb(cache_dir, pkg)
         if path.is_file() and not path.is_symlink() and sha256_file(path) == pkg.sha256:
             out.append(path)
             continue
+        if not offline and not said:  # a line before the first request: the mirror is what it waits on
+            print(f"fetching the .debs the artifact cache lacks from {mirror}", file=sys.stderr, flush=True)
+            said = True
         if offline:
             raise Refused(
                 f"{pkg.spec} is not in the artifact cache ({path.parent}) and --offline forbids the mirror",
@@ -115,7 +119,10 @@ def _download(pkg: DebPackage, mirror: str, path: Path, recipe: str, lock_file: 
     tmp = path.with_name(f".{path.name}.part{os.getpid()}")
     try:
         with os.fdopen(open_host_file(tmp, "a .deb download"), "wb") as sink:  # no link; bounded in size and time
-            index.get(url, limit=DEB_LIMIT, seconds=limits.RELEASE_FILE_S, sink=sink)
+            try:
+                mirror_reads.get(url, DEB_LIMIT, sink=sink)
+            except HostError as exc:  # the mirror's bounds (mirror.py): that line, naming the package and the lock
+                raise exc.moved(f"cannot download {pkg.spec}: {exc.problem}", file=lock_file) from None
         got = sha256_file(tmp)
         if got != pkg.sha256:
             raise IntegrityError(

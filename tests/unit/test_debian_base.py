@@ -194,7 +194,7 @@ def test_the_rootfs_cache_key_is_what_the_rootfs_is_made_of_not_the_suite():
 
 def test_the_rootfs_tarball_is_cached_under_its_key(tmp_path):
     pins = _pins()
-    cached = tmp_path / "rootfs" / f"bookworm-amd64-{pins.base_key()[:16]}.tar"
+    cached = tmp_path / "rootfs" / f"bookworm-amd64-{bases.cache_key(pins)[:16]}.tar"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"made before")
     assert bases.rootfs_tarball(pins, "amd64", tmp_path, "r", "r.lock.yaml") == cached
