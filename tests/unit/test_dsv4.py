@@ -7,9 +7,8 @@ engines' own code, read from the real release wheels (vLLM 0.26.0, SGLang 0.5.16
 out of vLLM's tilelang_kernels.py, vLLM's weights mapper and DSpark remap, SGLang's name remaps and its
 DeepSeekV4Config defaults, vLLM's DeepseekV4Config. CI installs neither engine (and neither can import
 without a GPU stack), so these load the engines' source files out of the wheel with the few names they
-import stubbed; they skip, with the reason, only where the wheel is absent: put the wheels in .whl/
-(`pip download --no-deps vllm==0.26.0 sglang==0.5.16 -d .whl`) or name them in SERVEBUILD_VLLM_WHEEL
-and SERVEBUILD_SGLANG_WHEEL.
+import stubbed; the wheels are $SERVEBUILD_VLLM_WHEEL / $SERVEBUILD_SGLANG_WHEEL, or .whl/, or else
+downloaded once from PyPI by the hashes the recipes' requirement files pin (never a skip).
 """
 
 from __future__ import annotations
@@ -51,13 +50,41 @@ def notes_rule(n_sms: int):
     return split
 
 
+# the release wheels, pinned by the hashes of the recipes' own requirement files (any platform's wheel
+# holds the same Python sources: x86_64 is taken)
+PINNED = {
+    "vllm": ("vllm==0.26.0", "constraints/vllm-dspark/precompiled-py3.11-linux-amd64.txt", "manylinux_2_28_x86_64"),
+    "sglang": ("sglang==0.5.16", "constraints/sglang/precompiled-py3.11-linux-amd64.txt", "manylinux_2_34_x86_64"),
+}
+
+
 def wheel(name: str, env: str) -> Path:
+    """The engine's release wheel: $ENV, or .whl/, or else the hash-pinned wheel downloaded once from PyPI
+    into the tests' cache (as tests/conftest.py's sglang_wheel does); never a skip."""
     given = os.environ.get(env)
     found = [Path(given)] if given else sorted((ROOT / ".whl").glob(f"{name}-*.whl"))
     found = [p for p in found if p.is_file() and zipfile.is_zipfile(p)]
-    if not found:
-        pytest.skip(f"the {name} release wheel is absent (.whl/{name}-*.whl or ${env}): the engine's own code")
-    return found[0]
+    if found:
+        return found[0]
+    pin, requirements, platform = PINNED[name]
+    dest = Path(os.environ.get("SERVEBUILD_TEST_CACHE", Path.home() / ".cache" / "servebuild-tests")) / "wheels"
+    cached = [p for p in sorted(dest.glob(f"{name}-*.whl")) if zipfile.is_zipfile(p)]
+    if cached:
+        return cached[0]
+    lines = (ROOT / requirements).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(pin + " "))
+    block = [lines[start]]
+    while block[-1].endswith("\\"):
+        block.append(lines[start + len(block)])
+    dest.mkdir(parents=True, exist_ok=True)
+    req = dest / f"{name}.txt"
+    req.write_text("\n".join(block) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes", "--only-binary=:all:",
+         "--platform", platform, "--python-version", "3.11", "-d", str(dest), "-r", str(req)],
+        check=True, timeout=1200,
+    )  # fmt: skip
+    return next(p for p in sorted(dest.glob(f"{name}-*.whl")) if zipfile.is_zipfile(p))
 
 
 def source(whl: Path, rel: str) -> str:
