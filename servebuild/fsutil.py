@@ -106,7 +106,10 @@ def no_link_dir(path: Path, what: str, under: Path) -> Path:
             try:
                 st = os.lstat(where)
             except FileNotFoundError:
-                os.mkdir(where)
+                try:
+                    os.mkdir(where)
+                except FileExistsError:  # made meanwhile (another platform's build thread): checked below
+                    pass
                 st = os.lstat(where)
             if not stat.S_ISDIR(st.st_mode):
                 kind = _not_regular(st.st_mode) or "a file"

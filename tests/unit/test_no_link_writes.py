@@ -145,3 +145,29 @@ def test_no_link_below_makes_nothing(tmp_path):
     build.mkdir()
     assert fsutil.no_link_below(build / "a" / "b", "x", build) == build / "a" / "b"
     assert list(build.iterdir()) == []
+
+
+def test_no_link_dir_made_by_many_threads_at_once_is_no_error(tmp_path):
+    """Two platforms' builds make build/RECIPE/ at the same moment (CI's farm test met 'cannot write the build
+    directory: File exists'): a folder another thread made between the look and the mkdir is taken."""
+    import threading
+
+    from servebuild.fsutil import no_link_dir
+
+    for round_ in range(5):
+        errors = []
+        barrier = threading.Barrier(8)
+
+        def make(i, round_=round_):
+            barrier.wait()
+            try:
+                no_link_dir(tmp_path / f"r{round_}" / "toy" / f"linux-{i}", "the build directory", tmp_path)
+            except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+
+        threads = [threading.Thread(target=make, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
