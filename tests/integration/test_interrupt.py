@@ -47,7 +47,9 @@ def alive(pid: int) -> bool:
 @pytest.mark.parametrize("platforms", ["linux/amd64", "linux/amd64,linux/arm64"])
 def test_sigint_to_the_build_process_alone_stops_it(base_images, project, tmp_path, platforms, inherited):
     root = tmp_path / "project"
+    # the shared fixture project may hold builds of earlier tests (build/toy/...): this run's own outputs only
     shutil.copytree(project, root)
+    shutil.rmtree(root / "build", ignore_errors=True)
     shutil.copy(REPO_ROOT / "tasks.py", root / "tasks.py")
     pids = tmp_path / "pids"
     client = tmp_path / "docker"
