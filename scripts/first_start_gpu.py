@@ -63,6 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "servebuild" / "tools"
 CACHE = Path("/cache")
+KEEP = Path("/tmp/servebuild-keep-cache")  # /cache is for the next warmrun to go on with (precompile, or a cut warmrun)
 PORT = 8000
 # the images' cache variables, from where the renderer takes them (the engine kinds' tables)
 sys.path.insert(0, str(ROOT))
@@ -326,6 +327,38 @@ def start(engine: str, name: str, model: str, out: Path, timeout: float, load: s
     return row
 
 
+def fresh_cache(engine: str, seed: Path) -> None:
+    """A fresh /cache seeded from SEED (servebuild_cache.py seed, as every launcher does); an empty seed where
+    no aot step ran."""
+    shutil.rmtree(CACHE, ignore_errors=True)
+    CACHE.mkdir()
+    (seed / "cache").mkdir(parents=True, exist_ok=True)
+    tool(engine, "seed", "--cache", str(CACHE), "--seed", str(seed))
+
+
+def precompile(engine: str, model: str, out: Path, timeout: float) -> dict:
+    """scripts/dsv4_kernels.py with the image's cache variables: its JSON and the census of what it built."""
+    before, after = out / "listing-precompile-before.json", out / "listing-precompile-after.json"
+    tool(engine, "census", "--cache", str(CACHE), "--listing", str(before))
+    path = out / "dsv4-kernels.json"
+    t0 = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "dsv4_kernels.py"), "--model", model, "--out", str(path)],
+        env=env(engine), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    print(run.stderr[-2500:], flush=True)
+    if run.returncode not in (0, 1) or not path.exists():
+        sys.exit(f"precompile: dsv4_kernels.py failed: {run.stderr.strip()[-600:]}")
+    census = json.loads(
+        tool(engine, "census", "--cache", str(CACHE), "--listing", str(after), "--since", str(before)).stdout
+    )
+    result = json.loads(path.read_text())
+    summary = {k: result[k] for k in ("jobs", "workers", "seconds", "failed")}
+    print(f"precompile: {result['jobs']} variants in {round(time.monotonic() - t0, 1)} s with {result['workers']} "
+          f"workers, compiles {census.get('changed')}, failed {len(result['failed'])}", flush=True)  # fmt: skip
+    return {**summary, "changed": census.get("changed"), "built": result["built"]}
+
+
 def greedy_equal(starts: list) -> dict:
     """Each tail request's greedy text with DSpark (the last start that had it) against without (nospec)."""
     spec = [r for r in starts if r.get("dsv4", {}).get("rows") and r["start"] != "nospec"]
@@ -397,22 +430,23 @@ def main() -> int:
             aot = json.loads((seed / "aot.json").read_text())
             report["aot"] = {"seconds": round(time.monotonic() - t0, 1), "aot": aot}
             print(f"aot: {report['aot']['seconds']} s", flush=True)
+        elif step == "precompile":  # dsv4: every mHC kernel variant at once, into a fresh /cache the warmrun keeps
+            fresh_cache(args.engine, seed)
+            report["precompile"] = precompile(args.engine, args.model, out, args.timeout)
+            KEEP.write_text("precompile\n")
         elif step in ("seeded", "packed", "warmrun", "nospec"):
-            shutil.rmtree(CACHE, ignore_errors=True)
-            CACHE.mkdir()
-            (seed / "cache").mkdir(parents=True, exist_ok=True)  # no aot step: an empty seed
-            tool(
-                args.engine,
-                "seed",
-                "--cache",
-                str(CACHE),
-                "--seed",
-                str(warm if step in ("packed", "nospec") else seed),
-            )
+            if step == "warmrun" and KEEP.exists():
+                print("warmrun: on the /cache the precompile step (or a warmrun cut short) left", flush=True)
+            else:
+                fresh_cache(args.engine, warm if step in ("packed", "nospec") else seed)
+            if step == "warmrun":
+                KEEP.write_text("warmrun\n")  # a warmrun cut short by a call's limit goes on with what it built
             load = "prompts" if not dsv4 else {"warmrun": "warm", "nospec": "nospec"}.get(step, "tail")
             report["starts"].append(start(args.engine, step, args.model, out, args.timeout, load))
             if step == "nospec":
                 report["dspark_greedy_equal"] = greedy_equal(report["starts"])
+            if step == "warmrun":
+                KEEP.unlink(missing_ok=True)
         elif step == "second":
             load = "tail" if dsv4 else "prompts"
             report["starts"].append(start(args.engine, step, args.model, out, args.timeout, load))
