@@ -28,6 +28,7 @@ variants built, seconds per job and in all.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import multiprocessing
 import os
@@ -42,6 +43,19 @@ import dsv4_warm  # noqa: E402
 MODEL_FILE = "vllm/models/deepseek_v4/nvidia/model.py"
 HC_POST_ALPHA = 2.0  # DeepseekV4DecoderLayer: `self.hc_post_alpha = 2.0`, checked against the engine's text
 CONFIG_KEYS = ("hidden_size", "hc_mult", "rms_norm_eps", "hc_eps", "hc_sinkhorn_iters")
+
+
+# the wrappers build() calls and the parameters it passes them by name, checked against the engine's text
+WRAPPERS = {
+    "mhc_pre_broadcast_tilelang": ("residual", "fn", "hc_scale", "hc_base", "rms_eps", "hc_pre_eps",
+                                   "hc_sinkhorn_eps", "hc_post_mult_value", "sinkhorn_repeat", "n_splits",
+                                   "norm_weight", "norm_eps", "fn_broadcast"),
+    "mhc_fused_post_pre_tilelang": ("x", "residual", "post_layer_mix", "comb_res_mix", "fn", "hc_scale", "hc_base",
+                                    "rms_eps", "hc_pre_eps", "hc_sinkhorn_eps", "hc_post_mult_value",
+                                    "sinkhorn_repeat", "n_splits", "tile_n", "norm_weight", "norm_eps"),
+    "mhc_post_tilelang": ("x", "residual", "post_layer_mix", "comb_res_mix"),
+    "hc_head_fused_kernel_tilelang": ("hs_flat", "fn", "hc_scale", "hc_base", "rms_eps", "hc_eps"),
+}  # fmt: skip
 
 
 class KernelError(Exception):
@@ -63,6 +77,18 @@ def model_values(model: str, source: str | None) -> dict:
     if f"self.hc_post_alpha = {HC_POST_ALPHA}" not in text:
         raise KernelError(f"{MODEL_FILE}: 'self.hc_post_alpha = {HC_POST_ALPHA}' is gone: re-read the decoder layer")
     return {k: config[k] for k in CONFIG_KEYS}
+
+
+def check_wrappers(text: str) -> None:
+    """The wrappers build() calls take the parameters it passes, in that order, or one line naming what moved."""
+    found = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+    for name, params in WRAPPERS.items():
+        if name not in found:
+            raise KernelError(f"{dsv4_warm.CALLS_FILE}: no {name}: the mHC wrappers changed, re-read them")
+        have = tuple(a.arg for a in found[name].args.args)
+        if have != params:
+            raise KernelError(f"{dsv4_warm.CALLS_FILE}: {name}({', '.join(have)}) is not the ({', '.join(params)}) "
+                              f"this script passes: re-read it")  # fmt: skip
 
 
 def jobs_of(plan: dict) -> list[tuple[str, int]]:
@@ -130,6 +156,7 @@ def run(args) -> dict:
             f"{args.model}/config.json: hidden_size {values['hidden_size']}, hc_mult {values['hc_mult']}: the "
             f"plan's call sites assume {dsv4_warm.HIDDEN} and {dsv4_warm.HC_MULT} (DeepSeek-V4-Flash)"
         )
+    check_wrappers(dsv4_warm.engine_source(dsv4_warm.CALLS_FILE, args.source))
     plan = dsv4_warm.make_plan(argparse.Namespace(sms=args.sms, source=args.source, max_batched=args.max_batched))
     jobs = [j for j in jobs_of(plan) if j[1] <= args.max_batched]
     t0 = time.monotonic()

@@ -572,3 +572,79 @@ def test_tail_against_the_stand_in_reports_percentiles_and_every_bucket(tmp_path
     assert [len(json.loads(x)["prompt"]) for x in log.read_text().splitlines()] == [
         r["prompt_tokens"] for r in result["rows"]
     ]
+
+
+# ---- scripts/dsv4_kernels.py: every mHC variant built at once (its GPU half runs on the device)
+
+
+def kernels_plan(whl: Path, sms: int = 132) -> dict:
+    return dsv4_warm.make_plan(SimpleNamespace(sms=str(sms), source=str(whl), max_batched=8192))
+
+
+@pytest.mark.parametrize("sms", [114, 132])
+def test_one_job_per_kernel_variant_and_every_variant_reached(vllm_whl, sms):
+    import dsv4_kernels
+
+    plan = kernels_plan(vllm_whl, sms)
+    split = dsv4_warm.split_rule(source(vllm_whl, dsv4_warm.SPLIT_FILE), sms)
+    jobs = dsv4_kernels.jobs_of(plan)
+    built = []
+    for site, t in jobs:  # a 'layer0' job builds the broadcast pre's variant, a 'pre' job the residual one
+        (v,) = [v for v in dsv4_warm.variants(split, t) if v[0] == site or v[0] == "small"]
+        built.append(v)
+    wanted = {(s, int(n)) for s, per in plan["variants"].items() for n in per}
+    assert set(built) == wanted, sorted(wanted - set(built))
+    assert len(built) == len(wanted)  # none built twice: no two workers write one cache entry
+
+
+def test_the_wrappers_it_calls_take_what_it_passes(vllm_whl):
+    import dsv4_kernels
+
+    text = source(vllm_whl, dsv4_warm.CALLS_FILE)
+    dsv4_kernels.check_wrappers(text)  # the engine's own signatures
+    moved = text.replace("def mhc_post_tilelang(\n    x: torch.Tensor,", "def mhc_post_tilelang(\n    y: torch.Tensor,")
+    assert moved != text
+    with pytest.raises(dsv4_kernels.KernelError, match=r"mhc_post_tilelang\(y, residual"):
+        dsv4_kernels.check_wrappers(moved)
+    with pytest.raises(dsv4_kernels.KernelError, match="no hc_head_fused_kernel_tilelang"):
+        dsv4_kernels.check_wrappers(text.replace("def hc_head_fused_kernel_tilelang(", "def hc_head_other("))
+    assert "self.hc_post_alpha = 2.0" in source(vllm_whl, dsv4_kernels.MODEL_FILE)
+
+
+def test_the_keying_values_come_from_the_checkpoint(tmp_path, vllm_whl):
+    import dsv4_kernels
+
+    config = {"hidden_size": 4096, "hc_mult": 4, "rms_norm_eps": 1e-6, "hc_eps": 1e-6, "hc_sinkhorn_iters": 20}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert dsv4_kernels.model_values(str(tmp_path), str(vllm_whl)) == config
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4096}))
+    with pytest.raises(dsv4_kernels.KernelError, match=r"config.json: no hc_mult, rms_norm_eps, hc_eps"):
+        dsv4_kernels.model_values(str(tmp_path), str(vllm_whl))
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(dsv4_kernels.KernelError, match="not a JSON object"):
+        dsv4_kernels.model_values(str(tmp_path), str(vllm_whl))
+
+
+def test_the_tiny_checkpoint_carries_every_keying_value(tiny):
+    import dsv4_kernels
+
+    _, config, _ = tiny
+    assert all(k in config for k in dsv4_kernels.CONFIG_KEYS)
+    assert (config["hidden_size"], config["hc_mult"]) == (dsv4_warm.HIDDEN, dsv4_warm.HC_MULT)
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [(["--jobs", "0"], "--jobs and --max-batched"), (["--sms", "x"], "--sms 'x'"), ([], "cannot read the model")],
+)
+def test_kernels_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, vllm_whl, argv, said):
+    import dsv4_kernels
+
+    model = tmp_path / "m"
+    if argv:  # a model it can read: the argument is what is refused
+        model.mkdir()
+        keys = {"hidden_size": 4096, "hc_mult": 4, "rms_norm_eps": 1e-6, "hc_eps": 1e-6, "hc_sinkhorn_iters": 20}
+        (model / "config.json").write_text(json.dumps(keys))
+    assert dsv4_kernels.main(["--model", str(model), "--source", str(vllm_whl), *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and "Traceback" not in err
