@@ -46,7 +46,7 @@ PY
     manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1 linux; do plats="$plats --platform ${p}_x86_64"; done
   "$root/.venv/bin/python" -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
     --implementation cp $plats -d "$root/.whl/gpu" -r /tmp/dsv4-gpu-req.txt
-  "$root/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "$root/.venv/bin/python" -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d "$root/.whl" -r "$root/constraints/vllm-dspark/precompiled-py3.12-linux-amd64.txt"
   ls "$root/.whl" "$root/.whl/gpu" | wc -l ;;
 pack)
