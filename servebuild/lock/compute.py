@@ -18,8 +18,7 @@ from servebuild.patchfiles import is_native
 from servebuild.recipe.aptsteps import apt_steps
 from servebuild.recipe.load import LoadedRecipe
 from servebuild.recipe.schema import PatchEntry
-from servebuild.sources.artifacts import fetch_artifact
-from servebuild.sources.prepare import prepare_engine_source
+from servebuild.sources.prepare import fetch_release, prepare_engine_source
 from servebuild.sources.prs import find_pr_commit
 from servebuild.sources.stack import SourceCache
 from servebuild.sources.versionfile import check_sdist_commit, commit_in_sdist
@@ -139,15 +138,7 @@ def _sdist_commit(loaded: LoadedRecipe, cache: SourceCache, unresolved: list[str
     if origin.kind != "pypi" or origin.version_file is None:
         return {}
     try:
-        path, _ = fetch_artifact(
-            loaded.root / origin.requirement,
-            origin.requirement,
-            origin.artifact,
-            platform,
-            loaded.recipe.python,
-            cache.root,
-            offline=cache.offline,
-        )
+        path, _ = fetch_release(loaded, origin, platform, cache.root, cache.offline)
     except (HostError, Refused) as exc:  # unreachable index, or --offline with an empty cache
         unresolved.append(f"engine.source.sdist_commit: {exc.problem}")
         return {"sdist_commit": None}

@@ -15,6 +15,21 @@ from servebuild.sources.stack import PreparedSource, SourceCache
 from servebuild.sources.versionfile import check_sdist_commit
 
 
+def fetch_release(loaded: LoadedRecipe, origin, platform: str, cache_root: Path, offline: bool, ca_bundle=None):
+    """The engine's release artifact an origin of kind pypi names (its requirement file's pinned hash), from
+    the cache or the index: (path, digest). Both the lock (the sdist's commit) and the preparation read it."""
+    return fetch_artifact(
+        loaded.root / origin.requirement,
+        origin.requirement,
+        origin.artifact,
+        platform,
+        loaded.recipe.python,
+        cache_root,
+        offline=offline,
+        ca_bundle=ca_bundle,
+    )
+
+
 def prepare_engine_source(
     loaded: LoadedRecipe,
     platform: str,
@@ -30,16 +45,7 @@ def prepare_engine_source(
     origin = mode.tree_origin(engine, platform)
     release = None
     if origin.kind == "pypi":
-        path, digest = fetch_artifact(
-            loaded.root / origin.requirement,
-            origin.requirement,
-            origin.artifact,
-            platform,
-            loaded.recipe.python,
-            cache.root,
-            offline=offline,
-            ca_bundle=ca_bundle,
-        )
+        path, digest = fetch_release(loaded, origin, platform, cache.root, offline, ca_bundle)
         release = (path, digest, origin.artifact, origin.package_prefix)
     # the rule depends on the mode and the engine's other fields: they key a remembered preparation
     rule_key = canonical_json(engine.model_dump(mode="json", exclude={"source"}))
