@@ -78,6 +78,11 @@ CONFINED = "tests/unit/test_cache_tool_confined.py"
 WIRE = "tests/unit/test_bench_wire.py"
 REUSE = "tests/unit/test_stage_reuse.py"
 ONEIMPORT = "tests/unit/test_profile_check_one_import.py"
+IDS = "tests/unit/test_committed_ids.py"
+DEBH = "tests/unit/test_debian_pins_held.py"
+LIMITS_T = "tests/unit/test_input_limits.py"
+SUMS = "tests/unit/test_bench_and_bisect_summaries.py"
+INFO = "tests/unit/test_servebuild_info.py"
 
 
 def h(mode: str) -> str:
@@ -1327,6 +1332,324 @@ MUTANTS = [
         "        os._exit(0)",
         (f"{ONEIMPORT}::test_a_server_that_never_parses_is_a_finding_not_a_pass",),
         "a child that never reached the parser writes no outcome: judged as exited either way",
+    ),
+    # issue 45, item 7: the held-out survivors of the round at 5d49d2d, weakest modules first
+    # build/committed.py: the committed-digest verdict and the file it reads
+    Mutant(
+        "committed-match-by-layers",
+        "servebuild/build/committed.py",
+        "    if committed.image == image_id:",
+        "    if layers == committed.layers:",
+        (f"{IDS}::test_the_same_layers_under_another_image_id_do_not_match",),
+    ),
+    Mutant(
+        "committed-layer-count-unchecked",
+        "servebuild/build/committed.py",
+        "    if len(layers) != len(committed.layers):",
+        "    if False:",
+        (f"{IDS}::test_a_layer_count_that_differs_is_named_when_every_shared_layer_is_the_same",),
+    ),
+    Mutant(
+        "committed-unknown-keys-allowed",
+        "servebuild/build/committed.py",
+        'model_config = ConfigDict(extra="forbid", frozen=True, strict=True)',
+        'model_config = ConfigDict(extra="ignore", frozen=True, strict=True)',
+        (f"{IDS}::test_a_malformed_entry_is_one_line_naming_its_field",),
+    ),
+    Mutant(
+        "committed-layer-digests-unchecked",
+        "servebuild/build/committed.py",
+        "bad = next((x for x in v if not DIGEST.fullmatch(x)), None)",
+        "bad = None",
+        (f"{IDS}::test_a_malformed_entry_is_one_line_naming_its_field",),
+    ),
+    Mutant(
+        "committed-image-digest-prefix",
+        "servebuild/build/committed.py",
+        "if v is not None and not DIGEST.fullmatch(v):",
+        "if v is not None and not DIGEST.match(v):",
+        (f"{IDS}::test_a_malformed_entry_is_one_line_naming_its_field",),
+    ),
+    Mutant(
+        "committed-layer-digest-prefix",
+        "servebuild/build/committed.py",
+        "bad = next((x for x in v if not DIGEST.fullmatch(x)), None)",
+        "bad = next((x for x in v if not DIGEST.match(x)), None)",
+        (f"{IDS}::test_a_malformed_entry_is_one_line_naming_its_field",),
+    ),
+    Mutant(
+        "committed-ids-file-links-out",
+        "servebuild/build/committed.py",
+        "    check_link_inside(path, loaded.root)\n",
+        "",
+        (f"{IDS}::test_an_ids_file_linking_out_of_the_project_is_refused",),
+    ),
+    Mutant(
+        "committed-record-drops-other-platforms",
+        "servebuild/build/committed.py",
+        "data = {p: e.model_dump(exclude_none=True) for p, e in load_committed(loaded).items()}",
+        "data = {}",
+        (f"{IDS}::test_record_keeps_every_other_platform_and_variant",),
+    ),
+    Mutant(
+        "committed-not-a-mapping-taken",
+        "servebuild/build/committed.py",
+        '    if not isinstance(data, dict):\n        raise InputError("malformed ids file',
+        '    if False:\n        raise InputError("malformed ids file',
+        (f"{IDS}::test_an_ids_file_that_is_not_a_mapping_is_one_line",),
+    ),
+    Mutant(
+        "committed-ids-read-after-the-build",
+        "servebuild/cli/build.py",
+        "        if not plan.options.stack:  # a malformed ids file",
+        "        if False:  # a malformed ids file",
+        (f"{IDS}::test_build_refuses_a_malformed_ids_file_before_building",),
+    ),
+    Mutant(
+        "committed-main-reads-ids-after-bootstrap",
+        "servebuild/cli/build.py",
+        "    committed.load_committed(loaded)  # a malformed ids file",
+        "    pass  # a malformed ids file",
+        (f"{IDS}::test_main_refuses_a_malformed_ids_file_before_bootstrapping_a_base",),
+    ),
+    # lock/debian.py, sources/debs.py, sources/rootfs.py, build/bases.py
+    Mutant(
+        "debian-suite-prefix",
+        "servebuild/lock/debian.py",
+        "        if not SUITE.fullmatch(v):",
+        "        if not SUITE.match(v):",
+        (f"{DEBH}::test_a_suite_is_matched_whole_not_as_a_prefix",),
+    ),
+    Mutant(
+        "base-suite-prefix",
+        "servebuild/build/bases.py",
+        "    if not SUITE.fullmatch(suite):",
+        "    if not SUITE.match(suite):",
+        (f"{DEBH}::test_a_suite_is_matched_whole_not_as_a_prefix",),
+    ),
+    Mutant(
+        "minbase-suite-prefix",
+        "servebuild/lock/debian.py",
+        "?or(?archive(^{suite}$),?codename(^{suite}$))",
+        "?or(?archive(^{suite}),?codename(^{suite}))",
+        (f"{DEBH}::test_the_minbase_patterns_anchor_the_suite",),
+    ),
+    Mutant(
+        "debian-file-mirror-accepted",
+        "servebuild/lock/debian.py",
+        '        if not re.fullmatch(r"https?://',
+        '        if not re.search(r"https?://',
+        (f"{DEBH}::test_a_mirror_is_an_http_url_whole",),
+    ),
+    Mutant(
+        "relock-rollback-check-skipped",
+        "servebuild/lock/debian.py",
+        "not_before=prior.release if prior and prior.suite == suite else None,",
+        "not_before=None,",
+        (f"{DEBH}::test_a_re_lock_against_a_rolled_back_mirror_is_refused_not_left_unresolved",),
+    ),
+    Mutant(
+        "rolled-back-mirror-unresolved",
+        "servebuild/lock/debian.py",
+        "    if locked is not None and release.epoch < locked.epoch:\n        raise Refused(",
+        "    if locked is not None and release.epoch < locked.epoch:\n        raise HostError(",
+        (f"{DEBH}::test_a_re_lock_against_a_rolled_back_mirror_is_refused_not_left_unresolved",),
+    ),
+    Mutant(
+        "unrequested-paragraphs-kept",
+        "servebuild/lock/debian.py",
+        "if key in set(wanted) and key not in found:",
+        "if key not in found:",
+        (f"{DEBH}::test_paragraphs_apt_cache_shows_that_were_not_asked_for_are_not_pins",),
+    ),
+    Mutant(
+        "deb-version-not-compared",
+        "servebuild/sources/debs.py",
+        "            pkg.name,\n            pkg.version,\n            pkg.arch,",
+        '            pkg.name,\n            fields.get("Version"),\n            pkg.arch,',
+        (f"{DEBH}::test_a_deb_whose_own_version_is_not_the_pin_is_refused",),
+    ),
+    Mutant(
+        "deb-limit-raised-1000-fold",
+        "servebuild/sources/debs.py",
+        "DEB_LIMIT = 1 << 30",
+        "DEB_LIMIT = 1000 << 30",
+        (f"{DEBH}::test_a_deb_of_more_than_1_gib_is_not_a_pin", f"{DEBH}::test_a_download_is_bounded_at_1_gib"),
+    ),
+    Mutant(
+        "deb-download-unbounded",
+        "servebuild/sources/debs.py",
+        "mirror_reads.get(url, DEB_LIMIT, sink=sink)",
+        "mirror_reads.get(url, 1 << 40, sink=sink)",
+        (f"{DEBH}::test_a_download_is_bounded_at_1_gib",),
+    ),
+    Mutant(
+        "any-dpkg-status-installed",
+        "servebuild/sources/rootfs.py",
+        'if para.get("Status", "").endswith(" installed"):',
+        'if para.get("Status", "").endswith("installed"):',
+        (f"{DEBH}::test_only_packages_dpkg_says_are_installed_count",),
+    ),
+    Mutant(
+        "var-log-link-or-device-kept",
+        "servebuild/sources/rootfs.py",
+        "(member.size > 0 or not member.isreg())",
+        "(member.size > 0)",
+        (f"{DEBH}::test_var_log_keeps_its_folders_and_empty_files_only",),
+    ),
+    Mutant(
+        "base-lock-of-another-suite-used",
+        "servebuild/build/bases.py",
+        "    if pins is not None and pins.suite == suite:",
+        "    if pins is not None:",
+        (f"{DEBH}::test_a_lock_for_another_suite_is_not_used",),
+    ),
+    # fsutil: the readers' limits at their edges, append mode, FIFOs
+    Mutant(
+        "fsutil-exact-limit-refused",
+        "servebuild/fsutil.py",
+        "    if size > limit.max_bytes:",
+        "    if size >= limit.max_bytes:",
+        (f"{LIMITS_T}::test_a_file_of_exactly_its_limit_is_read_and_one_byte_more_is_not",),
+    ),
+    Mutant(
+        "fsutil-one-byte-over-read",
+        "servebuild/fsutil.py",
+        "    if size > limit.max_bytes:",
+        "    if size > limit.max_bytes + 1:",
+        (f"{LIMITS_T}::test_a_file_of_exactly_its_limit_is_read_and_one_byte_more_is_not",),
+    ),
+    Mutant(
+        "fsutil-line-limit-off-by-one",
+        "servebuild/fsutil.py",
+        "        if lines > limit.max_lines:",
+        "        if lines >= limit.max_lines:",
+        (f"{LIMITS_T}::test_a_file_of_exactly_the_line_limit_is_read_and_one_line_more_is_not",),
+    ),
+    Mutant(
+        "fsutil-line-limit-one-over-read",
+        "servebuild/fsutil.py",
+        "        if lines > limit.max_lines:",
+        "        if lines > limit.max_lines + 1:",
+        (f"{LIMITS_T}::test_a_file_of_exactly_the_line_limit_is_read_and_one_line_more_is_not",),
+    ),
+    Mutant(
+        "fsutil-append-truncates",
+        "servebuild/fsutil.py",
+        "        if truncate and not append and not exclusive:",
+        "        if truncate and not exclusive:",
+        (f"{LIMITS_T}::test_append_mode_keeps_what_the_file_held",),
+    ),
+    Mutant(
+        "fsutil-fifo-regular-by-stat",
+        "servebuild/fsutil.py",
+        '    if not stat.S_ISREG(st.st_mode):\n        raise error(f"is not a regular file ({limit.what})", **place)\n'
+        "    _check_size(st.st_size, limit, error, place)\n    return st",
+        "    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):\n"
+        '        raise error(f"is not a regular file ({limit.what})", **place)\n'
+        "    _check_size(st.st_size, limit, error, place)\n    return st",
+        (f"{LIMITS_T}::test_a_fifo_is_not_a_regular_file_by_stat",),
+    ),
+    Mutant(
+        "fsutil-fifo-regular-on-the-open-file",
+        "servebuild/fsutil.py",
+        '        st = os.fstat(fd)\n        if not stat.S_ISREG(st.st_mode):\n            raise error(f"is not a regular',
+        "        st = os.fstat(fd)\n        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):\n"
+        '            raise error(f"is not a regular',
+        (f"{LIMITS_T}::test_a_fifo_swapped_in_after_the_stat_is_refused_on_the_open_file",),
+    ),
+    # bench summaries and bisect rows
+    Mutant(
+        "bench-decode-outputs-always-identical",
+        "servebuild/tools/bench_suites.py",
+        '"decode_outputs_identical": len({s.text_sha256 for s in got}) == 1}',
+        '"decode_outputs_identical": True}',
+        (f"{SUMS}::test_decode_outputs_differ_when_one_run_says_something_else",),
+    ),
+    Mutant(
+        "bench-tail-e2e-from-ttft",
+        "servebuild/tools/bench_suites.py",
+        '**tails("tail_latency_s", [s.latency_s for s in got]),',
+        '**tails("tail_latency_s", [s.ttft_s for s in got]),',
+        (f"{SUMS}::test_the_tail_e2e_latency_is_the_requests_latency_not_their_ttft",),
+    ),
+    Mutant(
+        "bench-booleans-are-numbers",
+        "servebuild/tools/bench_suites.py",
+        "        if isinstance(v, (int, float)) and not isinstance(v, bool):",
+        "        if isinstance(v, (int, float)):",
+        (f"{SUMS}::test_booleans_nan_and_infinities_are_not_numbers_of_a_summary",),
+    ),
+    Mutant(
+        "bench-nan-and-inf-are-numbers",
+        "servebuild/tools/bench_suites.py",
+        "            if math.isfinite(v):\n                out.append(v)",
+        "            if True:\n                out.append(v)",
+        (f"{SUMS}::test_booleans_nan_and_infinities_are_not_numbers_of_a_summary",),
+    ),
+    Mutant(
+        "bench-prefill-rate-from-completion-tokens",
+        "servebuild/tools/bench_suites.py",
+        "[s.prompt_tokens / s.ttft_s for s in got",
+        "[(s.completion_tokens or 0) / s.ttft_s for s in got",
+        (f"{SUMS}::test_the_prefill_rate_is_prompt_tokens_over_ttft_not_completion_tokens",),
+    ),
+    Mutant(
+        "bisect-spread-for-one-run",
+        "servebuild/check/bisect.py",
+        "            if len(values) > 1:\n                self.spread[name]",
+        "            if len(values) >= 1:\n                self.spread[name]",
+        (f"{SUMS}::test_a_one_run_row_has_no_spread_and_two_runs_do",),
+    ),
+    Mutant(
+        "bisect-nan-in-a-median",
+        "servebuild/check/bisect.py",
+        "and not isinstance(value, bool) and math.isfinite(value)",
+        "and not isinstance(value, bool)",
+        (f"{SUMS}::test_a_nan_infinite_or_boolean_run_value_is_not_in_the_median",),
+    ),
+    Mutant(
+        "bisect-boolean-in-a-median",
+        "servebuild/check/bisect.py",
+        "and not isinstance(value, bool) and math.isfinite(value)",
+        "and math.isfinite(value)",
+        (f"{SUMS}::test_a_nan_infinite_or_boolean_run_value_is_not_in_the_median",),
+    ),
+    # item 6: the image's info tool
+    Mutant(
+        "info-fifo-waited-on",
+        "servebuild/tools/servebuild_info.py",
+        "fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)",
+        "fd = os.open(path, os.O_RDONLY)",
+        (f"{INFO}::test_a_fifo_or_a_directory_is_refused_without_waiting",),
+    ),
+    Mutant(
+        "info-escapes-printed-raw",
+        "servebuild/tools/servebuild_info.py",
+        'return "\\n".join(shown(line) for line in lines)',
+        'return "\\n".join(lines)',
+        (f"{INFO}::test_no_control_or_format_character_of_a_manifest_is_printed_raw",),
+    ),
+    Mutant(
+        "info-list-taken-for-an-object",
+        "servebuild/tools/servebuild_info.py",
+        '        if not isinstance(value, dict):\n            self.fail(field, f"is {_kind(value)}, not an object")',
+        '        if False:\n            self.fail(field, f"is {_kind(value)}, not an object")',
+        (f"{INFO}::test_a_manifest_field_of_the_wrong_kind_is_one_line_naming_it",),
+    ),
+    Mutant(
+        "info-long-text-taken",
+        "servebuild/tools/servebuild_info.py",
+        "        if len(value) > MAX_TEXT:",
+        "        if False:",
+        (f"{INFO}::test_deep_nesting_and_huge_or_non_finite_values_are_one_line",),
+    ),
+    Mutant(
+        "info-nan-taken",
+        "servebuild/tools/servebuild_info.py",
+        'data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)',
+        'data = json.loads(raw.decode("utf-8"))',
+        (f"{INFO}::test_deep_nesting_and_huge_or_non_finite_values_are_one_line",),
     ),
 ]
 
