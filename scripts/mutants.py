@@ -1615,6 +1615,27 @@ MUTANTS = [
         "and math.isfinite(value)",
         (f"{SUMS}::test_a_nan_infinite_or_boolean_run_value_is_not_in_the_median",),
     ),
+    Mutant(
+        "bench-cache-hit-threshold-moved",
+        "servebuild/tools/bench_suites.py",
+        "(f.cached_tokens or 0) > 0.5 * f.prompt_tokens",
+        "(f.cached_tokens or 0) > 0.9 * f.prompt_tokens",
+        (f"{SUMS}::test_the_nonce_check_calls_a_prompt_cached_past_half_its_tokens_a_hit",),
+    ),
+    Mutant(
+        "bench-cache-hit-at-half",
+        "servebuild/tools/bench_suites.py",
+        "(f.cached_tokens or 0) > 0.5 * f.prompt_tokens",
+        "(f.cached_tokens or 0) >= 0.5 * f.prompt_tokens",
+        (f"{SUMS}::test_the_nonce_check_calls_a_prompt_cached_past_half_its_tokens_a_hit",),
+    ),
+    Mutant(
+        "bench-grid-one-prompt-per-stream",
+        "servebuild/tools/bench_suites.py",
+        "prompts = [run.maker.make(size) for _ in range(max(10, 3 * conc))]",
+        "prompts = [run.maker.make(size) for _ in range(conc)]",
+        (f"{SUMS}::test_the_grid_sends_three_prompts_per_stream_and_at_least_ten",),
+    ),
     # item 6: the image's info tool
     Mutant(
         "info-fifo-waited-on",

@@ -180,3 +180,35 @@ def test_a_nan_infinite_or_boolean_run_value_is_not_in_the_median(odd):
         row.add(0, 1.0, {"tps": value}, "log", None)
     assert row.metrics["tps"] == 2.0 and row.spread["tps"] == [1.0, 3.0]
     assert not bisect._number(odd)
+
+
+def test_the_nonce_check_calls_a_prompt_cached_past_half_its_tokens_a_hit(monkeypatch):
+    """A fresh prompt the server counts as more than half cached is a prefix-cache hit; exactly half is not."""
+    maker = bench_suites.PromptMaker()
+    for cached, hit in ((501, True), (500, False)):
+
+        def stream(server, body, sample, cached=cached):  # stands in for the server: equal times, `cached` of 1000
+            sample.ok, sample.ttft_s, sample.prompt_tokens, sample.cached_tokens = True, 0.1, 1000, cached
+            return sample
+
+        monkeypatch.setattr(bench_suites, "stream", stream)
+        monkeypatch.setattr(bench_suites, "request_body", lambda server, prompt, max_tokens: prompt)
+        if hit:
+            with pytest.raises(bench_client.BenchError, match="1000 tokens was served from the prefix cache"):
+                bench_suites.nonce_check(None, maker, 64)
+        else:
+            assert bench_suites.nonce_check(None, maker, 64)["nonce_check"].startswith("ok")
+
+
+def test_the_grid_sends_three_prompts_per_stream_and_at_least_ten():
+    sent = {}
+    run = bench_suites.Run(server=None, maker=Maker(), grid_sizes=(8,), concurrencies=(1, 5, 20))
+    run.warm = lambda *a, **k: None
+
+    def parallel(suite, case, prompts, concurrency, max_tokens):
+        sent[concurrency] = len(prompts)
+        return [sample(ttft_s=0.1, latency_s=1.0, completion_tokens=4) for _ in prompts]
+
+    run.parallel = parallel
+    bench_suites.grid(run)
+    assert sent == {1: 10, 5: 15, 20: 60}
