@@ -83,6 +83,9 @@ DEBH = "tests/unit/test_debian_pins_held.py"
 LIMITS_T = "tests/unit/test_input_limits.py"
 SUMS = "tests/unit/test_bench_and_bisect_summaries.py"
 INFO = "tests/unit/test_servebuild_info.py"
+CACHET = "tests/unit/test_cache_tool_confined.py"
+COPYUPS = "tests/unit/test_copyups.py"
+PAYLOAD_T = "tests/unit/test_payload_row.py"
 
 
 def h(mode: str) -> str:
@@ -1635,6 +1638,113 @@ MUTANTS = [
         "prompts = [run.maker.make(size) for _ in range(max(10, 3 * conc))]",
         "prompts = [run.maker.make(size) for _ in range(conc)]",
         (f"{SUMS}::test_the_grid_sends_three_prompts_per_stream_and_at_least_ten",),
+    ),
+    # settle, copy-ups, the payload table's conditions, the cache tool's pack and seed
+    Mutant(
+        "settle-comment-continues",
+        "servebuild/render/settle.py",
+        'if not line.endswith("\\\\") or line.lstrip().startswith("#"):',
+        'if not line.endswith("\\\\"):',
+        (f"{SETTLE}::test_a_comment_ending_in_a_backslash_does_not_swallow_the_next_run",),
+    ),
+    Mutant(
+        "settle-touch-follows-links",
+        "servebuild/render/settle.py",
+        "-newer {MARK} -exec touch -h -d",
+        "-newer {MARK} -exec touch -d",
+        (f"{SETTLE}::test_the_settle_sets_a_links_own_time_and_leaves_its_target_alone",),
+    ),
+    Mutant(
+        "copyup-owner-ignored",
+        "servebuild/build/copyups.py",
+        "below.get(path) == (mode, uid, gid, True)",
+        "(below.get(path) or (None,))[0] == mode",
+        (f"{COPYUPS}::test_a_directory_whose_owner_changed_is_not_named",),
+    ),
+    Mutant(
+        "copyup-direct-parent-only",
+        "servebuild/build/copyups.py",
+        '            while "/" in path:',
+        '            if "/" in path:',
+        (f"{COPYUPS}::test_a_change_deep_under_a_directory_keeps_it_off_the_list",),
+    ),
+    Mutant(
+        "copyup-last-layer-only",
+        "servebuild/build/copyups.py",
+        "        below.update({path: (mode, uid, gid, is_dir) for path, mode, uid, gid, is_dir in entries})",
+        "        below = {path: (mode, uid, gid, is_dir) for path, mode, uid, gid, is_dir in entries}",
+        (f"{COPYUPS}::test_what_a_directory_was_is_read_from_every_layer_below_not_the_last_alone",),
+    ),
+    Mutant(
+        "payload-profiles-always",
+        "servebuild/render/payload.py",
+        '"profiles": lambda recipe, has_aot: bool(recipe.launch.profiles),',
+        '"profiles": lambda recipe, has_aot: True,',
+        (f"{PAYLOAD_T}::test_each_condition_of_the_table_is_what_it_says",),
+    ),
+    Mutant(
+        "payload-argcheck-without-profiles",
+        "servebuild/render/payload.py",
+        "bool(_kind(recipe) and _kind(recipe).argcheck and recipe.launch.profiles)",
+        "bool(_kind(recipe) and _kind(recipe).argcheck)",
+        (f"{PAYLOAD_T}::test_each_condition_of_the_table_is_what_it_says",),
+    ),
+    Mutant(
+        "payload-argcheck-without-a-hook",
+        "servebuild/render/payload.py",
+        "bool(_kind(recipe) and _kind(recipe).argcheck and recipe.launch.profiles)",
+        "bool(_kind(recipe) and recipe.launch.profiles)",
+        (f"{PAYLOAD_T}::test_an_engine_kind_without_an_argcheck_hook_carries_no_argcheck_row",),
+    ),
+    Mutant(
+        "payload-bench-without-an-engine",
+        "servebuild/render/payload.py",
+        '"bench": lambda recipe, has_aot: bool(_kind(recipe) and recipe.launch.profiles),',
+        '"bench": lambda recipe, has_aot: bool(recipe.launch.profiles),',
+        (f"{PAYLOAD_T}::test_each_condition_of_the_table_is_what_it_says",),
+    ),
+    Mutant(
+        "payload-serve-time-jit-any-engine",
+        "servebuild/render/payload.py",
+        "bool(_kind(recipe) and _kind(recipe).serve_time_jit)",
+        "bool(_kind(recipe) and recipe.launch.profiles)",
+        (f"{PAYLOAD_T}::test_each_condition_of_the_table_is_what_it_says",),
+    ),
+    Mutant(
+        "payload-aot-always",
+        "servebuild/render/payload.py",
+        '"aot": lambda recipe, has_aot: has_aot,',
+        '"aot": lambda recipe, has_aot: True,',
+        (f"{PAYLOAD_T}::test_each_condition_of_the_table_is_what_it_says",),
+    ),
+    Mutant(
+        "cache-pack-limit-exclusive",
+        "servebuild/tools/servebuild_cache.py",
+        "    if total > max_bytes:",
+        "    if total >= max_bytes:",
+        (f"{CACHET}::test_pack_takes_a_run_of_exactly_its_limit_and_refuses_one_byte_more",),
+    ),
+    Mutant(
+        "cache-pack-limit-off",
+        "servebuild/tools/servebuild_cache.py",
+        "    if total > max_bytes:",
+        "    if total > max_bytes * 1000:",
+        (f"{CACHET}::test_pack_takes_a_run_of_exactly_its_limit_and_refuses_one_byte_more",),
+    ),
+    Mutant(
+        "cache-pack-keeps-owners",
+        "servebuild/tools/servebuild_cache.py",
+        "        info.uid = info.gid = 0\n",
+        "",
+        (f"{CACHET}::test_pack_writes_every_file_as_root_s_whoever_owned_it",),
+        "needs root to chown (the test is skipped otherwise, and the mutant survives)",
+    ),
+    Mutant(
+        "cache-seed-modes-dropped",
+        "servebuild/tools/servebuild_cache.py",
+        "            os.fchmod(out.fileno(), st.st_mode & 0o7777)\n",
+        "",
+        (f"{CACHET}::test_seed_keeps_each_file_s_mode",),
     ),
     # item 6: the image's info tool
     Mutant(
