@@ -44,7 +44,8 @@ run again with the same --out and --work (a device call that ran out of time goe
 --redo runs the given steps again. Every option (--steps: each step once, warmrun and nospec with dsv4 only;
 --timeout a finite number of seconds; --model a folder), --out's and --work's kind and an earlier run's
 OUT/first-start.json (a regular JSON object of this engine, its `done` steps known) are checked before any
-folder is made or step runs: a bad one is one line on stderr, exit 2 (scripts/script_args.py).
+folder is made or step runs (the record by servebuild_info.py's bounded reader): a bad one is one line on
+stderr, exit 2 (scripts/script_args.py).
 Figures: docs/benchmarks.md (the first starts on a GPU).
 """
 
@@ -73,7 +74,9 @@ from servebuild.engines.base import JIT_CACHE_ENV  # noqa: E402
 from servebuild.engines.sglang import SGLang  # noqa: E402
 from servebuild.engines.vllm import VLLM  # noqa: E402
 
-from script_args import BadArgs, OneLineParser, folder_or_absent, positive_float, read_json_object  # noqa: E402
+from servebuild.tools.servebuild_info import Bad, read_record  # noqa: E402  (bounded: a FIFO not waited on)
+
+from script_args import BadArgs, OneLineParser, folder_or_absent, positive_float  # noqa: E402
 
 KINDS = {"vllm": VLLM, "sglang": SGLang}
 # seconds each engine logs about its own start: {figure: pattern}; every match is summed
@@ -385,7 +388,10 @@ def parse_args(argv: list[str]):
     report = {"engine": args.engine, "starts": [], "done": []}
     path = out / "first-start.json"
     if os.path.lexists(path):
-        report = read_json_object(path, "record of an earlier run")
+        try:
+            report = read_record(str(path), "record of an earlier run", required=True)
+        except Bad as exc:
+            raise BadArgs(str(exc)) from None
         if report.get("engine") != args.engine:
             raise BadArgs(f"{path}: engine: {report.get('engine')!r}, not --engine {args.engine}'s record")
         done, starts = report.setdefault("done", []), report.setdefault("starts", [])

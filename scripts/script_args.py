@@ -5,10 +5,7 @@ no traceback. Standard library only."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import stat
 from pathlib import Path
 
 
@@ -64,34 +61,3 @@ def folder_or_absent(option: str, text: str) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise BadArgs(f"{option} {text}: exists and is not a folder")
     return path
-
-
-def read_json_object(path: Path, what: str, limit: int = 16 << 20) -> dict:
-    """A JSON object from the regular file `path` (a FIFO not waited on, at most `limit` bytes); BadArgs
-    naming the file otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise BadArgs(f"{path}: the {what} cannot be read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadArgs(f"{path}: the {what} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > limit:
-        raise BadArgs(f"{path}: the {what} is larger than {limit} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except RecursionError:
-        raise BadArgs(f"{path}: the {what} is nested too deep") from None
-    except ValueError as exc:
-        raise BadArgs(f"{path}: the {what} is not JSON: {' '.join(str(exc).split())[:200]}") from None
-    if not isinstance(data, dict):
-        raise BadArgs(f"{path}: the {what} is not a JSON object")
-    return data
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")

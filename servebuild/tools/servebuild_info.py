@@ -53,8 +53,9 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _read(path: str, what: str, required: bool) -> dict:
-    """A JSON object from the regular file `path`; {} for an optional one that is absent. Raises Bad."""
+def read_record(path: str, what: str, required: bool) -> dict:
+    """A JSON object from the regular file `path`; {} for an optional one that is absent. Raises Bad (one line
+    naming the file). scripts/first_start_gpu.py reads its own record with it too."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except FileNotFoundError:
@@ -212,11 +213,11 @@ def _engine(r: Record, manifest: dict):
 
 
 def describe(manifest_path: str) -> dict:
-    manifest = _read(manifest_path, "build manifest", required=True)
+    manifest = read_record(manifest_path, "build manifest", required=True)
     here = os.path.dirname(manifest_path)
     checked_path, seed_path = os.path.join(here, "profiles-checked.json"), os.path.join(here, "seed", "aot.json")
-    checked = _read(checked_path, "profile check's record", required=False)
-    seed = _read(seed_path, "seed's record", required=False)
+    checked = read_record(checked_path, "profile check's record", required=False)
+    seed = read_record(seed_path, "seed's record", required=False)
     m, c, s = Record(manifest_path), Record(checked_path), Record(seed_path)
     recipe, launch = m.obj(manifest, "recipe", "recipe"), m.obj(manifest, "launch", "launch")
     parsed = c.obj(checked, "profiles", "profiles")

@@ -126,7 +126,7 @@ def test_first_start_refuses_an_out_or_work_that_is_a_file(places, which):
     "record,said",
     [
         (b"{not json", "is not JSON"),
-        (b"[1, 2]", "is not a JSON object"),
+        (b"[1, 2]", "is a list, not a JSON object"),
         (b'{"engine": "vllm", "done": "seeded"}', "done: not a list of steps"),
         (b'{"engine": "vllm", "done": ["bogus"]}', "done: not a list of steps"),
         (b'{"engine": "vllm", "starts": {"a": 1}}', "starts: not a list of objects"),
