@@ -41,7 +41,11 @@ too, and instead of the four prompts each start runs scripts/dsv4_warm.py:
            against the DSpark run's (dspark_greedy_equal)
 Resumable: every step done is recorded in OUT/first-start.json ("done") and skipped when the script is
 run again with the same --out and --work (a device call that ran out of time goes on where it stopped);
---redo runs the given steps again.
+--redo runs the given steps again. Every option (--steps: each step once, warmrun and nospec with dsv4 only;
+--timeout a finite number of seconds; --model a folder), --out's and --work's kind and an earlier run's
+OUT/first-start.json (a regular JSON object of this engine, its `done` steps known) are checked before any
+folder is made or step runs (the record by servebuild_info.py's bounded reader): a bad one is one line on
+stderr, exit 2 (scripts/script_args.py).
 Figures: docs/benchmarks.md (the first starts on a GPU).
 """
 
@@ -70,6 +74,10 @@ sys.path.insert(0, str(ROOT))
 from servebuild.engines.base import JIT_CACHE_ENV  # noqa: E402
 from servebuild.engines.sglang import SGLang  # noqa: E402
 from servebuild.engines.vllm import VLLM  # noqa: E402
+
+from servebuild.tools.servebuild_info import Bad, read_record  # noqa: E402  (bounded: a FIFO not waited on)
+
+from script_args import BadArgs, OneLineParser, folder_or_absent, positive_float  # noqa: E402
 
 KINDS = {"vllm": VLLM, "sglang": SGLang}
 # seconds each engine logs about its own start: {figure: pattern}; every match is summed
@@ -372,37 +380,83 @@ def greedy_equal(starts: list) -> dict:
             "differ": [x["i"] for x, y in pairs if x["text_sha256"] != y["text_sha256"]][:20]}  # fmt: skip
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+STEPS = ("aot", "seeded", "pack", "packed", "second")  # --workload tiny
+DSV4_STEPS = ("aot", "seeded", "warmrun", "pack", "packed", "nospec", "second")  # --workload dsv4
+
+
+def steps_list(text: str) -> list[str]:
+    steps = text.split(",")
+    if not 1 <= len(steps) <= 32 or any(s not in DSV4_STEPS for s in steps) or len(set(steps)) != len(steps):
+        raise argparse.ArgumentTypeError(
+            f"--steps {text!r}: give steps once each, separated by commas, of {', '.join(DSV4_STEPS)}"
+        )
+    return steps
+
+
+def parse_args(argv: list[str]):
+    """Every option, --out's record and --work checked before a folder is made or a step runs (BadArgs)."""
+    ap = OneLineParser(prog="first_start_gpu.py", description="an engine's first start, seed to warm pack")
     ap.add_argument("--engine", choices=sorted(KINDS), required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--spec", help="the recipe's aot spec (the aot step)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/vfs")
-    ap.add_argument("--steps", default="aot,seeded,pack,packed,second")
-    ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--steps", type=steps_list, default=list(STEPS))
+    ap.add_argument("--timeout", type=positive_float("--timeout", 86400), default=400)
     ap.add_argument("--workload", choices=("tiny", "dsv4"), default="tiny")
     ap.add_argument("--redo", action="store_true", help="run the given steps again even where done")
-    args = ap.parse_args()
-    WORKLOAD["name"] = args.workload
+    args = ap.parse_args(argv)
     if args.workload == "dsv4" and args.engine != "vllm":
-        sys.exit("--workload dsv4: vllm only so far (SGLang's DSV4 profile is the next step)")
+        raise BadArgs("--workload dsv4: vllm only so far (SGLang's DSV4 profile is the next step)")
+    allowed = DSV4_STEPS if args.workload == "dsv4" else STEPS
+    wrong = [s for s in args.steps if s not in allowed]
+    if wrong:
+        raise BadArgs(f"--steps: {', '.join(wrong)} only with --workload dsv4 (tiny: {', '.join(STEPS)})")
+    if not Path(args.model).is_dir():
+        raise BadArgs(f"--model {args.model}: not a folder (a model made by scripts/tiny_model.py or tiny_dsv4.py)")
+    if args.spec is not None and not Path(args.spec).is_file():
+        raise BadArgs(f"--spec {args.spec}: not a file")
+    out = folder_or_absent("--out", args.out)
+    folder_or_absent("--work", args.work)
+    report = {"engine": args.engine, "starts": [], "done": []}
+    path = out / "first-start.json"
+    if os.path.lexists(path):
+        try:
+            report = read_record(str(path), "record of an earlier run", required=True)
+        except Bad as exc:
+            raise BadArgs(str(exc)) from None
+        if report.get("engine") != args.engine:
+            raise BadArgs(f"{path}: engine: {report.get('engine')!r}, not --engine {args.engine}'s record")
+        done, starts = report.setdefault("done", []), report.setdefault("starts", [])
+        if not isinstance(done, list) or any(s not in DSV4_STEPS for s in done):
+            raise BadArgs(f"{path}: done: not a list of steps ({', '.join(DSV4_STEPS)})")
+        if not isinstance(starts, list) or not all(isinstance(s, dict) for s in starts):
+            raise BadArgs(f"{path}: starts: not a list of objects")
+    pending = [s for s in args.steps if args.redo or s not in report["done"]]
+    if "aot" in pending and not args.spec:
+        raise BadArgs("the aot step needs --spec")
+    return args, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args, report = parse_args(sys.argv[1:] if argv is None else argv)
+    except BadArgs as exc:
+        print(f"first_start_gpu.py: {exc}", file=sys.stderr)
+        return 2
+    WORKLOAD["name"] = args.workload
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     seed, warm = work / "seed", work / "warm-seed"
     report_path = out / "first-start.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else {"engine": args.engine, "starts": []}
-    report.setdefault("done", [])
     report["workload"] = args.workload
     dsv4 = args.workload == "dsv4"
-    for step in args.steps.split(","):
+    for step in args.steps:
         if step in report["done"] and not args.redo:
             print(f"{step}: done in an earlier run ({report_path}), skipped", flush=True)
             continue
         if step == "aot":
-            if not args.spec:
-                sys.exit("the aot step needs --spec")
             shutil.rmtree(CACHE, ignore_errors=True)
             shutil.rmtree(seed, ignore_errors=True)
             t0 = time.monotonic()
@@ -463,8 +517,6 @@ def main() -> int:
                 kinds[name.split("/", 1)[0]] = kinds.get(name.split("/", 1)[0], 0) + 1
             report["pack"] = {"bytes": packed.stat().st_size, "files": len(names), "kinds": kinds}
             print(f"pack: {packed.stat().st_size} bytes, {len(names)} files {kinds}", flush=True)
-        else:
-            sys.exit(f"unknown step {step!r}")
         report["done"] = sorted(set(report["done"]) | {step})
         report_path.write_text(json.dumps(report, indent=1, sort_keys=True))
     return 0

@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from script_args import BadArgs, OneLineParser, positive_float, whole
+
 # DeepSeek-V4-Flash's shapes (SGLang 0.5.16's DeepSeekV4Config defaults are the Flash values), per TP2 rank
 HIDDEN = 4096
 HC_MULT = 4
@@ -61,41 +63,6 @@ COMPRESS_RATIOS = (0, 4, 128)
 
 # safetensors dtype -> bytes per element (the packed types count their storage bytes)
 DTYPE_BYTES = {"BF16": 2, "F32": 4, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I32": 4}
-
-
-class BadArgs(Exception):
-    pass
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own errors: one line, exit 2, no usage block
-        raise BadArgs(message)
-
-
-def whole(name: str, low: int, high: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} {text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} {value} is outside {low}..{high}")
-        return value
-
-    return parse
-
-
-def positive_float(name: str, high: float):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} {text!r} is not a number") from None
-        if not math.isfinite(value) or not 0 < value <= high:
-            raise argparse.ArgumentTypeError(f"{name} {text} must be a finite number in (0, {high}]")
-        return value
-
-    return parse
 
 
 def ratio_list(text: str) -> tuple[int, ...]:

@@ -8,29 +8,54 @@ The tokenizer is a byte-level BPE trained here on the bench's own prompts (serve
 so every prompt the bench sends tokenizes to real, varied ids; the weights are random (seed 0).
 --embedding-rows pads the vocabulary (embedding and head rows) to N, as real checkpoints pad theirs: an
 engine warm-up that sends random ids (SGLang's prefill_shapes sends ids below 2**16) stays in range.
+Every option (whole numbers in range, --hidden a multiple of --heads, --heads of --kv-heads) and OUT (absent
+or an empty folder, not a link) is checked before torch is imported or anything is made: a bad one is one
+line on stderr, exit 2 (scripts/script_args.py).
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
+from script_args import BadArgs, OneLineParser, new_folder, whole
+
 PROMPTS = Path(__file__).resolve().parent.parent / "servebuild" / "tools" / "bench_prompts"
+DTYPES = ("float32", "bfloat16", "float16")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def parse_args(argv: list[str]):
+    """Every option checked, and OUT absent or an empty folder, before anything is made (BadArgs: one line)."""
+    p = OneLineParser(prog="tiny_model.py", description="a tiny random Llama with a tokenizer made here")
     p.add_argument("out")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--max-positions", type=int, default=8192)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--embedding-rows", type=int, default=0)
-    args = p.parse_args()
+    p.add_argument("--hidden", type=whole("--hidden", 8, 1 << 16), default=64)
+    p.add_argument("--layers", type=whole("--layers", 1, 256), default=2)
+    p.add_argument("--heads", type=whole("--heads", 1, 1024), default=4)
+    p.add_argument("--kv-heads", type=whole("--kv-heads", 1, 1024), default=2)
+    p.add_argument("--vocab", type=whole("--vocab", 260, 1 << 20), default=1024)
+    p.add_argument("--max-positions", type=whole("--max-positions", 16, 1 << 24), default=8192)
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--embedding-rows", type=whole("--embedding-rows", 0, 1 << 24), default=0)
+    args = p.parse_args(argv)
+    if args.hidden % args.heads or (args.hidden // args.heads) % 2:
+        raise BadArgs(f"--hidden {args.hidden} is not --heads {args.heads} times an even head size")
+    if args.heads % args.kv_heads:
+        raise BadArgs(f"--heads {args.heads} is not a multiple of --kv-heads {args.kv_heads}")
+    args.out = new_folder("OUT", args.out)
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except BadArgs as exc:
+        print(f"tiny_model.py: {exc}", file=sys.stderr)
+        return 2
+    make(args)
+    return 0
+
+
+def make(args) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -69,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

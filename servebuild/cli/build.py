@@ -84,6 +84,8 @@ def build(
                 cache_to=cache_to,
             ),
         )
+        if not plan.options.stack:  # a malformed ids file: one line before anything is built (read again after)
+            committed.load_committed(plan.loaded)
         plans[plan.platform] = plan
     if dry_run:
         reports = [run.dry_run(plan) for plan in plans.values()]
@@ -172,6 +174,7 @@ def main(root: Path, recipe: str, platform: Optional[str] = None) -> int:
     """The main job: the recipe's bootstrappable bases, the build, the smoke verdict."""
     engine = DockerClient()
     loaded = load_recipe(recipe, root)
+    committed.load_committed(loaded)  # a malformed ids file: one line before a base is bootstrapped or built
     platform = platform or host_platform()
     arch = arch_of(platform)
     if bases.bootstrappable_refs(loaded, arch):

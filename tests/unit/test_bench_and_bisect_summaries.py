@@ -6,6 +6,7 @@ of these once survived a held-out mutation, issue 32.)"""
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -114,3 +115,100 @@ def test_bisect_run_time_is_the_median_of_the_runs_not_the_last():
 def test_a_value_exactly_at_the_threshold_passes(value, expected):
     row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0, exit=0, metrics={"tok_s": value})
     assert bisect.outcome(row, "tok_s", 3.0) == expected
+
+
+# ------------------------------------------------------------------ issue 45, item 7: what each summary is made of
+
+
+class Maker:
+    def make(self, tokens, nonce=None):
+        return "x" * tokens
+
+
+def scripted(samples: list, **options) -> "bench_suites.Run":
+    """A Run whose requests return `samples` in turn (no server): what a suite makes of what it measured."""
+    run = bench_suites.Run(server=None, maker=Maker(), **options)
+    queue = list(samples)
+    run.warm = lambda *a, **k: None
+    run.one = lambda *a, **k: queue.pop(0)
+    return run
+
+
+def sample(**fields) -> "bench_client.Sample":
+    return bench_client.Sample("s", "c", 0, ok=True, **fields)
+
+
+def test_decode_outputs_differ_when_one_run_says_something_else():
+    texts = ["a" * 64, "a" * 64, "b" * 64]
+    got = bench_suites.decode(scripted([sample(text_sha256=t, ttft_s=0.1, latency_s=1.0) for t in texts], runs=3))
+    assert got["decode_outputs_identical"] is False
+    same = bench_suites.decode(scripted([sample(text_sha256="a" * 64, ttft_s=0.1, latency_s=1.0)] * 3, runs=3))
+    assert same["decode_outputs_identical"] is True
+
+
+def test_the_tail_e2e_latency_is_the_requests_latency_not_their_ttft():
+    got = bench_suites.tail(scripted([sample(ttft_s=0.1, latency_s=2.0 + i) for i in range(5)], requests=5))
+    assert got["tail_latency_s_p50"] == 4.0 and got["tail_latency_s_max"] == 6.0
+    assert got["tail_ttft_s_p50"] == 0.1
+
+
+def test_the_prefill_rate_is_prompt_tokens_over_ttft_not_completion_tokens():
+    got = bench_suites.prefill(
+        scripted([sample(prompt_tokens=2048, completion_tokens=1, ttft_s=0.5) for _ in range(3)], sizes=(2048,))
+    )
+    assert got["prefill_2048_tps"] == 4096.0 and got["prefill_2048_prompt_tokens"] == 2048
+
+
+def test_booleans_nan_and_infinities_are_not_numbers_of_a_summary():
+    assert bench_suites.numbers([True, False, 1.0, math.nan, math.inf, -math.inf, None, "2", 3]) == [1.0, 3]
+    assert bench_suites.spread("x", [True, math.nan, 2.0, math.inf]) == {"x": 2.0, "x_min": 2.0, "x_max": 2.0, "x_n": 1}
+    assert bench_suites.spread("x", [True, math.nan]) == {}
+
+
+def test_a_one_run_row_has_no_spread_and_two_runs_do():
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    row.add(0, 1.0, {"tps": 5.0}, "log", None)
+    assert row.spread == {} and row.metrics == {"tps": 5.0}
+    row.add(0, 1.0, {"tps": 7.0}, "log", None)
+    assert row.spread == {"tps": [5.0, 7.0]}
+
+
+@pytest.mark.parametrize("odd", [math.nan, math.inf, -math.inf, True])
+def test_a_nan_infinite_or_boolean_run_value_is_not_in_the_median(odd):
+    row = bisect.Row(variant="v", patches=[], tag="t", image_id="i", build_s=1.0)
+    for value in (1.0, odd, 3.0):
+        row.add(0, 1.0, {"tps": value}, "log", None)
+    assert row.metrics["tps"] == 2.0 and row.spread["tps"] == [1.0, 3.0]
+    assert not bisect._number(odd)
+
+
+def test_the_nonce_check_calls_a_prompt_cached_past_half_its_tokens_a_hit(monkeypatch):
+    """A fresh prompt the server counts as more than half cached is a prefix-cache hit; exactly half is not."""
+    maker = bench_suites.PromptMaker()
+    for cached, hit in ((501, True), (500, False)):
+
+        def stream(server, body, sample, cached=cached):  # stands in for the server: equal times, `cached` of 1000
+            sample.ok, sample.ttft_s, sample.prompt_tokens, sample.cached_tokens = True, 0.1, 1000, cached
+            return sample
+
+        monkeypatch.setattr(bench_suites, "stream", stream)
+        monkeypatch.setattr(bench_suites, "request_body", lambda server, prompt, max_tokens: prompt)
+        if hit:
+            with pytest.raises(bench_client.BenchError, match="1000 tokens was served from the prefix cache"):
+                bench_suites.nonce_check(None, maker, 64)
+        else:
+            assert bench_suites.nonce_check(None, maker, 64)["nonce_check"].startswith("ok")
+
+
+def test_the_grid_sends_three_prompts_per_stream_and_at_least_ten():
+    sent = {}
+    run = bench_suites.Run(server=None, maker=Maker(), grid_sizes=(8,), concurrencies=(1, 5, 20))
+    run.warm = lambda *a, **k: None
+
+    def parallel(suite, case, prompts, concurrency, max_tokens):
+        sent[concurrency] = len(prompts)
+        return [sample(ttft_s=0.1, latency_s=1.0, completion_tokens=4) for _ in prompts]
+
+    run.parallel = parallel
+    bench_suites.grid(run)
+    assert sent == {1: 10, 5: 15, 20: 60}

@@ -13,6 +13,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -225,3 +226,45 @@ def test_what_census_and_pack_write_replaces_a_link_there_never_writes_through_i
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert victim.read_text() == "root:x:0:0\n" and not out.is_symlink() and out.stat().st_size > 0
     assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
+
+
+# -- pack's limit and owner, seed's modes (issue 45, item 7) ------------------------------------------------------------
+
+
+def added_cache(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "triton").mkdir(parents=True)
+    (cache / "triton" / "a.cubin").write_bytes(b"x" * 60)
+    (cache / "triton" / "b.cubin").write_bytes(b"y" * 40)
+    return cache
+
+
+def test_pack_takes_a_run_of_exactly_its_limit_and_refuses_one_byte_more(tmp_path, monkeypatch, capsys):
+    tool = cache_tool(monkeypatch)
+    cache, out = added_cache(tmp_path), tmp_path / "new.tar"
+    assert tool.pack(str(cache), str(tmp_path / "no-seed"), str(out), 99) == 3 and not out.exists()
+    assert "added 100 bytes" in capsys.readouterr().err
+    assert tool.pack(str(cache), str(tmp_path / "no-seed"), str(out), 100) == 0 and out.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_pack_writes_every_file_as_root_s_whoever_owned_it(tmp_path, monkeypatch, capsys):
+    tool = cache_tool(monkeypatch)
+    cache, out = added_cache(tmp_path), tmp_path / "new.tar"
+    for f in (cache / "triton").iterdir():
+        os.chown(f, 1234, 1234)  # the server's user wrote them
+    assert tool.pack(str(cache), str(tmp_path / "no-seed"), str(out), 1 << 20) == 0
+    with tarfile.open(out) as tar:
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
+
+
+def test_seed_keeps_each_file_s_mode(tmp_path):
+    seed = make_seed(tmp_path)
+    tool = seed / "tvm-ffi" / "mod_a" / "tool"
+    tool.write_bytes(b"#!/bin/sh\n")
+    tool.chmod(0o755)
+    (seed / "tvm-ffi" / "mod_a" / "a.so").chmod(0o644)
+    cache = tmp_path / "cache"
+    assert run_seed(tmp_path, cache).returncode == 0
+    assert (cache / "tvm-ffi" / "mod_a" / "tool").stat().st_mode & 0o7777 == 0o755
+    assert (cache / "tvm-ffi" / "mod_a" / "a.so").stat().st_mode & 0o7777 == 0o644

@@ -37,3 +37,18 @@ def test_a_directory_with_a_change_under_it_a_new_one_or_a_new_mode_is_not():
 
 def test_the_base_layer_is_never_named():
     assert copy_up_only([BASE]) == []
+
+
+def test_a_directory_whose_owner_changed_is_not_named():
+    layer = [("var/lib/dpkg/updates", 0o755, 1000, 0, True), ("tmp", 0o1777, 0, 1000, True)]
+    assert copy_up_only([BASE, layer]) == []
+
+
+def test_a_change_deep_under_a_directory_keeps_it_off_the_list():
+    """A file two levels under `tmp` (its parent not an entry of the layer) is a change under `tmp` too."""
+    assert copy_up_only([BASE, [("tmp", 0o1777, 0, 0, True), ("tmp/a/b", 0o644, 0, 0, False)]]) == []
+
+
+def test_what_a_directory_was_is_read_from_every_layer_below_not_the_last_alone():
+    middle = [("opt", 0o755, 0, 0, True), ("opt/x", 0o644, 0, 0, False)]
+    assert copy_up_only([BASE, middle, [("tmp", 0o1777, 0, 0, True)]]) == [(2, "tmp")]

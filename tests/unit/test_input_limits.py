@@ -11,6 +11,7 @@ import time
 import pytest
 import yaml
 
+from servebuild import fsutil
 from servebuild.errors import RecipeError, ServebuildError
 from servebuild.recipe.load import load_recipe
 from support import copy_real
@@ -216,3 +217,49 @@ def test_fifo_and_huge_recipes_are_refused_without_reading(project):
     (project / "recipes" / "huge.yaml").write_text("description: " + "x" * (2 << 20) + "\n")
     with pytest.raises(RecipeError, match="at most 1048576 are read"):
         load_recipe("huge", project)
+
+
+# -- the readers' limits at their edges, append mode, a FIFO by stat and on the open file (issue 45, item 7)
+
+
+@pytest.mark.parametrize("kind", ["public-key", "yaml"])
+def test_a_file_of_exactly_its_limit_is_read_and_one_byte_more_is_not(tmp_path, kind):
+    limit = fsutil.LIMITS[kind].max_bytes
+    path = tmp_path / "f"
+    path.write_bytes(b"a" * limit)
+    assert len(fsutil.read_input(path, kind)) == limit
+    path.write_bytes(b"a" * (limit + 1))
+    with pytest.raises(ServebuildError, match=f"is {limit + 1} bytes; at most {limit} are read"):
+        fsutil.read_input(path, kind)
+
+
+def test_a_file_of_exactly_the_line_limit_is_read_and_one_line_more_is_not(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(b"a\n" * 20_000)
+    assert fsutil.read_input(path, "yaml").count(b"\n") == 20_000
+    path.write_bytes(b"a\n" * 20_001)
+    with pytest.raises(ServebuildError, match="has 20001 lines; at most 20000 are read"):
+        fsutil.read_input(path, "yaml")
+
+
+def test_append_mode_keeps_what_the_file_held(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"old ")
+    fd = fsutil.open_host_file(path, "the log", append=True)
+    os.write(fd, b"new")
+    os.close(fd)
+    assert path.read_bytes() == b"old new"
+
+
+def test_a_fifo_is_not_a_regular_file_by_stat(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ServebuildError, match="is not a regular file"):
+        fsutil.check_input(tmp_path / "fifo", "yaml")
+
+
+def test_a_fifo_swapped_in_after_the_stat_is_refused_on_the_open_file(tmp_path, monkeypatch):
+    """The second check, on the open file: the stat saw a regular file (made here: the stat is skipped)."""
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setattr(fsutil, "check_input", lambda *a, **k: None)
+    with pytest.raises(ServebuildError, match="is not a regular file"):
+        fsutil.read_input(tmp_path / "fifo", "yaml")

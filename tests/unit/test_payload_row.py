@@ -64,3 +64,30 @@ def test_every_copied_runtime_row_lands_where_the_runtime_step_copies_its_folder
         assert row.image == folders[folder] + row.context.removeprefix(folder), row
         checked += 1
     assert checked >= 7  # the bench's four rows and the three runtime tools
+
+
+def _no_profiles(recipe):
+    return recipe.model_copy(update={"launch": recipe.launch.model_copy(update={"profiles": {}})})
+
+
+def test_each_condition_of_the_table_is_what_it_says():
+    """always; profiles: launch profiles; argcheck: an engine kind with a hook and profiles; bench: an engine
+    with profiles; serve-time-jit: an engine kind that compiles while serving; aot: the aot stage compiles."""
+    torch = load_recipe("torch-cu130", REPO_ROOT).recipe
+    sglang = load_recipe("sglang-native-fp8", REPO_ROOT).recipe
+    every = dict.fromkeys(("always", "profiles", "argcheck", "bench", "serve-time-jit", "aot"), True)
+    assert payload.carried(sglang, True) == every
+    assert payload.carried(sglang, False) == {**every, "aot": False}
+    assert payload.carried(_no_profiles(sglang), False) == {
+        **every, "profiles": False, "argcheck": False, "bench": False, "aot": False,
+    }  # fmt: skip
+    assert payload.carried(torch, False) == {**dict.fromkeys(every, False), "always": True}
+    with_profiles = torch.model_copy(update={"launch": sglang.launch})  # profiles, no engine
+    assert payload.carried(with_profiles, False) == {**dict.fromkeys(every, False), "always": True, "profiles": True}
+
+
+def test_an_engine_kind_without_an_argcheck_hook_carries_no_argcheck_row(monkeypatch):
+    sglang = load_recipe("sglang-native-fp8", REPO_ROOT).recipe
+    monkeypatch.setattr(type(sglang.engine.kind), "argcheck", None)
+    got = payload.carried(sglang, False)
+    assert got["argcheck"] is False and got["bench"] is True

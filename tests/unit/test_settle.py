@@ -579,3 +579,24 @@ def test_a_local_build_says_when_its_config_came_from_docker_save():
     assert image_lists(engine, "sha256:" + "a" * 64, "linux/amd64", None, echo) == lists and engine.ran == 1
     said = echo.getvalue().splitlines()
     assert len(said) == 1 and "docker save" in said[0] and "local engine's image store" in said[0], said
+
+
+def test_a_comment_ending_in_a_backslash_does_not_swallow_the_next_run():
+    """Docker reads a comment line whole, a backslash at its end included: the RUN after it is its own
+    instruction, and settled."""
+    out = settle("FROM x\n# ends in a backslash \\\nRUN echo hi\n")
+    assert out.startswith("FROM x\n# ends in a backslash \\\nRUN ") and f"{START} \\\n && ( echo hi )" in out
+
+
+def test_the_settle_sets_a_links_own_time_and_leaves_its_target_alone(tmp_path):
+    """The step's outputs are touched with -h: a link the step made gets the step's time, the older file it
+    points to keeps its own (touch without -h would set the target's, and the link keep its real time)."""
+    root = image_root(tmp_path)
+    (root / "usr/header.h").write_text("x")
+    os.utime(root / "usr/header.h", (1_700_000_000, 1_700_000_000))
+    old = root / "old"
+    old.write_text("x")
+    os.utime(old, (1_600_000_000, 1_600_000_000))
+    assert run_step("RUN ln -s old link\n", root).returncode == 0
+    assert old.stat().st_mtime == 1_600_000_000
+    assert os.lstat(root / "link").st_mtime == 1_700_000_001

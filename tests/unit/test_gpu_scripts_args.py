@@ -1,0 +1,156 @@
+"""scripts/first_start_gpu.py and scripts/tiny_model.py (run by hand on a GPU host) held to the one-line
+standard (issue 45, item 6): a negative or NaN number, a bad --steps, an --out that is a file, a link or holds
+a record that is not one, is ONE line on stderr naming the option or file, exit 2, no traceback, and nothing
+made (no --out, no --work folder). Both refuse before importing torch or starting anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REPO_ROOT
+
+SCRIPTS = REPO_ROOT / "scripts"
+
+
+def run(script: str, *argv: str):
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *argv], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+    )
+
+
+def refused(out, said: str, script: str):
+    assert out.returncode == 2, (out.returncode, out.stdout[-400:], out.stderr[-800:])
+    assert "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"{script}: "), out.stderr
+    assert said in out.stderr, (said, out.stderr)
+
+
+# -- tiny_model.py ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["--hidden", "-64"], "--hidden -64 is outside"),
+        (["--hidden", "nan"], "--hidden 'nan' is not a whole number"),
+        (["--layers", "0"], "--layers 0 is outside"),
+        (["--heads", "-4"], "--heads -4 is outside"),
+        (["--kv-heads", "3"], "--heads 4 is not a multiple of --kv-heads 3"),
+        (["--hidden", "66"], "--hidden 66 is not --heads 4 times an even head size"),
+        (["--vocab", "inf"], "--vocab 'inf' is not a whole number"),
+        (["--vocab", "10"], "--vocab 10 is outside"),
+        (["--max-positions", "-1"], "--max-positions -1 is outside"),
+        (["--embedding-rows", "-5"], "--embedding-rows -5 is outside"),
+        (["--dtype", "float33"], "--dtype"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_tiny_model_bad_numbers_are_one_line_and_no_folder(tmp_path, argv, said):
+    out = tmp_path / "model"
+    refused(run("tiny_model.py", str(out), *argv), said, "tiny_model.py")
+    assert not out.exists()
+
+
+def test_tiny_model_refuses_an_out_that_is_a_file_a_link_or_a_full_folder(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "garbage").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    for name, said in (("file", "exists and is not an empty folder"), ("full", "exists and is not an empty folder"),
+                       ("link", "is a link")):  # fmt: skip
+        refused(run("tiny_model.py", str(tmp_path / name)), f"OUT {tmp_path / name}: {said}", "tiny_model.py")
+    assert not (tmp_path / "elsewhere").exists() and os.listdir(tmp_path / "full") == ["garbage"]
+
+
+# -- first_start_gpu.py -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def places(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "spec.json").write_text("{}")
+    return tmp_path
+
+
+def gpu(places, *argv, out="out", work="work"):
+    return run(
+        "first_start_gpu.py", "--model", str(places / "model"), "--out", str(places / out), "--work",
+        str(places / work), *argv,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["--engine", "vllm", "--timeout", "-5"], "--timeout -5 must be a finite number in (0, 86400]"),
+        (["--engine", "vllm", "--timeout", "nan"], "--timeout nan must be a finite number"),
+        (["--engine", "vllm", "--timeout", "inf"], "--timeout inf must be a finite number"),
+        (["--engine", "vllm", "--steps", "seeded,bogus"], "--steps 'seeded,bogus'"),
+        (["--engine", "vllm", "--steps", ""], "--steps ''"),
+        (["--engine", "vllm", "--steps", "seeded,,pack"], "--steps 'seeded,,pack'"),
+        (["--engine", "vllm", "--steps", "seeded,seeded"], "--steps 'seeded,seeded'"),
+        (["--engine", "vllm", "--steps", "seeded,nospec"], "--steps: nospec only with --workload dsv4"),
+        (["--engine", "vllm", "--steps", "aot,seeded"], "the aot step needs --spec"),
+        (["--engine", "sglang", "--workload", "dsv4", "--steps", "seeded"], "--workload dsv4: vllm only"),
+        (["--engine", "tgi"], "--engine"),
+        (["--engine", "vllm", "--steps", "seeded", "--spec", "/nonexistent/spec.json"], "--spec /nonexistent"),
+    ],
+)
+def test_first_start_bad_options_are_one_line_and_nothing_made(places, argv, said):
+    refused(gpu(places, *argv), said, "first_start_gpu.py")
+    assert not (places / "out").exists() and not (places / "work").exists()
+
+
+def test_first_start_refuses_a_model_that_is_no_folder(places):
+    refused(
+        gpu(places, "--engine", "vllm", "--model", str(places / "none"), "--steps", "seeded"),
+        "--model",
+        "first_start_gpu.py",
+    )
+    assert not (places / "out").exists() and not (places / "work").exists()
+
+
+@pytest.mark.parametrize("which", ["out", "work"])
+def test_first_start_refuses_an_out_or_work_that_is_a_file(places, which):
+    (places / which).write_text("x")
+    refused(gpu(places, "--engine", "vllm", "--steps", "seeded"), f"--{which} {places / which}: exists and is not a folder",
+            "first_start_gpu.py")  # fmt: skip
+    assert not (places / ("work" if which == "out" else "out")).exists()
+
+
+@pytest.mark.parametrize(
+    "record,said",
+    [
+        (b"{not json", "is not JSON"),
+        (b"[1, 2]", "is a list, not a JSON object"),
+        (b'{"engine": "vllm", "done": "seeded"}', "done: not a list of steps"),
+        (b'{"engine": "vllm", "done": ["bogus"]}', "done: not a list of steps"),
+        (b'{"engine": "vllm", "starts": {"a": 1}}', "starts: not a list of objects"),
+        (b'{"engine": "sglang", "done": []}', "engine: 'sglang', not --engine vllm's record"),
+        (b'{"engine": "vllm", "x": NaN}', "NaN"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deep"),
+    ],
+)
+def test_first_start_refuses_an_out_holding_a_record_that_is_not_one(places, record, said):
+    (places / "out").mkdir()
+    (places / "out" / "first-start.json").write_bytes(record)
+    refused(gpu(places, "--engine", "vllm", "--steps", "seeded"), said, "first_start_gpu.py")
+    assert not (places / "work").exists() and os.listdir(places / "out") == ["first-start.json"]
+
+
+def test_first_start_does_not_wait_on_a_fifo_record(places):
+    (places / "out").mkdir()
+    os.mkfifo(places / "out" / "first-start.json")
+    refused(gpu(places, "--engine", "vllm", "--steps", "seeded"), "is not a regular file", "first_start_gpu.py")
+
+
+def test_first_start_skips_the_aot_check_for_a_step_done_and_reads_a_good_record(places):
+    """A resumed run whose aot step is done needs no --spec; with every step done nothing runs (exit 0)."""
+    (places / "out").mkdir()
+    (places / "out" / "first-start.json").write_text(json.dumps({"engine": "vllm", "done": ["aot", "seeded"]}))
+    done = gpu(places, "--engine", "vllm", "--steps", "aot,seeded")
+    assert done.returncode == 0 and "aot: done in an earlier run" in done.stdout, done.stderr
