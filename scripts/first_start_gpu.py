@@ -34,14 +34,17 @@ the JIT monitor; the flags left out are in VLLM_DSV4_LEFT_OUT with why), CuTe DS
 too, and instead of the four prompts each start runs scripts/dsv4_warm.py:
   seeded   the tail test from the image as built (100 sequential requests, every mHC bucket of this
            GPU hit): TTFT p50/p90/p99 before the warm flow, and what each kind compiled
-  warmrun  a fresh /cache from the seed, the server, `dsv4_warm.py warm` (one prefill per bucket, a
-           decode with the DSpark shapes): the run whose compiles `pack` keeps
+  precompile  a fresh /cache from the seed and scripts/dsv4_kernels.py: every mHC kernel variant of this
+           GPU built at once through vLLM's own wrappers (and FlashInfer's FP8 GEMM module), the census
+  warmrun  the server on the /cache precompile left (else a fresh one from the seed), `dsv4_warm.py warm`
+           (one prefill per bucket, a decode with the DSpark shapes): the run whose compiles `pack` keeps;
+           one cut by a call's limit goes on in the next on the same /cache
   packed   the tail test from the warm pack: p99/p50 and compiles (0 is the goal)
   nospec   the same server without --speculative-config, the same tail plan: each request's greedy text
            against the DSpark run's (dspark_greedy_equal)
 Resumable: every step done is recorded in OUT/first-start.json ("done") and skipped when the script is
 run again with the same --out and --work (a device call that ran out of time goes on where it stopped);
---redo runs the given steps again. Every option (--steps: each step once, warmrun and nospec with dsv4 only;
+--redo runs the given steps again. Every option (--steps: each step once, precompile, warmrun and nospec with dsv4 only;
 --timeout a finite number of seconds; --model a folder), --out's and --work's kind and an earlier run's
 OUT/first-start.json (a regular JSON object of this engine, its `done` steps known) are checked before any
 folder is made or step runs (the record by servebuild_info.py's bounded reader): a bad one is one line on
@@ -381,7 +384,7 @@ def greedy_equal(starts: list) -> dict:
 
 
 STEPS = ("aot", "seeded", "pack", "packed", "second")  # --workload tiny
-DSV4_STEPS = ("aot", "seeded", "warmrun", "pack", "packed", "nospec", "second")  # --workload dsv4
+DSV4_STEPS = ("aot", "seeded", "precompile", "warmrun", "pack", "packed", "nospec", "second")  # --workload dsv4
 
 
 def steps_list(text: str) -> list[str]:
