@@ -25,9 +25,11 @@ import errno
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -158,11 +160,14 @@ def fresh_out(suite: str) -> str:
 
 
 class Census:
-    """Files written under /cache between start and stop: the live compiles of the measured run."""
+    """Files written under /cache between start and stop: the live compiles of the measured run. Its
+    listing lives in a private temporary folder, removed by stop(), never in --out (a run that fails
+    half-way leaves nothing of it beside the results)."""
 
-    def __init__(self, mode: str, out: Path):
+    def __init__(self, mode: str):
         self.on = mode == "auto" and CACHE_TOOL.is_file() and os.path.isdir(CACHE_ROOT)
-        self.listing = out / ".census-listing.json"
+        self.folder = tempfile.mkdtemp(prefix="servebuild-census-") if self.on else None
+        self.listing = Path(self.folder or os.devnull) / "listing.json"
 
     def _tool(self, *args: str) -> Optional[dict]:
         proc = subprocess.run([sys.executable, str(CACHE_TOOL), "census", "--cache", CACHE_ROOT, *args],
@@ -177,9 +182,12 @@ class Census:
             self._tool("--listing", str(self.listing))
 
     def stop(self) -> dict:
-        if not self.on or not self.listing.exists():
+        if not self.on:
             return {}
-        found = self._tool("--since", str(self.listing))
+        try:
+            found = self._tool("--since", str(self.listing)) if self.listing.exists() else None
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
         changed = found.get("changed") if isinstance(found, dict) else None
         return {"jit_compiled_files": sum(changed.values())} if isinstance(changed, dict) else {}
 
@@ -257,12 +265,15 @@ class Bench:
             self.current, self.suite_first_sample = prefix + suite, len(self.run.samples)
             self.progress.suite(prefix + suite, number, len(suites))
             before = scrape(server)
-            census = Census(self.args.census, self.out)
-            census.start()
-            started = time.monotonic()
-            found = RUNNERS[suite](self.run)
-            found[f"{suite}_s"] = round(time.monotonic() - started, 2)
-            found.update({f"{suite}_{k}": v for k, v in census.stop().items()})
+            census = Census(self.args.census)
+            try:
+                census.start()
+                started = time.monotonic()
+                found = RUNNERS[suite](self.run)
+                found[f"{suite}_s"] = round(time.monotonic() - started, 2)
+            finally:
+                compiled = census.stop()
+            found.update({f"{suite}_{k}": v for k, v in compiled.items()})
             cached = [x.cached_tokens for x in self.run.samples[self.suite_first_sample:]
                       if x.ok and x.cached_tokens is not None]
             if cached:  # the server's own count of prompt tokens it served from its prefix cache

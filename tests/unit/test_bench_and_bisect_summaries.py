@@ -10,6 +10,7 @@ import math
 import sys
 
 import pytest
+from pathlib import Path
 
 from servebuild.check import bisect
 from support import REPO_ROOT
@@ -89,11 +90,30 @@ def test_ttft_is_taken_at_the_first_content_token_not_the_role_opener():
 
 
 def test_the_bench_census_counts_files_not_kinds(tmp_path, monkeypatch):
-    census = servebuild_bench.Census("off", tmp_path)
-    census.on = True
+    monkeypatch.setattr(servebuild_bench, "CACHE_ROOT", str(tmp_path))
+    census = servebuild_bench.Census("auto")
+    assert census.on
     census.listing.write_text("{}")
     monkeypatch.setattr(census, "_tool", lambda *a: {"changed": {"triton": 5, "flashinfer": 1}})
     assert census.stop() == {"jit_compiled_files": 6}
+
+
+def test_the_census_listing_is_never_left_beside_the_results(tmp_path, monkeypatch):
+    """A suite that fails half-way (a full --out) left .census-listing.json in --out whenever /cache
+    existed: the listing lives in a private folder now, removed whatever the suite did."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    cache.mkdir(), out.mkdir()
+    monkeypatch.setattr(servebuild_bench, "CACHE_ROOT", str(cache))
+    census = servebuild_bench.Census("auto")
+    census.start()  # the real cache tool writes the listing
+    assert census.listing.is_file() and not census.listing.is_relative_to(out)
+    with pytest.raises(OSError):
+        try:
+            raise OSError(28, "No space left on device")
+        finally:
+            census.stop()
+    assert not Path(census.folder).exists() and list(out.iterdir()) == []
+    assert servebuild_bench.Census("off").stop() == {}
 
 
 def test_bisect_counts_compiled_files_not_kinds():
