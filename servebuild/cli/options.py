@@ -85,7 +85,8 @@ def option(default: Any = None, help: str = "", repeatable: bool = False, plan: 
     """One field of a command's options dataclass, and all there is to say of the option: its default
     (its type for invoke: a bool is a flag, anything else a value), its help line, whether it may be given
     more than once (a list), and whether the build plan takes it (`build_options(args)`). The invoke task's
-    parameters and help are made from these fields (cli.front.options_task): nothing repeats them."""
+    parameters and help are made from these fields (cli.front.options_task): nothing repeats them. invoke
+    gives short flags in field order, so a new option goes last (no existing option's short flag moves)."""
     return dataclasses.field(default=default, metadata={"help": help, "repeatable": repeatable, "plan": plan})
 
 
