@@ -13,7 +13,12 @@ from invoke import task
 from servebuild.cli import bench as cli_bench, bisect as cli_bisect, build as cli_build, lock as cli_lock
 from servebuild.cli import release as cli_release
 from servebuild.cli import test as cli_test, warm as cli_warm
-from servebuild.cli.front import interrupts_stop, one_line_errors, parse_errors_exit_2
+from servebuild.cli.bisect import BisectArgs
+from servebuild.cli.build import BuildArgs
+from servebuild.cli.front import interrupts_stop, one_line_errors, options_task, parse_errors_exit_2
+from servebuild.cli.release import PublishArgs
+from servebuild.cli.test import TestImageArgs
+from servebuild.cli.warm import WarmArgs
 from servebuild.cli.options import DEFAULT_RECIPE, DEFAULT_SUITE, EXPECT_FILE, HOST_RECIPE, MAIN_RECIPE
 
 ROOT = Path(__file__).resolve().parent
@@ -42,65 +47,11 @@ def render(c, recipe=DEFAULT_RECIPE, platform=None, mirror_map=None):
     cli_build.render(ROOT, recipe, platform, mirror_map)
 
 
-@task(
-    help={
-        "recipe": "recipe name or path",
-        "platform": "linux/arm64 or linux/amd64, or several comma-separated (built concurrently)",
-        "tag": "image tag (default servebuild/NAME:ARCH; {arch} is filled in)",
-        "no_cache": "build without cache",
-        "dry_run": "render the context and print the docker command; build nothing",
-        "ca_bundle": "extra CA bundle for pip (a BuildKit secret, in no layer)",
-        "netrc": "netrc with index tokens (a BuildKit secret, in no layer)",
-        "mirror_map": "YAML file rewriting base image references",
-        "offline": "use only the source cache for git sources",
-        "cache_from": "image to use as a cache source (repeatable; {arch} is filled in)",
-        "cache_to": "REGISTRY/REPO:TAG: push the image with inline BuildKit cache there ({arch} is filled in)",
-        "farm": "farm file mapping platforms to engines (default: farm.yaml at the project root, if any)",
-        "locked": "build exactly what the lock file next to the recipe pins; refuse if stale",
-        "variant": "build one A/B variant of the recipe (see `invoke bisect`)",
-        "record_id": "write the image's id to RECIPE.ids.yaml as the committed one (else compare with it)",
-    },
-    iterable=["cache_from"],
-)
-@one_line_errors
-def build(
-    c,
-    recipe=DEFAULT_RECIPE,
-    platform=None,
-    tag=None,
-    no_cache=False,
-    dry_run=False,
-    ca_bundle=None,
-    netrc=None,
-    mirror_map=None,
-    offline=False,
-    cache_from=None,
-    locked=False,
-    variant=None,
-    cache_to=None,
-    farm=None,
-    record_id=False,
-):
+@options_task(BuildArgs)
+def build(c, args):
     """Build a recipe into an image through the Docker engine with BuildKit (several platforms: each on
     its farm engine, concurrently)."""
-    cli_build.build(
-        ROOT,
-        recipe,
-        platform,
-        tag,
-        no_cache,
-        dry_run,
-        ca_bundle,
-        netrc,
-        mirror_map,
-        offline,
-        cache_from,
-        locked,
-        variant,
-        cache_to,
-        farm,
-        record_id,
-    )
+    cli_build.build(ROOT, args)
 
 
 @task(
@@ -139,34 +90,10 @@ def binfmt(c):
     cli_test.binfmt()
 
 
-@task(
-    help={
-        "recipe": "recipe whose expectations to check (default: read the manifest in the image)",
-        "image": "image to test (default: the recipe's default tag for this host)",
-        "hosts": "test a host instead of an image: local://, ssh://user@host, docker://container",
-        "platform": "platform of the recipe's image to test",
-        "require_gpu": "fail, rather than skip, the GPU checks when no GPU is visible",
-        "python": "python on the host under test (hosts mode; default python3)",
-        "network": "give the test container network (default: none)",
-        "variant": "the A/B variant of the recipe's image",
-        "farm": "farm file: test the recipe's image on the engine that built it (default: farm.yaml, if any)",
-    }
-)
-@one_line_errors
-def test_image(
-    c,
-    recipe=None,
-    image=None,
-    hosts=None,
-    platform=None,
-    require_gpu=False,
-    python=None,
-    network=False,
-    variant=None,
-    farm=None,
-):
+@options_task(TestImageArgs)
+def test_image(c, args):
     """Run the testinfra smoke suite against an image (in a throwaway container) or a host."""
-    return cli_test.test_image(ROOT, recipe, image, hosts, platform, require_gpu, python, network, variant, farm)
+    return cli_test.test_image(ROOT, args)
 
 
 @task(
@@ -215,149 +142,18 @@ def main(c, recipe=MAIN_RECIPE, platform=None):
     return cli_build.main(ROOT, recipe, platform)
 
 
-@task(
-    help={
-        "recipe": "recipe whose built image to warm",
-        "variant": "the A/B variant of the recipe's image",
-        "platform": "platform of the recipe's image",
-        "image": "warm this image instead (built by servebuild)",
-        "profile": "launch profile the caches are for ($SERVEBUILD_LAUNCHER in the command; default the recipe's)",
-        "run": "shell command run in the image: the engine's warmups, a benchmark, anything that compiles",
-        "volume": "docker -v SRC:DST[:ro] (repeatable: the model, a cache volume on /cache)",
-        "gpus": "all (default), none (only the JIT paths that need no GPU), or devices such as 0,1",
-        "network": "the container's network (default none)",
-        "timeout": "seconds for the command (default 3600)",
-        "max_bytes": "refuse a cache layer larger than this (default 16 GiB)",
-        "tag": "tag of the warm image (default IMAGE-warm)",
-        "check": "only count what the command compiles: exit 1 unless nothing",
-        "farm": "farm file: warm on the engine that built the image",
-    },
-    iterable=["volume"],
-)
-@one_line_errors
-def warm(
-    c,
-    recipe=None,
-    variant=None,
-    platform=None,
-    image=None,
-    profile=None,
-    run=None,
-    volume=None,
-    gpus=None,
-    network=None,
-    timeout=None,
-    max_bytes=None,
-    tag=None,
-    check=False,
-    farm=None,
-):
+@options_task(WarmArgs)
+def warm(c, args):
     """Run a command in the image, keep the kernels it compiled: IMAGE-warm = the image plus one cache layer."""
-    return cli_warm.warm(
-        ROOT,
-        recipe,
-        variant,
-        platform,
-        image,
-        profile,
-        run,
-        volume,
-        gpus,
-        network,
-        timeout,
-        max_bytes,
-        tag,
-        check,
-        farm,
-    )
+    return cli_warm.warm(ROOT, args)
 
 
-@task(
-    help={
-        "recipe": "recipe with `variants` (or a patch stack, with --search)",
-        "variants": "comma-separated recipe variants (default: all), or ad-hoc NAME=ID+ID stacks "
-        "(`release=` is the stack-less release)",
-        "platform": "platform (default: this host's if the recipe has it)",
-        "locked": "build what the lock pins",
-        "offline": "sources from the cache only",
-        "ca_bundle": "extra CA bundle for pip (BuildKit secret)",
-        "run": "shell command run in a throwaway container of each image (exit status + JSON metrics)",
-        "suite": "instead of --run: start $SERVEBUILD_LAUNCHER, wait for health, run servebuild-bench with "
-        "this suite (and any bench options after it: 'tail --requests 50')",
-        "search": "find the first patch of the stack whose prefix changes the outcome (needs --run or --suite)",
-        "metric": "metric whose value against --threshold is the outcome (default: the exit status)",
-        "threshold": "pass when the metric is at least this",
-        "profiles": "comma-separated launch profiles, each run per variant, and/or VARIANT:PROFILE for one "
-        "variant only (default: the recipe's default profile; $SERVEBUILD_LAUNCHER)",
-        "repeat": "runs per row, interleaved across rows (A B C, C B A, ...); the table shows medians",
-        "timeout": "seconds per run (default 7200: a cold DSV4 start plus a 1M prefill)",
-        "network": "network of the run containers: none (default), bridge, host or a network's name",
-        "gpus": "all, none, or devices such as 0,1 (default: all where the engine has the NVIDIA runtime)",
-        "env": "K=V for the run containers (repeatable)",
-        "shm_size": "shared memory of the run containers (32g)",
-        "metrics_file": "JSON (or JSONL: its last object) the command writes in the container "
-        "(default: its last JSON line)",
-        "volume": "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)",
-        "keep": "a directory in the container copied next to each run's log (--suite: the bench's output)",
-        "farm": "farm file mapping platforms to engines, as for build: the variants build and run on the "
-        "platform's engine (default: farm.yaml at the project root, if any)",
-    },
-    iterable=["volume", "env"],
-)
-@one_line_errors
-def bisect(
-    c,
-    recipe=DEFAULT_RECIPE,
-    variants=None,
-    platform=None,
-    locked=False,
-    offline=False,
-    ca_bundle=None,
-    run=None,
-    search=False,
-    metric=None,
-    threshold=None,
-    profiles=None,
-    timeout=None,
-    network=None,
-    metrics_file=None,
-    volume=None,
-    gpus=None,
-    env=None,
-    shm_size=None,
-    repeat=None,
-    suite=None,
-    keep=None,
-    farm=None,
-):
+@options_task(BisectArgs)
+def bisect(c, args):
     """A/B images: one isolated image per variant (sharing every layer but the engine's), a command (or a
     bench suite) run in each, --repeat times interleaved; one table of medians, every run's full log kept,
     PNGs of TTFT and decode; --search bisects the patch stack for the first patch that changes the result."""
-    cli_bisect.bisect(
-        ROOT,
-        recipe,
-        variants,
-        platform,
-        locked,
-        offline,
-        ca_bundle,
-        run,
-        search,
-        metric,
-        threshold,
-        profiles,
-        timeout,
-        network,
-        metrics_file,
-        volume,
-        gpus,
-        env,
-        shm_size,
-        repeat,
-        suite,
-        keep,
-        farm,
-    )
+    cli_bisect.bisect(ROOT, args)
 
 
 @task(
@@ -430,44 +226,11 @@ def bench(
     )
 
 
-@task(
-    help={
-        "recipe": "recipe whose builds to publish",
-        "registry": "HOST[:PORT] of the registry",
-        "platform": "platform(s) to put under the tag, comma-separated (default: the recipe's first)",
-        "variant": "A/B variant of the builds",
-        "repository": "repository in the registry (default servebuild/RECIPE)",
-        "tag": "tag of the OCI index (default: the variant, else latest)",
-        "credentials": "JSON file {username, password}, mode 600 (default: the Docker config's auths)",
-        "ca": "PEM CA bundle the registry's certificate is checked against (private CA)",
-        "force": "move a tag that already points at other images",
-        "farm": "farm file: push each platform from the engine that built it (default: farm.yaml, if any)",
-        "no_verify": "publish without a passing smoke verdict for each exact image",
-        "sign_key": "PEM private key file (Ed25519 or ECDSA P-256, mode 600) to sign each provenance statement "
-        "with, attached as a DSSE envelope (default: $SERVEBUILD_SIGN_KEY; never the key itself)",
-    }
-)
-@one_line_errors
-def publish(
-    c,
-    recipe=DEFAULT_RECIPE,
-    registry=None,
-    platform=None,
-    variant=None,
-    repository=None,
-    tag=None,
-    credentials=None,
-    ca=None,
-    force=False,
-    no_verify=False,
-    farm=None,
-    sign_key=None,
-):
+@options_task(PublishArgs)
+def publish(c, args):
     """Push each platform's smoke-tested image by digest, attach SBOM + manifest + provenance (+ its signature),
     write one OCI index under the tag and read it back."""
-    cli_release.publish(
-        ROOT, recipe, registry, platform, variant, repository, tag, credentials, ca, force, no_verify, farm, sign_key
-    )
+    cli_release.publish(ROOT, args)
 
 
 @task(

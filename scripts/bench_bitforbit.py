@@ -186,13 +186,15 @@ def main() -> int:
                 try:
                     cli_build.build(
                         ROOT,
-                        args.recipe,
-                        "linux/amd64",
-                        build_tag,
-                        no_cache=no_cache,
-                        variant=variant,
-                        farm=farm_file,
-                        ca_bundle=str(HOST_CA) if HOST_CA.exists() else None,
+                        cli_build.BuildArgs(
+                            recipe=args.recipe,
+                            platform="linux/amd64",
+                            tag=build_tag,
+                            no_cache=no_cache,
+                            variant=variant,
+                            farm=farm_file,
+                            ca_bundle=str(HOST_CA) if HOST_CA.exists() else None,
+                        ),
                     )
                 finally:
                     os.umask(old)

@@ -14,6 +14,7 @@ import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 # rank: lowest first; the ground comes before the two extension points, then one package per station
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -60,33 +61,51 @@ def module_name(path: Path, package_dir: Path) -> str:
     return rel.removesuffix(".__init__")
 
 
+# module text -> its import statements as _statements gives them: tests/unit/test_layers.py reads many copies
+# of one tree that differ in one file, and parsing and walking every module again was most of its time
+_STATEMENTS: dict[str, list[tuple[int, Optional[str], tuple[str, ...], int, bool]]] = {}
+
+
+def _statements(text: str, filename: str) -> list[tuple[int, Optional[str], tuple[str, ...], int, bool]]:
+    """A module's import statements, in ast.walk's order: (level, from-module or None for `import`, the
+    names, line, inside a function?)."""
+    if text not in _STATEMENTS:
+        tree = ast.parse(text, filename)
+        nested = set()  # every node below a function, in one pass
+        stack = [(tree, False)]
+        while stack:
+            node, inside = stack.pop()
+            if inside:
+                nested.add(id(node))
+            below = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            stack.extend((child, below) for child in ast.iter_child_nodes(node))
+        _STATEMENTS[text] = [
+            (
+                getattr(node, "level", 0) or 0,
+                node.module if isinstance(node, ast.ImportFrom) else None,
+                tuple(alias.name for alias in node.names),
+                node.lineno,
+                id(node) in nested,
+            )
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+        ]
+    return _STATEMENTS[text]
+
+
 def imports(package_dir: Path) -> list[Import]:
     """Every import statement in the package's modules, relative ones made absolute."""
     found = []
     for path in sorted(package_dir.rglob("*.py")):
         name = module_name(path, package_dir)
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        tree = ast.parse(path.read_text(), str(path))
-        nested = {
-            id(n)
-            for fn in ast.walk(tree)
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-            for n in ast.walk(fn)
-            if n is not fn
-        }
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = (
-                    ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".")
-                    if node.level
-                    else node.module
-                )
-                targets = [f"{base}.{alias.name}" for alias in node.names]
+        for level, module, names, line, nested in _statements(path.read_text(), str(path)):
+            if module is None and not level:  # import a, b
+                targets = list(names)
             else:
-                continue
-            found.extend(Import(name, t, node.lineno, id(node) in nested) for t in targets)
+                base = ".".join(here[: len(here) - level + 1] + [module or ""]).strip(".") if level else module
+                targets = [f"{base}.{n}" for n in names]
+            found.extend(Import(name, t, line, nested) for t in targets)
     return found
 
 

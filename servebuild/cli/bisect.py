@@ -5,13 +5,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from servebuild import TOOLS_DIR
 from servebuild.build import farm as farms
 from servebuild.check import bisect as ab
 from servebuild.check.container import RunOptions, check_env, check_gpus
-from servebuild.cli.options import build_options, whole_seconds
+from servebuild.cli.options import DEFAULT_RECIPE, build_options, option, whole_seconds
 from servebuild.errors import InputError
 from servebuild.recipe.load import load_recipe
 
@@ -45,37 +47,79 @@ def check_suite(suite: str) -> None:
         raise InputError(line.replace("servebuild-bench: error: ", ""), field="--suite")
 
 
-def bisect(
-    root: Path,
-    recipe: str,
-    variants=None,
-    platform=None,
-    locked=False,
-    offline=False,
-    ca_bundle=None,
-    run=None,
-    search=False,
-    metric=None,
-    threshold=None,
-    profiles=None,
-    timeout=None,
-    network=None,
-    metrics_file=None,
-    volume=None,
-    gpus=None,
-    env=None,
-    shm_size=None,
-    repeat=None,
-    suite=None,
-    keep=None,
-    farm=None,
-) -> None:
-    farm_file = farms.farm_path(root, farm)  # as `build` takes it: --farm FILE, else farm.yaml if any
-    threshold = ab.parse_threshold(metric, threshold)
-    loaded = load_recipe(recipe, root)
+@dataclass(frozen=True)
+class BisectArgs:
+    """`invoke bisect`'s options, in the order invoke gives their short flags."""
+
+    recipe: str = option(DEFAULT_RECIPE, "recipe with `variants` (or a patch stack, with --search)")
+    variants: Optional[str] = option(
+        None,
+        "comma-separated recipe variants (default: all), or ad-hoc NAME=ID+ID stacks "
+        "(`release=` is the stack-less release)",
+    )
+    platform: Optional[str] = option(None, "platform (default: this host's if the recipe has it)", plan=True)
+    locked: bool = option(False, "build what the lock pins", plan=True)
+    offline: bool = option(False, "sources from the cache only", plan=True)
+    ca_bundle: Optional[str] = option(None, "extra CA bundle for pip (BuildKit secret)", plan=True)
+    run: Optional[str] = option(
+        None, "shell command run in a throwaway container of each image (exit status + JSON metrics)"
+    )
+    search: bool = option(
+        False, "find the first patch of the stack whose prefix changes the outcome (needs --run or --suite)"
+    )
+    metric: Optional[str] = option(
+        None, "metric whose value against --threshold is the outcome (default: the exit status)"
+    )
+    threshold: Optional[str] = option(None, "pass when the metric is at least this")
+    profiles: Optional[str] = option(
+        None,
+        "comma-separated launch profiles, each run per variant, and/or VARIANT:PROFILE for one "
+        "variant only (default: the recipe's default profile; $SERVEBUILD_LAUNCHER)",
+    )
+    timeout: Optional[str] = option(None, "seconds per run (default 7200: a cold DSV4 start plus a 1M prefill)")
+    network: Optional[str] = option(
+        None, "network of the run containers: none (default), bridge, host or a network's name"
+    )
+    metrics_file: Optional[str] = option(
+        None,
+        "JSON (or JSONL: its last object) the command writes in the container (default: its last JSON line)",
+    )
+    volume: Optional[list[str]] = option(
+        None,
+        "docker -v SRC:DST[:ro] for the run containers (repeatable: model, benchmark, cache)",
+        repeatable=True,
+    )
+    gpus: Optional[str] = option(
+        None, "all, none, or devices such as 0,1 (default: all where the engine has the NVIDIA runtime)"
+    )
+    env: Optional[list[str]] = option(None, "K=V for the run containers (repeatable)", repeatable=True)
+    shm_size: Optional[str] = option(None, "shared memory of the run containers (32g)")
+    repeat: Optional[str] = option(
+        None, "runs per row, interleaved across rows (A B C, C B A, ...); the table shows medians"
+    )
+    suite: Optional[str] = option(
+        None,
+        "instead of --run: start $SERVEBUILD_LAUNCHER, wait for health, run servebuild-bench with "
+        "this suite (and any bench options after it: 'tail --requests 50')",
+    )
+    keep: Optional[str] = option(
+        None, "a directory in the container copied next to each run's log (--suite: the bench's output)"
+    )
+    farm: Optional[str] = option(
+        None,
+        "farm file mapping platforms to engines, as for build: the variants build and run on the "
+        "platform's engine (default: farm.yaml at the project root, if any)",
+    )
+
+
+def bisect(root: Path, args: BisectArgs) -> None:
+    farm_file = farms.farm_path(root, args.farm)  # as `build` takes it: --farm FILE, else farm.yaml if any
+    threshold = ab.parse_threshold(args.metric, args.threshold)
+    loaded = load_recipe(args.recipe, root)
+    run, suite, keep, repeat = args.run, args.suite, args.keep, args.repeat
     if run is not None and suite is not None:
         raise InputError("give --run CMD or --suite NAME (which runs servebuild-bench), not both", field="--suite")
-    if search and not (run or suite):
+    if args.search and not (run or suite):
         raise InputError("give the command that decides the outcome with --run (or --suite)", field="--search")
     if repeat is not None and not str(repeat).isdigit():
         raise InputError(f"{repeat!r} is not a whole number of runs", field="--repeat")
@@ -88,16 +132,16 @@ def bisect(
             f"(and not with --suite, which keeps the bench's output itself)",
             field="--keep",
         )
-    seconds = whole_seconds(timeout, ab.DEFAULT_TIMEOUT_S)
+    seconds = whole_seconds(args.timeout, ab.DEFAULT_TIMEOUT_S)
     options = RunOptions(
-        gpus=check_gpus(gpus or "auto"),
-        network=network or "none",
-        env=check_env(env),
-        shm_size=shm_size or "",
-        volumes=tuple(volume or ()),
+        gpus=check_gpus(args.gpus or "auto"),
+        network=args.network or "none",
+        env=check_env(args.env),
+        shm_size=args.shm_size or "",
+        volumes=tuple(args.volume or ()),
     ).check()
-    jobs = ab.jobs_for(loaded, variants, search)
-    names = ab.profile_names(loaded, profiles, [name for name, _ in jobs])
+    jobs = ab.jobs_for(loaded, args.variants, args.search)
+    names = ab.profile_names(loaded, args.profiles, [name for name, _ in jobs])
     if suite is not None:
         check_suite(suite)
         if loaded.recipe.engine is None or not loaded.recipe.launch.profiles:
@@ -109,7 +153,7 @@ def bisect(
         probe = ab.bench_probe(suite, seconds, options)
     else:
         probe = (
-            ab.Probe(run, timeout_s=seconds, metrics_file=metrics_file, artifacts=keep, run=options)
+            ab.Probe(run, timeout_s=seconds, metrics_file=args.metrics_file, artifacts=keep, run=options)
             if run is not None
             else None
         )
@@ -123,15 +167,10 @@ def bisect(
         if p
     }
     urls = {p: f"http://127.0.0.1:{port}" for p, port in ports.items() if port}  # where the bench finds the server
-    build_opts = {
-        name: build_options(
-            platform=platform, locked=locked, offline=offline, ca_bundle=ca_bundle, variant=name, stack=stack
-        )
-        for name, stack in jobs
-    }
+    build_opts = {name: build_options(args, variant=name, stack=stack) for name, stack in jobs}
     session = ab.Session(
         root,
-        recipe,
+        args.recipe,
         probe,
         names,
         build_opts,
@@ -140,8 +179,8 @@ def bisect(
         urls=urls,
         farm_file=farm_file,
     )  # plans checked first
-    if search:
-        found = ab.first_change(len(jobs) - 1, lambda i: session.outcome(jobs[i][0], metric, threshold))
+    if args.search:
+        found = ab.first_change(len(jobs) - 1, lambda i: session.outcome(jobs[i][0], args.metric, threshold))
         print(session.culprit(jobs, found))
     else:
         session.measure_all([name for name, _ in jobs])

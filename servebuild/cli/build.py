@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,7 @@ from servebuild.build import bases, committed, farm as farms, run
 from servebuild.build.buildlock import build_lock
 from servebuild.build.docker import DockerClient
 from servebuild.check import smoke
-from servebuild.cli.options import build_options, default_ca_bundle, verdict
+from servebuild.cli.options import DEFAULT_RECIPE, build_options, default_ca_bundle, option, verdict
 from servebuild.errors import Refused
 from servebuild.lock.lockfile import lock_display
 from servebuild.plan.make import checked_cache_dir, make_plan
@@ -40,54 +41,51 @@ def render(root: Path, recipe: str, platform: Optional[str], mirror_map: Optiona
     )
 
 
-def build(
-    root: Path,
-    recipe: str,
-    platform: Optional[str] = None,
-    tag: Optional[str] = None,
-    no_cache=False,
-    dry_run=False,
-    ca_bundle=None,
-    netrc=None,
-    mirror_map=None,
-    offline=False,
-    cache_from=None,
-    locked=False,
-    variant=None,
-    cache_to=None,
-    farm=None,
-    record_id=False,
-) -> None:
+@dataclass(frozen=True)
+class BuildArgs:
+    """`invoke build`'s options, in the order invoke gives their short flags."""
+
+    recipe: str = option(DEFAULT_RECIPE, "recipe name or path")
+    platform: Optional[str] = option(
+        None, "linux/arm64 or linux/amd64, or several comma-separated (built concurrently)", plan=True
+    )
+    tag: Optional[str] = option(None, "image tag (default servebuild/NAME:ARCH; {arch} is filled in)", plan=True)
+    no_cache: bool = option(False, "build without cache", plan=True)
+    dry_run: bool = option(False, "render the context and print the docker command; build nothing", plan=True)
+    ca_bundle: Optional[str] = option(None, "extra CA bundle for pip (a BuildKit secret, in no layer)", plan=True)
+    netrc: Optional[str] = option(None, "netrc with index tokens (a BuildKit secret, in no layer)", plan=True)
+    mirror_map: Optional[str] = option(None, "YAML file rewriting base image references", plan=True)
+    offline: bool = option(False, "use only the source cache for git sources", plan=True)
+    cache_from: Optional[list[str]] = option(
+        None, "image to use as a cache source (repeatable; {arch} is filled in)", repeatable=True, plan=True
+    )
+    locked: bool = option(False, "build exactly what the lock file next to the recipe pins; refuse if stale", plan=True)
+    variant: Optional[str] = option(None, "build one A/B variant of the recipe (see `invoke bisect`)", plan=True)
+    cache_to: Optional[str] = option(
+        None, "REGISTRY/REPO:TAG: push the image with inline BuildKit cache there ({arch} is filled in)", plan=True
+    )
+    farm: Optional[str] = option(
+        None, "farm file mapping platforms to engines (default: farm.yaml at the project root, if any)"
+    )
+    record_id: bool = option(
+        False, "write the image's id to RECIPE.ids.yaml as the committed one (else compare with it)"
+    )
+
+
+def build(root: Path, args: BuildArgs) -> None:
     """One plan per platform, all checked first; a dry run prints them (and fails if one would stop);
     one platform without a farm builds on the local engine, else each on its farm engine, concurrently."""
-    platforms = platform_list(platform)
-    farms.per_platform_option(tag, "--tag", platforms)
-    farms.per_platform_option(cache_to, "--cache-to", platforms)
-    farm_file = farms.farm_path(root, farm)
+    platforms = platform_list(args.platform)
+    farms.per_platform_option(args.tag, "--tag", platforms)
+    farms.per_platform_option(args.cache_to, "--cache-to", platforms)
+    farm_file = farms.farm_path(root, args.farm)
     plans = {}
     for wanted in platforms:
-        plan = make_plan(
-            root,
-            recipe,
-            build_options(
-                wanted,
-                tag,
-                no_cache,
-                dry_run,
-                ca_bundle,
-                netrc,
-                mirror_map,
-                offline,
-                cache_from,
-                locked,
-                variant,
-                cache_to=cache_to,
-            ),
-        )
+        plan = make_plan(root, args.recipe, build_options(args, platform=wanted))
         if not plan.options.stack:  # a malformed ids file: one line before anything is built (read again after)
             committed.load_committed(plan.loaded)
         plans[plan.platform] = plan
-    if dry_run:
+    if args.dry_run:
         reports = [run.dry_run(plan) for plan in plans.values()]
         print("\n".join(text for text, _ in reports))
         if any(stops for _, stops in reports):  # a dry run that passes must mean it
@@ -98,9 +96,9 @@ def build(
         plan = next(iter(plans.values()))
         result = run.build(plan, docker)
         print_built(result)
-        print_committed(docker, plan, result.image_id, record_id, result.layers)
+        print_committed(docker, plan, result.image_id, args.record_id, result.layers)
         return
-    if record_id:
+    if args.record_id:
         raise Refused("--record-id records one platform built on the local engine", field="--record-id")
     farm_build(root, farms, plans, farm_file)
 

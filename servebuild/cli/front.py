@@ -1,11 +1,13 @@
 """The rules of the front door: every user error is one line on stderr and exit code 2.
 
-`one_line_errors` wraps an invoke task; `parse_errors_exit_2` makes invoke's own parse errors
+`one_line_errors` wraps an invoke task; `options_task` makes the task of a command whose options are one
+dataclass (cli.options.option fields); `parse_errors_exit_2` makes invoke's own parse errors
 ("No idea what '--bogus' is!") follow the same rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import inspect
@@ -14,7 +16,7 @@ import re
 import signal
 import sys
 
-from invoke import Exit, ParseError
+from invoke import Exit, ParseError, task
 from invoke.program import Program
 
 from servebuild import procs
@@ -73,6 +75,35 @@ def one_line_errors(fn):
             raise Exit(code=status)
 
     return wrapper
+
+
+def options_task(options, **task_options):
+    """The invoke task of a command whose options are the dataclass `options`: the task takes one parameter
+    per field, in the fields' order (invoke gives short flags in that order), with the field's default; its
+    help and repeatable options are the fields' (cli.options.option). The decorated body is called as
+    body(c, options(...)) under one_line_errors, with the body's name and docstring as the task's."""
+    fields = dataclasses.fields(options)
+    signature = inspect.Signature(
+        [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default) for f in fields]
+    )
+    help_lines = {f.name: f.metadata["help"] for f in fields if f.metadata.get("help")}
+    repeatable = [f.name for f in fields if f.metadata.get("repeatable")]
+
+    def decorate(body):
+        def run(*args, **kwargs):
+            given = signature.bind(*args, **kwargs)
+            given.apply_defaults()
+            c = given.arguments.pop("c")
+            return body(c, options(**given.arguments))
+
+        functools.update_wrapper(run, body)
+        del run.__wrapped__  # invoke reads the parameters from the signature below, not from the body's
+        run.__signature__ = signature
+        extra = {"iterable": repeatable} if repeatable else {}
+        return task(help=help_lines, **extra, **task_options)(one_line_errors(run))
+
+    return decorate
 
 
 def interrupts_stop() -> None:

@@ -1,11 +1,13 @@
-"""Option grammar shared by the commands (image and registry references, paths, build options), and the smoke verdict line."""
+"""Option grammar shared by the commands (image and registry references, paths, build options), the way a
+command declares its options once (`option`), and the smoke verdict line."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from servebuild.errors import InputError
 from servebuild.plan.make import BuildOptions
@@ -79,38 +81,33 @@ def default_ca_bundle(explicit: Optional[str] = None, host_default: bool = False
     return found
 
 
-def build_options(
-    platform=None,
-    tag=None,
-    no_cache=False,
-    dry_run=False,
-    ca_bundle=None,
-    netrc=None,
-    mirror_map=None,
-    offline=False,
-    cache_from=None,
-    locked=False,
-    variant=None,
-    fetching=True,
-    stack=None,
-    cache_to=None,
-) -> BuildOptions:
-    return BuildOptions(
-        platform=platform,
-        tag=tag,
-        no_cache=no_cache,
-        dry_run=dry_run,
-        ca_bundle=path(default_ca_bundle(ca_bundle)),
-        netrc=path(netrc),
-        mirror_map=path(mirror_map),
-        offline=offline,
-        cache_from=tuple(cache_from or ()),
-        locked=locked,
-        variant=variant,
-        fetching=fetching,
-        stack=stack,
-        cache_to=cache_to,
-    )
+def option(default: Any = None, help: str = "", repeatable: bool = False, plan: bool = False) -> Any:
+    """One field of a command's options dataclass, and all there is to say of the option: its default
+    (its type for invoke: a bool is a flag, anything else a value), its help line, whether it may be given
+    more than once (a list), and whether the build plan takes it (`build_options(args)`). The invoke task's
+    parameters and help are made from these fields (cli.front.options_task): nothing repeats them. invoke
+    gives short flags in field order, so a new option goes last (no existing option's short flag moves)."""
+    return dataclasses.field(default=default, metadata={"help": help, "repeatable": repeatable, "plan": plan})
+
+
+PLAN_FIELDS = {f.name for f in dataclasses.fields(BuildOptions)}
+
+
+def build_options(args: Any = None, **given: Any) -> BuildOptions:
+    """The build plan's options: the fields of a command's options `args` marked `plan`, then `given`
+    (which wins); the paths made Paths, the CA bundle defaulted (default_ca_bundle)."""
+    values = {}
+    if args is not None:
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.metadata.get("plan")}
+    values.update(given)
+    unknown = sorted(set(values) - PLAN_FIELDS)
+    if unknown:  # a programming error: the plan has no such option
+        raise TypeError(f"BuildOptions has no field {', '.join(unknown)}")
+    values["ca_bundle"] = path(default_ca_bundle(values.get("ca_bundle")))
+    for name in ("netrc", "mirror_map"):
+        values[name] = path(values.get(name))
+    values["cache_from"] = tuple(values.get("cache_from") or ())
+    return BuildOptions(**values)
 
 
 def verdict(code: int, out_dir: Path) -> int:

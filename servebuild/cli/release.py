@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from servebuild.build.docker import DockerClient
-from servebuild.cli.options import path, registry_ref, split_registry_ref
+from servebuild.cli.options import DEFAULT_RECIPE, option, path, registry_ref, split_registry_ref
 from servebuild.release import credentials, signing
 from servebuild.release.publish import PUSH_S, gather_builds, publish as publish_builds
 from servebuild.registry.limits import REBUILD_REGISTRY_S, seconds_from_env
@@ -18,41 +20,56 @@ from servebuild.errors import InputError
 from servebuild.platforms import PLATFORMS, host_platform, platform_list
 
 
-def publish(
-    root: Path,
-    recipe: str,
-    registry=None,
-    platform=None,
-    variant=None,
-    repository=None,
-    tag=None,
-    credentials_file=None,
-    ca=None,
-    force=False,
-    no_verify=False,
-    farm=None,
-    sign_key=None,
-) -> None:
-    tag = tag or variant or "latest"
+@dataclass(frozen=True)
+class PublishArgs:
+    """`invoke publish`'s options, in the order invoke gives their short flags."""
+
+    recipe: str = option(DEFAULT_RECIPE, "recipe whose builds to publish")
+    registry: Optional[str] = option(None, "HOST[:PORT] of the registry")
+    platform: Optional[str] = option(
+        None, "platform(s) to put under the tag, comma-separated (default: the recipe's first)"
+    )
+    variant: Optional[str] = option(None, "A/B variant of the builds")
+    repository: Optional[str] = option(None, "repository in the registry (default servebuild/RECIPE)")
+    tag: Optional[str] = option(None, "tag of the OCI index (default: the variant, else latest)")
+    credentials: Optional[str] = option(
+        None, "JSON file {username, password}, mode 600 (default: the Docker config's auths)"
+    )
+    ca: Optional[str] = option(None, "PEM CA bundle the registry's certificate is checked against (private CA)")
+    force: bool = option(False, "move a tag that already points at other images")
+    no_verify: bool = option(False, "publish without a passing smoke verdict for each exact image")
+    farm: Optional[str] = option(
+        None, "farm file: push each platform from the engine that built it (default: farm.yaml, if any)"
+    )
+    sign_key: Optional[str] = option(
+        None,
+        "PEM private key file (Ed25519 or ECDSA P-256, mode 600) to sign each provenance statement "
+        "with, attached as a DSSE envelope (default: $SERVEBUILD_SIGN_KEY; never the key itself)",
+    )
+
+
+def publish(root: Path, args: PublishArgs) -> None:
+    registry, repository, variant, sign_key = args.registry, args.repository, args.variant, args.sign_key
+    tag = args.tag or variant or "latest"
     registry_ref(registry, (repository or "servebuild/recipe").strip(), tag)  # the options, before any file is read
     seconds_from_env("SERVEBUILD_PUSH_TIMEOUT", PUSH_S)
-    platforms = platform_list(platform)
+    platforms = platform_list(args.platform)
     key_file, key_field = (
         (sign_key, "--sign-key") if sign_key else (os.environ.get("SERVEBUILD_SIGN_KEY"), "SERVEBUILD_SIGN_KEY")
     )
     signer = signing.load_private_key(Path(key_file), key_field) if key_file else None  # before any push
     docker = DockerClient()
-    builds, recipe_name = gather_builds(root, recipe, platforms, variant, farm, verify=not no_verify)
+    builds, recipe_name = gather_builds(root, args.recipe, platforms, variant, args.farm, verify=not args.no_verify)
     name = (repository or f"servebuild/{recipe_name}").strip()  # the recipe's name, never a path given as --recipe
     registry_ref(registry, name, tag)
-    client = RegistryClient(registry, credentials.resolve(registry, path(credentials_file)), path(ca))
+    client = RegistryClient(registry, credentials.resolve(registry, path(args.credentials)), path(args.ca))
     result = publish_builds(
         docker,
         builds,
         client,
         name,
         tag,
-        force=force,
+        force=args.force,
         signer=signer,
         progress=lambda event, detail: print(f"{event}: {detail}", flush=True),
     )

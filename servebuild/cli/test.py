@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,7 @@ from servebuild import procs
 from servebuild.build import bases, farm as farms
 from servebuild.build.docker import DockerClient
 from servebuild.check import engine_parser, host as hostcheck, smoke
-from servebuild.cli.options import build_options, image_ref, verdict
+from servebuild.cli.options import build_options, image_ref, option, verdict
 from servebuild.errors import HostError, InputError
 from servebuild.fsutil import no_link_below, write_json
 from servebuild.lock.lockfile import lock_display
@@ -23,43 +24,59 @@ from servebuild.recipe.load import load_recipe
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 
 
-def test_image(
-    root: Path,
-    recipe=None,
-    image=None,
-    hosts=None,
-    platform=None,
-    require_gpu=False,
-    python=None,
-    network=False,
-    variant=None,
-    farm=None,
-) -> int:
+@dataclass(frozen=True)
+class TestImageArgs:
+    """`invoke test-image`'s options, in the order invoke gives their short flags."""
+
+    __test__ = False  # not a pytest class, whatever imports it
+
+    recipe: Optional[str] = option(None, "recipe whose expectations to check (default: read the manifest in the image)")
+    image: Optional[str] = option(None, "image to test (default: the recipe's default tag for this host)")
+    hosts: Optional[str] = option(
+        None, "test a host instead of an image: local://, ssh://user@host, docker://container"
+    )
+    platform: Optional[str] = option(None, "platform of the recipe's image to test", plan=True)
+    require_gpu: bool = option(False, "fail, rather than skip, the GPU checks when no GPU is visible")
+    python: Optional[str] = option(None, "python on the host under test (hosts mode; default python3)")
+    network: bool = option(False, "give the test container network (default: none)")
+    variant: Optional[str] = option(None, "the A/B variant of the recipe's image", plan=True)
+    farm: Optional[str] = option(
+        None, "farm file: test the recipe's image on the engine that built it (default: farm.yaml, if any)"
+    )
+
+
+def test_image(root: Path, args: TestImageArgs) -> int:
+    recipe, image, variant, require_gpu = args.recipe, args.image, args.variant, args.require_gpu
     if image is not None:
         image_ref(image)
     loaded = load_recipe(recipe, root) if recipe else None
     if loaded is not None and variant:
         loaded = loaded.with_variant(variant)
-    if hosts:
+    if args.hosts:
         if loaded is None:
             raise InputError("--hosts needs --recipe to say what to expect", field="--recipe")
         out_dir = no_link_below(root / "build" / loaded.recipe.name / "smoke-hosts", "the smoke output", root / "build")
         code = smoke.run_suite(
-            hosts, smoke.expectations(loaded, None, image=False), out_dir, require_gpu=require_gpu, python=python
+            args.hosts,
+            smoke.expectations(loaded, None, image=False),
+            out_dir,
+            require_gpu=require_gpu,
+            python=args.python,
         )
         return verdict(code, out_dir)
     if image is None:
         if loaded is None:
             raise InputError("give --image REF or --recipe NAME", field="--image")
-        plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
+        plan = make_plan(root, recipe, build_options(args, fetching=False))
         image, out_dir = plan.tag, plan.build_dir / "smoke"
-        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
-        image = farms.image_of_build(root, plan.build_dir, farm) or image
+        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, args.farm)
+        image = farms.image_of_build(root, plan.build_dir, args.farm) or image
     else:
         out_dir = root / "build" / "images" / image.replace("/", "_").replace(":", "_") / "smoke"
         engine = DockerClient()
     no_link_below(out_dir, "the smoke output", root / "build")  # no folder of it under build/ a planted link
-    return verdict(smoke.test_image(engine, image, loaded, out_dir, require_gpu=require_gpu, network=network), out_dir)
+    code = smoke.test_image(engine, image, loaded, out_dir, require_gpu=require_gpu, network=args.network)
+    return verdict(code, out_dir)
 
 
 def check_profiles(root: Path, recipe: str, image: Optional[str]) -> None:

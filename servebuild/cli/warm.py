@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +11,7 @@ from servebuild.build import farm as farms
 from servebuild.build.docker import DockerClient
 from servebuild.check.container import check_gpus, check_network, check_volume
 from servebuild.check.warm import DEFAULT_MAX_BYTES, WarmRequest, launcher_name, result_tag, run_warm
-from servebuild.cli.options import build_options, image_ref, whole_seconds
+from servebuild.cli.options import build_options, image_ref, option, whole_seconds
 from servebuild.errors import InputError
 from servebuild.fsutil import no_link_below, writing
 from servebuild.plan.make import make_plan
@@ -29,58 +29,61 @@ def byte_count(value: str) -> int:
     return int(m.group(1)) * UNITS[(m.group(2) or "")[:1]]
 
 
-def checked_request(
-    image: Optional[str],
-    run: Optional[str],
-    profile: Optional[str],
-    gpus: Optional[str],
-    volume,
-    network,
-    timeout,
-    max_bytes,
-    tag,
-    check,
-) -> WarmRequest:
+@dataclass(frozen=True)
+class WarmArgs:
+    """`invoke warm`'s options, in the order invoke gives their short flags."""
+
+    recipe: Optional[str] = option(None, "recipe whose built image to warm")
+    variant: Optional[str] = option(None, "the A/B variant of the recipe's image", plan=True)
+    platform: Optional[str] = option(None, "platform of the recipe's image", plan=True)
+    image: Optional[str] = option(None, "warm this image instead (built by servebuild)")
+    profile: Optional[str] = option(
+        None, "launch profile the caches are for ($SERVEBUILD_LAUNCHER in the command; default the recipe's)"
+    )
+    run: Optional[str] = option(
+        None, "shell command run in the image: the engine's warmups, a benchmark, anything that compiles"
+    )
+    volume: Optional[list[str]] = option(
+        None, "docker -v SRC:DST[:ro] (repeatable: the model, a cache volume on /cache)", repeatable=True
+    )
+    gpus: Optional[str] = option(
+        None, "all (default), none (only the JIT paths that need no GPU), or devices such as 0,1"
+    )
+    network: Optional[str] = option(None, "the container's network (default none)")
+    timeout: Optional[str] = option(None, "seconds for the command (default 3600)")
+    max_bytes: Optional[str] = option(None, "refuse a cache layer larger than this (default 16 GiB)")
+    tag: Optional[str] = option(None, "tag of the warm image (default IMAGE-warm)")
+    check: bool = option(False, "only count what the command compiles: exit 1 unless nothing")
+    farm: Optional[str] = option(None, "farm file: warm on the engine that built the image")
+
+
+def checked_request(args: WarmArgs) -> WarmRequest:
     """Every option checked before the engine is asked anything (the image is filled in after)."""
+    run = args.run
     if not run or not run.strip() or "\x00" in run:
         raise InputError("give the command to run in the image (the engine's warmup, a benchmark, ...)", field="--run")
-    gpus = check_gpus(gpus or "all", allow_auto=False)  # bisect's grammar, less `auto` (warm needs its GPUs)
-    network = check_network(network or "none")
-    for spec in volume or ():
+    gpus = check_gpus(args.gpus or "all", allow_auto=False)  # bisect's grammar, less `auto` (warm needs its GPUs)
+    network = check_network(args.network or "none")
+    for spec in args.volume or ():
         check_volume(spec)
-    limit = DEFAULT_MAX_BYTES if max_bytes is None else byte_count(max_bytes)
+    limit = DEFAULT_MAX_BYTES if args.max_bytes is None else byte_count(args.max_bytes)
     return WarmRequest(
-        image=image or "",
+        image=args.image or "",
         command=run,
-        profile=profile,
+        profile=args.profile,
         gpus=gpus,
-        volumes=tuple(volume or ()),
+        volumes=tuple(args.volume or ()),
         network=network,
-        timeout=whole_seconds(timeout, 3600, positive=True),
+        timeout=whole_seconds(args.timeout, 3600, positive=True),
         max_bytes=limit,
-        tag=image_ref(tag, "--tag") if tag else None,
-        check_only=check,
+        tag=image_ref(args.tag, "--tag") if args.tag else None,
+        check_only=args.check,
     )
 
 
-def warm(
-    root: Path,
-    recipe=None,
-    variant=None,
-    platform=None,
-    image=None,
-    profile=None,
-    run=None,
-    volume=None,
-    gpus=None,
-    network=None,
-    timeout=None,
-    max_bytes=None,
-    tag=None,
-    check=False,
-    farm=None,
-) -> int:
-    request = checked_request(image, run, profile, gpus, volume, network, timeout, max_bytes, tag, check)
+def warm(root: Path, args: WarmArgs) -> int:
+    request = checked_request(args)
+    image, profile, recipe, variant, check = args.image, args.profile, args.recipe, args.variant, args.check
     if image is not None:
         image_ref(image)
         launcher_name(profile)  # no recipe lists the image's profiles: the name's grammar, before the engine
@@ -98,11 +101,11 @@ def warm(
                 f"recipe {loaded.recipe.name} has no launch profile {profile!r} (it has: {known})", field="--profile"
             )
         profile = profile or default
-        plan = make_plan(root, recipe, build_options(platform=platform, variant=variant, fetching=False))
+        plan = make_plan(root, recipe, build_options(args, fetching=False))
         if not check:  # the recipe's tag with -warm (a farm build's image is named by id: not that)
             request = replace(request, tag=result_tag(plan.tag, request.tag))
-        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, farm)
-        image = farms.image_of_build(root, plan.build_dir, farm) or plan.tag
+        engine = farms.engine_for_build(root, plan.build_dir, plan.platform, args.farm)
+        image = farms.image_of_build(root, plan.build_dir, args.farm) or plan.tag
         work = plan.build_dir / "warm"
     else:
         raise InputError("give --recipe NAME (its built image) or --image REF", field="--recipe")

@@ -5,6 +5,7 @@ Every value the templates print is prepared here; templates only compose fragmen
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -39,9 +40,12 @@ TEMPLATES = PROJECT_DIR / "images"
 INIT = "/usr/bin/tini"
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """Values are validated before they get here (the first wall); the templates still quote
-    what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall)."""
+    what lands in a shell word (`| sh`) and write CMD and ENV values as JSON (the second wall).
+    One per process: it keeps each template compiled (three quarters of a render was compiling the same
+    templates again), and reloads one whose file changed (jinja2's auto_reload)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(TEMPLATES), str(PACKAGE_DIR)]),
         undefined=jinja2.StrictUndefined,
@@ -117,21 +121,23 @@ def dockerfile_data(
         "engine_site": ENGINE_SITE,
         "runtime_env": [f"{k}={json.dumps(v)}" for k, v in sorted(env.items())],
         "make_dirs": " ".join(shlex.quote(d) for d in [recipe.launch.workdir] + cache_dirs),
-        "launchers": carries["profiles"],
         # /cache and what is under it: writable by any --user (sticky, as /tmp), so volumes made from it are too
         "shared_dirs": " ".join(
             shlex.quote(d) for d in ([CACHE_ROOT] if shared and CACHE_ROOT not in shared else []) + shared
         ),
         "profile_check": (
-            argcheck_argv(recipe, payload.ARGCHECK, payload.BIN, f"{payload.SERVEBUILD}/profiles-checked.json")
-            if carries["argcheck"]
-            else []
+            argcheck_argv(recipe, payload.ARGCHECK, payload.BIN, payload.CHECK_RECORD) if carries["argcheck"] else []
         ),
         "aot": aot_argv() if carries["aot"] else [],
         "aot_reuse": aot_reuse_argv,
         "release_aot": RELEASE_AOT,
-        "runtime_tools": site_packages(recipe) if carries["serve-time-jit"] else None,  # where the recorder's .pth goes
-        "bench_dir": payload.BENCH_DIR if carries["bench"] else None,  # servebuild-bench and its prompts
+        # the copy steps of servebuild's own files, made from render/payload.py's rows
+        "runtime_step": payload.runtime_step(
+            recipe, has_aot, site_packages(recipe) if carries["serve-time-jit"] else None
+        ),
+        "check_copies": payload.check_copies(),
+        "check_record": payload.CHECK_RECORD,
+        "aot_copy": payload.folder_copy("aot"),
         "healthcheck": healthcheck(kind, recipe.launch.profiles.get(default) if default else None),
         "init": INIT if kind else None,
         "ports": ports,

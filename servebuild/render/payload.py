@@ -11,7 +11,9 @@ files (`InstallMode.context_files`), the pinned Debian packages. Those are input
 manifest and the lock, and the recipe says which.
 
 Changing a row's context path or content changes every image that carries it (the committed digests
-in recipes/*.ids.yaml say so); the Dockerfile templates copy the context folders named here.
+in recipes/*.ids.yaml say so). The Dockerfile's copy steps are made from the rows (runtime_step,
+check_copies, folder_copy): images/stages/runtime.j2 names none of the table's paths, so a new in-image
+file is one row.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ RECORD_PTH = (
     '(sys.path.append("/opt/servebuild/tools") or __import__("jit_record").install())\n'
 )
 SITE_PACKAGES = "$SITE"  # in `image`: the venv's site-packages (render/aot.site_packages)
+PRESENT = (BIN, SITE_PACKAGES)  # image folders every runtime image has: the copy steps copy into them, never make them
+CHECK_RECORD = f"{SERVEBUILD}/profiles-checked.json"  # the profile check's record: its stage writes it, not a row
 KIND_HOOK = Path("<the engine kind's argcheck hook>")  # in `source`: EngineKind.argcheck
 WRITTEN = None  # in `source`: the renderer writes it
 
@@ -223,3 +227,96 @@ def in_image_sources(kinds) -> set[Path]:
     """Every Python file of servebuild the table puts in an image (the parser hooks of `kinds` included)."""
     found = {r.source for r in PAYLOAD if r.source not in (WRITTEN, KIND_HOOK) and r.source.suffix == ".py"}
     return found | {k.argcheck for k in kinds if k.argcheck is not None}
+
+
+# ---- the copy steps of the Dockerfile, made from the rows (images/stages/runtime.j2 prints them)
+
+
+def _folders(chosen: list[Row]) -> dict[str, str]:
+    """Top-level context folder -> the image folder it is copied to whole, for rows whose image path is that
+    folder's image folder plus the rest of the context path (argcheck/site/x.py -> ARGCHECK/site/x.py)."""
+    out: dict[str, str] = {}
+    for r in chosen:
+        folder, rest = r.context.split("/", 1)
+        if not r.image.endswith("/" + rest):
+            raise ValueError(f"payload row {r.context!r}: {r.image!r} does not end in its context path's {rest!r}")
+        image_folder = r.image[: -len(rest) - 1]
+        if out.setdefault(folder, image_folder) != image_folder:
+            raise ValueError(f"payload row {r.context!r}: {folder}/ goes to {out[folder]}, not {image_folder}")
+    return out
+
+
+def folder_copy(stage: str) -> str:
+    """`CONTEXT/ IMAGE/` of a stage whose rows are one context folder copied whole (the aot stage's COPY)."""
+    ((folder, image_folder),) = _folders([r for r in PAYLOAD if r.stage == stage]).items()
+    return f"{folder}/ {image_folder}/"
+
+
+def check_copies() -> dict[str, list[str]]:
+    """The profile-check stage's step: the launchers and the check's own rows where they would be copied,
+    each context folder bound and copied whole (`mounts`, `commands`)."""
+    folders = _folders([row("launchers/PROFILE"), *(r for r in PAYLOAD if r.stage == "profile-check")])
+    return {
+        "mounts": [f"--mount=type=bind,source={f},target=/mnt/{f}" for f in folders],
+        "commands": [
+            ("" if image in PRESENT else f"mkdir -p {image} && ") + f"cp -a --no-preserve=ownership /mnt/{f}/. {image}/"
+            for f, image in folders.items()
+        ],
+    }
+
+
+def _unit(r: Row) -> tuple[str, str, str]:
+    """A runtime row as one cp: (its group: the context folder, or a top-level file itself; the source under
+    /mnt; the destination). The files of a folder are copied by their suffix (`*.py`, `*` for launchers),
+    so rows of one folder, suffix and image folder are one cp; a folder row (ending in /) copies its files."""
+    if "/" not in r.context:
+        return r.context, f"/mnt/{r.context}", r.image
+    if r.context.endswith("/"):
+        folder = r.context.rstrip("/")
+        return folder.rpartition("/")[0], f"/mnt/{folder}/*", r.image
+    folder, _, name = r.context.rpartition("/")
+    if not r.image.endswith("/" + name):
+        raise ValueError(f"payload row {r.context!r}: {r.image!r} is not a file of that name in a folder")
+    return folder, f"/mnt/{folder}/*{Path(name).suffix}", r.image[: -len(name)]
+
+
+def _deepest(folders: set[str]) -> list[str]:
+    """The folders to make: those no other one is inside (mkdir -p makes the rest), none that every image has."""
+    made = {f for f in folders if f not in PRESENT}
+    return sorted(f for f in made if not any(o.startswith(f + "/") for o in made))
+
+
+def runtime_step(recipe: Recipe, has_aot: bool, site: Optional[str]) -> str:
+    """The runtime stage's step that puts the runtime rows an image carries in it (`site`: the venv's
+    site-packages, where a row says SITE_PACKAGES). An image with launchers: one RUN that binds each top-level
+    context entry and copies each folder's files by suffix, the groups in the order of their context paths,
+    a group's folders made first. Without launchers: a COPY of each top-level file (the manifest); rows under a
+    folder are not copied then, as before this step was made from the table (only an engine kind that compiles
+    while serving, in a recipe with no launch profile, would carry such rows: no recipe does)."""
+    runtime_rows = [r for r in rows(recipe, has_aot) if r.stage == "runtime"]
+    if not carried(recipe, has_aot)["profiles"]:
+        return "\n".join(f"COPY {r.context} {r.image}" for r in runtime_rows if "/" not in r.context)
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for r in runtime_rows:
+        group, source, dest = _unit(r)
+        same = [d for s, d in groups.setdefault(group, []) if s == source]
+        if same and same != [dest]:  # one glob, two places: each would get the other's files too
+            raise ValueError(f"payload row {r.context!r}: {source} goes to {same[0]}, not also to {dest}")
+        if not same:
+            groups[group].append((source, dest))
+    commands = []
+    for group in sorted(groups):
+        units = groups[group]
+        made = _deepest({dest.rstrip("/") if dest.endswith("/") else dest.rpartition("/")[0] for _, dest in units})
+        for i, (source, dest) in enumerate(units):
+            mkdir = f"mkdir -p {' '.join(made)} && " if made and i == 0 else ""
+            commands.append(f"{mkdir}cp --preserve=mode,timestamps {source} {dest}")
+    text = " \\\n && ".join(commands)
+    if SITE_PACKAGES in text:
+        if not site:
+            raise ValueError("a runtime row goes to the venv's site-packages, and none was given")
+        text = text.replace(SITE_PACKAGES, site)
+    mounts = [
+        f"--mount=type=bind,source={e},target=/mnt/{e}" for e in sorted({r.context.split("/")[0] for r in runtime_rows})
+    ]
+    return "RUN " + " \\\n    ".join([*mounts, text])

@@ -60,7 +60,10 @@ def published(engine, base_images, tmp_path_factory):
     address, proc = start_registry(tmp / "registry")
     try:
         cli_release.publish(
-            root, "toy", registry=address, platform="linux/amd64", repository=REPO, tag="v1", no_verify=True
+            root,
+            cli_release.PublishArgs(
+                recipe="toy", registry=address, platform="linux/amd64", repository=REPO, tag="v1", no_verify=True
+            ),
         )
         yield root, f"{address}/{REPO}:v1", tmp / "registry" / "data", first
     finally:

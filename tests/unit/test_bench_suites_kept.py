@@ -276,13 +276,13 @@ def test_a_health_wait_says_what_it_waits_for(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    proc = bench(url, tmp_path / "out", "--suite", "decode", "--health-timeout", "2", "--progress", "on")
+    proc = bench(url, tmp_path / "out", "--suite", "decode", "--health-timeout", "1", "--progress", "on")
     assert proc.returncode == 2, proc.stderr
-    assert f"waiting for GET {url}/health to answer 200 (up to 2 s, --health-timeout)" in proc.stderr
+    assert f"waiting for GET {url}/health to answer 200 (up to 1 s, --health-timeout)" in proc.stderr
     assert (
         proc.stderr.strip()
         .splitlines()[-1]
-        .startswith(f"servebuild-bench: error: the server at {url} was not healthy after 2 s")
+        .startswith(f"servebuild-bench: error: the server at {url} was not healthy after 1 s")
     ), proc.stderr
 
 
@@ -381,7 +381,7 @@ def test_token_counts_are_integers():
 
 
 def test_suites_report_output_throughput_e2e_and_itl(scripted, tmp_path):
-    server = scripted(fresh_s=0.05, gap_s=0.01)
+    server = scripted(fresh_s=0.05, gap_s=0.005)  # 5 ms between tokens
     out = tmp_path / "out"
     proc = bench(server.url, out, "--suite", "decode,tail", "--runs", "2", "--max-tokens", "8", "--requests", "3")
     assert proc.returncode == 0, proc.stderr
@@ -393,7 +393,7 @@ def test_suites_report_output_throughput_e2e_and_itl(scripted, tmp_path):
         # all output tokens over the run's duration: at most over the requests' own time, never 1/TPOT
         assert 0.8 * len(mine) * tokens / wall <= s[f"{suite}_output_throughput_tps"] <= len(mine) * tokens / wall
         assert s[f"{suite}_output_throughput_tps"] < s[f"{suite}_tg_tps" if suite == "decode" else "tail_decode_tps"]
-        assert 8 <= s[f"{suite}_itl_ms_p50"] <= 30
+        assert 4 <= s[f"{suite}_itl_ms_p50"] <= 30
         assert s[f"{suite}_e2el_s" if suite == "decode" else "tail_latency_s_p50"] > 0.05
     assert type(s["tail_prompt_tokens"]) is int
     md = (out / "bench.md").read_text()
@@ -585,41 +585,6 @@ def test_a_server_that_dies_in_the_second_suite_leaves_the_first_suites_figures(
     assert summary["partial_ttft_s_n"] == 1
 
 
-def test_one_slow_control_answer_is_not_taken_for_a_cache(scripted, tmp_path):
-    """A server with no prefix cache at all, whose first control answer is slow once (a loaded host: a
-    2 ms stand-in once took 9.5 ms). The check compares medians of three fresh prompts and three
-    controls; the first design compared one of each and refused this run as a cache hit."""
-    # stand-in times far above a loaded host's noise (a CI run once made two of three 3 ms answers 40 ms)
-    server = scripted(fresh_s=0.2, cached_s=0.2, outlier="(control prompt ", outlier_s=2.0)
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            "--url",
-            server.url,
-            "--out",
-            str(out),
-            "--census",
-            "off",
-            "--suite",
-            "prefill",
-            "--sizes",
-            "512",
-            "--runs",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads((out / "bench.json").read_text())
-    assert summary["nonce_check"] == "ok, no prefix cache visible"
-    assert summary["nonce_check_control_ttft_s"] < 1.0  # the median, not the one slow answer
-
-
 def _timed_stream(ttfts: dict[str, list[float]]):
     """A stand-in for bench_client.stream (no server): the next TTFT of a prompt's kind (`fresh` for a
     nonce prompt, `control` for a control prompt) from a script, as a loaded host's noise would give."""
@@ -631,6 +596,20 @@ def _timed_stream(ttfts: dict[str, list[float]]):
         return sample
 
     return stream
+
+
+def test_one_slow_control_answer_is_not_taken_for_a_cache(monkeypatch):
+    """A server with no prefix cache at all, whose first control answer is slow once (a loaded host: a
+    2 ms stand-in once took 9.5 ms). The check compares medians of three fresh prompts and three
+    controls; the first design compared one of each and refused this run as a cache hit. (The TTFTs are
+    scripted, as a stand-in server sleeping them gave them in 5 s of the unit tier.)"""
+    fresh = [0.2, 0.2, 0.2, 0.2, 0.2]  # first of the shape, the batch's three, the first again
+    control = [2.0, 0.2, 0.2]
+    monkeypatch.setattr(bench_suites, "stream", _timed_stream({"fresh": fresh, "control": control}))
+    server = bench_client.Server(url="http://stand-in", model="m", api="completions")
+    got = bench_suites.nonce_check(server, bench_suites.PromptMaker())
+    assert got["nonce_check"] == "ok, no prefix cache visible" and got["nonce_check_batches"] == 1, got
+    assert got["nonce_check_control_ttft_s"] < 1.0  # the median, not the one slow answer
 
 
 def test_one_noisy_batch_is_checked_again_not_refused(monkeypatch):

@@ -191,7 +191,7 @@ def no_build(monkeypatch):
 def test_build_refuses_a_malformed_ids_file_before_building(project, no_build, dry_run):
     write(project, entry(layers=["sha256:abc"]))
     with pytest.raises(ServebuildError) as info:
-        cli_build.build(project, RECIPE, platform="linux/amd64", dry_run=dry_run)
+        cli_build.build(project, cli_build.BuildArgs(recipe=RECIPE, platform="linux/amd64", dry_run=dry_run))
     assert f"recipes/{RECIPE}.ids.yaml" in str(info.value) and "linux/amd64.layers" in str(info.value)
 
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 import pytest
 
 from servebuild.check.container import RunOptions, check_gpus, check_network
-from servebuild.cli.warm import checked_request
+from servebuild.cli.warm import WarmArgs, checked_request
 from servebuild.errors import InputError
 
 UUID = "GPU-8e5c1a2b-0c3d-4e5f-9a8b-7c6d5e4f3a2b"
 
 
 def warm(gpus):
-    return checked_request("img", "true", None, gpus, None, None, None, None, None, False).gpus
+    return checked_request(WarmArgs(image="img", run="true", gpus=gpus)).gpus
 
 
 def warm_network(network):
-    return checked_request("img", "true", None, None, None, network, None, None, None, False).network
+    return checked_request(WarmArgs(image="img", run="true", network=network)).network
 
 
 def bisect_network(network):

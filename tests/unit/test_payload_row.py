@@ -1,11 +1,16 @@
-"""What adding an in-image tool takes: the tool and one row of render/payload.py, nothing else."""
+"""What adding an in-image file takes: the file and one row of render/payload.py, nothing else: the table makes
+the Dockerfile's copy steps, and the templates name none of its paths."""
 
 from __future__ import annotations
+
+import fnmatch
+import re
 
 import pytest
 
 from servebuild.recipe.load import load_recipe
 from servebuild.render import payload
+from servebuild.render.aot import aot_kernels
 from servebuild.render.context import write_context
 from support import REPO_ROOT
 
@@ -20,20 +25,26 @@ def context_for(recipe: str, tmp_path, name: str):
     )
 
 
-@pytest.fixture
-def one_more_row(tmp_path, monkeypatch):
-    tool = tmp_path / "servebuild_hello.py"
-    tool.write_text(TOOL)
-    row = payload.Row(
-        "a demo tool",
-        tool,
-        "launchers/.tools/servebuild_hello.py",
-        f"{payload.IMAGE_TOOLS}/servebuild_hello.py",
-        "runtime",
-        "serve-time-jit",
-    )
+def add_row(monkeypatch, tmp_path, what: str, context: str, image: str, when: str, text: str = TOOL) -> payload.Row:
+    """One more row of the table, its file written under tmp_path: all a new in-image file takes."""
+    source = tmp_path / context.rpartition("/")[2]
+    source.write_text(text)
+    row = payload.Row(what, source, context, image, "runtime", when)
     monkeypatch.setattr(payload, "PAYLOAD", (*payload.PAYLOAD, row))
     return row
+
+
+@pytest.fixture
+def one_more_row(tmp_path, monkeypatch):
+    tool = "servebuild_hello.py"
+    return add_row(
+        monkeypatch,
+        tmp_path,
+        "a demo tool",
+        f"launchers/.tools/{tool}",
+        f"{payload.IMAGE_TOOLS}/{tool}",
+        "serve-time-jit",
+    )
 
 
 def test_one_row_puts_a_tool_in_the_context_and_the_runtime_step_copies_it(one_more_row, tmp_path):
@@ -52,18 +63,94 @@ def test_the_rows_condition_decides_which_images_carry_it(one_more_row, tmp_path
     assert payload.rows(load_recipe("torch-cu130-bookworm", REPO_ROOT).recipe, False, "serve-time-jit") == []
 
 
-def test_every_copied_runtime_row_lands_where_the_runtime_step_copies_its_folder():
-    """The table's image paths and the template's folder copies agree, row by row: a row naming an image
-    path its folder's copy does not reach would be a tool the image never gets."""
-    folders = {"launchers/.tools/": payload.IMAGE_TOOLS + "/", "launchers/.bench/": payload.BENCH_DIR + "/"}
-    checked = 0
+def copies(step: str) -> list[tuple[str, str]]:
+    """(source, destination) of each cp of a generated runtime step."""
+    return [tuple(m.groups()) for m in re.finditer(r"cp --preserve=mode,timestamps (\S+) (\S+)", step)]
+
+
+@pytest.mark.parametrize("recipe", ["sglang-native-fp8-bookworm", "vllm-dspark", "torch-cu130-bookworm"])
+def test_every_runtime_row_an_image_carries_lands_at_its_image_path(recipe):
+    """The generated step and the table agree, row by row: each runtime row's context file is matched by one
+    cp's source and lands at the row's image path (a folder row: its files in the row's folder)."""
+    loaded = load_recipe(recipe, REPO_ROOT).recipe
+    has_aot = bool(aot_kernels(loaded, REPO_ROOT))
+    site = "/opt/venv/lib/python3.12/site-packages"
+    step = payload.runtime_step(loaded, has_aot, site)
+    carried = [r for r in payload.rows(loaded, has_aot) if r.stage == "runtime"]
+    assert carried
+    if not loaded.launch.profiles:
+        assert step == "\n".join(f"COPY {r.context} {r.image}" for r in carried)
+        return
+    pairs = copies(step)
+    for row in carried:
+        file = f"/mnt/{row.context}" + ("prompt.txt" if row.context.endswith("/") else "")
+        image = row.image.replace(payload.SITE_PACKAGES, site)
+        landed = [
+            dest + file.rpartition("/")[2] if dest.endswith("/") else dest
+            for source, dest in pairs
+            if fnmatch.fnmatchcase(file, source) and file.count("/") == source.count("/")
+        ]
+        assert landed == [image + ("prompt.txt" if row.context.endswith("/") else "")], (row, pairs)
+    assert step.count("--mount=type=bind,") == len({r.context.split("/")[0] for r in carried})
+
+
+@pytest.fixture
+def row_in_a_new_folder(tmp_path, monkeypatch):
+    tool = "servebuild_hello.py"
+    folder = f"{payload.SERVEBUILD}/hello"
+    return add_row(
+        monkeypatch, tmp_path, "a tool in a new folder", f"launchers/.hello/{tool}", f"{folder}/{tool}", "bench"
+    )
+
+
+def test_a_row_in_a_new_folder_is_one_row_the_step_makes_its_folder_and_copies_it(row_in_a_new_folder, tmp_path):
+    context = context_for("sglang-native-fp8-bookworm", tmp_path, "sglang")
+    assert (context / row_in_a_new_folder.context).read_text() == TOOL
+    dockerfile = (context / "Dockerfile").read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime\n") :]
+    want = "mkdir -p /opt/servebuild/hello && cp --preserve=mode,timestamps /mnt/launchers/.hello/*.py /opt/servebuild/hello/"
+    assert want in runtime
+
+
+@pytest.fixture
+def top_level_row(tmp_path, monkeypatch):
+    image = f"{payload.SERVEBUILD}/NOTICE.txt"
+    return add_row(monkeypatch, tmp_path, "a notice", "NOTICE.txt", image, "always", text="made by servebuild\n")
+
+
+def test_a_top_level_file_row_is_bound_and_copied_or_copied_alone(top_level_row, tmp_path):
+    """With launchers the file is one more bind and cp of the runtime step; without (torch), one more COPY."""
+    sglang = (context_for("sglang-native-fp8-bookworm", tmp_path, "sglang") / "Dockerfile").read_text()
+    runtime = sglang[sglang.index("AS runtime\n") :]
+    assert "--mount=type=bind,source=NOTICE.txt,target=/mnt/NOTICE.txt" in runtime
+    assert (
+        "mkdir -p /opt/servebuild && cp --preserve=mode,timestamps /mnt/NOTICE.txt /opt/servebuild/NOTICE.txt"
+        in runtime
+    )
+    torch = (context_for("torch-cu130-bookworm", tmp_path, "torch") / "Dockerfile").read_text()
+    runtime = torch[torch.index("AS runtime\n") :]
+    assert "--mount=type=bind,source=NOTICE.txt,target=/mnt/src" in runtime and "/opt/servebuild/NOTICE.txt" in runtime
+
+
+def test_the_templates_name_no_in_image_path_the_table_holds():
+    """The templates under images/ print the table's copy steps; none spells a row's image path, or the folder
+    one is copied to (but /opt/servebuild itself, which the engine stage's files share). The install modes'
+    fragments copy their own context files (InstallMode.context_files), which are not rows."""
+    held = set()
     for row in payload.PAYLOAD:
-        if row.stage != "runtime" or row.source is payload.WRITTEN or not row.context.startswith("launchers/."):
-            continue
-        folder = next(f for f in folders if row.context.startswith(f))
-        assert row.image == folders[folder] + row.context.removeprefix(folder), row
-        checked += 1
-    assert checked >= 7  # the bench's four rows and the three runtime tools
+        image = row.image.rstrip("/")
+        held |= {image, image.rpartition("/")[0]}
+    held = {
+        h.replace("/PROFILE", "").replace(f"/{payload.BENCH_COMMAND}", "")
+        for h in held
+        if payload.SITE_PACKAGES not in h and h != payload.SERVEBUILD
+    }
+    assert payload.BIN in held and payload.ARGCHECK in held and payload.AOT in held
+    templates = [*(REPO_ROOT / "images").rglob("*.j2")]
+    for template in templates:
+        text = template.read_text()
+        named = sorted(h for h in held if re.search(re.escape(h) + r"(?![A-Za-z0-9_.-])", text))
+        assert named == [], (template.name, named)
 
 
 def _no_profiles(recipe):

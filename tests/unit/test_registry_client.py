@@ -282,11 +282,11 @@ def test_lock_digest_lookup_goes_through_the_bounded_client(monkeypatch):
         assert good.requests[-1] == ("HEAD", "/v2/servebuild/toy/manifests/v1")
     finally:
         good.stop()
-    monkeypatch.setenv("SERVEBUILD_REGISTRY_TIMEOUT", "2")
+    monkeypatch.setenv("SERVEBUILD_REGISTRY_TIMEOUT", "1")
     stuck = HostileRegistry("never-answers")
     start = time.monotonic()
     try:
-        with pytest.raises(RegistryTimeout, match="GET /v2/ did not finish within 2 s"):
+        with pytest.raises(RegistryTimeout, match="GET /v2/ did not finish within 1 s"):
             registry_digest(stuck.ref)
     finally:
         stuck.stop()
@@ -425,7 +425,7 @@ def test_a_blob_redirect_to_plain_http_on_another_host_is_refused(tmp_path):
 
 def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
     """Each request of publish's first phase within its own deadline (30 s), the phase itself past its
-    operation's (3 s): one line naming the phase, before any push (publish's engine is never reached)."""
+    operation's (1 s): one line naming the phase, before any push (publish's engine is never reached)."""
     import time
     from hostile_registry import HostileRegistry
     from servebuild.registry.client import RegistryTimeout
@@ -433,17 +433,17 @@ def test_publish_checks_the_tag_within_the_operation_deadline(tmp_path):
 
     registry = HostileRegistry("slow-loris-body")
     try:
-        client = RegistryClient(registry.address, timeout=30, operation_s=3)
+        client = RegistryClient(registry.address, timeout=30, operation_s=1)
         build = PlatformBuild(platform="linux/amd64", build_dir=tmp_path, manifest={}, image_id="sha256:" + "a" * 64)
         start = time.monotonic()
         with pytest.raises(RegistryTimeout) as info:
             publish(None, [build], client, "servebuild/toy", "v1")
         seconds = time.monotonic() - start
-        assert "checking what v1 of servebuild/toy names now did not finish within 3 s" in str(info.value), (
+        assert "checking what v1 of servebuild/toy names now did not finish within 1 s" in str(info.value), (
             str(info.value),
             seconds,
         )
-        assert seconds < 10, (seconds, str(info.value))  # the 3 s deadline, not the 30 s request's (or the trickle's)
+        assert seconds < 10, (seconds, str(info.value))  # the 1 s deadline, not the 30 s request's (or the trickle's)
         assert registry.writes() == []
     finally:
         registry.stop()

@@ -109,10 +109,10 @@ def test_a_command_within_its_timeout_is_not_stopped(fake_engine, tmp_path):
     ],
 )
 def test_warm_timeout_must_be_a_positive_whole_number(value, words):
-    from servebuild.cli.warm import checked_request
+    from servebuild.cli.warm import WarmArgs, checked_request
 
     with pytest.raises(InputError, match=words) as err:
-        checked_request("servebuild/x:amd64", "true", None, "none", None, None, value, None, None, False)
+        checked_request(WarmArgs(image="servebuild/x:amd64", run="true", gpus="none", timeout=value))
     assert err.value.field == "--timeout"
 
 
@@ -183,10 +183,10 @@ def test_warm_names_volume_for_a_source_path_too_long_to_check(spec):
     """A 5,000-character --volume SRC made the existence check raise ENAMETOOLONG, which the front door
     printed as 'error: /aaaa…: File name too long', a 5,000-character line naming no option (issue 31,
     trust). Now it is one short InputError line on --volume, raised before the engine is asked anything."""
-    from servebuild.cli.warm import checked_request
+    from servebuild.cli.warm import WarmArgs, checked_request
 
     with pytest.raises(InputError) as err:
-        checked_request("servebuild/x:amd64", "true", None, "none", [spec], None, None, None, None, False)
+        checked_request(WarmArgs(image="servebuild/x:amd64", run="true", gpus="none", volume=[spec]))
     message = str(err.value)
     assert err.value.field == "--volume" and err.value.exit_code == 2, message[:200]
     assert message.startswith("--volume: ") and "SRC cannot be checked: File name too long" in message, message[:200]
@@ -199,7 +199,7 @@ def test_warm_check_exits_1_when_the_command_added_cache_files_else_0(fake_engin
     the census after it counts new compile products; --check tags nothing either way (issue 31, point 10)."""
     import json
 
-    from servebuild.cli.warm import warm
+    from servebuild.cli.warm import WarmArgs, warm
 
     engine, log = fake_engine
     client = tmp_path / "docker"
@@ -208,7 +208,7 @@ def test_warm_check_exits_1_when_the_command_added_cache_files_else_0(fake_engin
     )
     root = tmp_path / "project"
     root.mkdir()
-    assert warm(root, image=IMAGE_ID, run="true", gpus="none", check=True) == status
+    assert warm(root, WarmArgs(image=IMAGE_ID, run="true", gpus="none", check=True)) == status
     assert f"warm --check: {sum(changed.values())} new cache files while the command ran" in capsys.readouterr().out
     assert [
         c
