@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import py_compile
 import shutil
 import subprocess
@@ -93,10 +92,21 @@ def make(wheel: Path, out: Path, recipe: str, variant: str) -> dict:
         "recipe": recipe,
         "variant": variant or None,
         "wheel": {"file": wheel.name, "sha256": digest},
-        "patches": [{"id": e.id, "file": e.file, "pr": e.pr, "commit": e.commit,
-                     "sha256": next(p.sha256 for p in prepared.patches if p.id == e.id)} for e in stack],  # fmt: skip
-        "left_out": {e.id: f"PR #{e.pr} at {e.commit}: from the upstream git mirror, not in this variant"
-                     for e in load_recipe(recipe, ROOT).recipe.engine.source.patches if e.id not in {s.id for s in stack}},  # fmt: skip
+        "patches": [
+            {
+                "id": e.id,
+                "file": e.file,
+                "pr": e.pr,
+                "commit": e.commit,
+                "sha256": next(p.sha256 for p in prepared.patches if p.id == e.id),
+            }
+            for e in stack
+        ],  # fmt: skip
+        "left_out": {
+            e.id: f"PR #{e.pr} at {e.commit}: from the upstream git mirror, not in this variant"
+            for e in load_recipe(recipe, ROOT).recipe.engine.source.patches
+            if e.id not in {s.id for s in stack}
+        },  # fmt: skip
         "tarball_sha256": prepared.tarball_sha256,
         "files": files,
     }

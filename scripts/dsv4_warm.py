@@ -126,8 +126,9 @@ def engine_source(rel: str, source: Optional[str] = None) -> str:
         raise WarmError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def split_rule(text: str, n_sms: int, name: str = "compute_num_split", where: str = SPLIT_FILE,
-               extra: Optional[dict] = None) -> Callable:
+def split_rule(
+    text: str, n_sms: int, name: str = "compute_num_split", where: str = SPLIT_FILE, extra: Optional[dict] = None
+) -> Callable:
     """The engine's own split rule (vLLM's compute_num_split, or SGLang's _compute_num_split_for_mhc_pre),
     lifted out of its source and run with `n_sms` SMs (its only input from the GPU:
     torch.cuda.get_device_properties(0).multi_processor_count). `extra`: other lifted functions it may call."""
@@ -144,7 +145,9 @@ def split_rule(text: str, n_sms: int, name: str = "compute_num_split", where: st
     assigned = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) for t in n.targets for x in ast.walk(t)
                 if isinstance(x, ast.Name)}  # fmt: skip
     free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    loops = {t.id for n in ast.walk(func) if isinstance(n, ast.For) for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+    loops = {
+        t.id for n in ast.walk(func) if isinstance(n, ast.For) for t in ast.walk(n.target) if isinstance(t, ast.Name)
+    }
     known = {"torch", "cdiv", "min", "max", "range", "sorted", "tuple", *(extra or {})}
     unknown = free - params - assigned - loops - known
     if unknown:

@@ -473,8 +473,10 @@ def parse_args(argv: list[str]):
     ap.add_argument("--redo", action="store_true", help="run the given steps again even where done")
     args = ap.parse_args(argv)
     if args.workload == "dsv4" and args.engine == "sglang" and "precompile" in args.steps:
-        raise BadArgs("--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants through "
-                      "vLLM's wrappers; SGLang builds every mHC prenorm bucket itself while it loads the model)")
+        raise BadArgs(
+            "--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants through "
+            "vLLM's wrappers; SGLang builds every mHC prenorm bucket itself while it loads the model)"
+        )
     allowed = DSV4_STEPS if args.workload == "dsv4" else STEPS
     wrong = [s for s in args.steps if s not in allowed]
     if wrong:

@@ -706,11 +706,18 @@ def test_sglang_dsv4_argv_is_the_recipes_profile_less_what_is_left_out(tiny):
         expect.append(profile.args[i])
         i += 1
     assert after == expect and "--disable-custom-all-reduce" in after and after[-2:] == ["--warmups", "prefill_shapes"]
-    assert argv[argv.index("--context-length") + 1] == "16384" and argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    assert (
+        argv[argv.index("--context-length") + 1] == "16384" and argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    )
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "6"
     gone = [a for a in argv if a not in plain]
-    assert gone == ["--speculative-algorithm", "DSPARK", "--speculative-num-draft-tokens", "6",
-                    "--speculative-moe-runner-backend"]  # fmt: skip  ("marlin" stays: --moe-runner-backend's)
+    assert gone == [
+        "--speculative-algorithm",
+        "DSPARK",
+        "--speculative-num-draft-tokens",
+        "6",
+        "--speculative-moe-runner-backend",
+    ]  # fmt: skip  ("marlin" stays: --moe-runner-backend's)
     assert len(argv) - len(plain) == 6 and not [a for a in plain if a.startswith("--speculative")]
 
 
@@ -759,7 +766,15 @@ def test_overlay_apply_replaces_only_the_wheels_files_and_is_idempotent(tmp_path
     (overlay / "overlay.json").write_text(json.dumps({"files": {
         "sglang/srt/environ.py": {"wheel_sha256": h(b"wheel\n"), "sha256": h(b"patched\n")},
         "sglang/srt/managers/adaptive_prefill.py": {"wheel_sha256": None, "sha256": h(b"new\n")}}}))  # fmt: skip
-    script = [sys.executable, str(ROOT / "scripts" / "dsv4_overlay.py"), "apply", "--overlay", str(overlay), "--site", str(site)]
+    script = [
+        sys.executable,
+        str(ROOT / "scripts" / "dsv4_overlay.py"),
+        "apply",
+        "--overlay",
+        str(overlay),
+        "--site",
+        str(site),
+    ]
     first = subprocess.run(script, capture_output=True, text=True)
     assert first.returncode == 0 and "2 files replaced" in first.stdout, first.stderr
     assert (site / "sglang/srt/environ.py").read_text() == "patched\n"
@@ -768,6 +783,8 @@ def test_overlay_apply_replaces_only_the_wheels_files_and_is_idempotent(tmp_path
     (site / "sglang/srt/environ.py").write_text("another release\n")
     (site / "sglang/srt/managers/adaptive_prefill.py").unlink()
     bad = subprocess.run(script, capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "neither the wheel's file nor the stack's" in bad.stderr
+    assert (
+        bad.returncode == 2 and bad.stderr.count("\n") == 1 and "neither the wheel's file nor the stack's" in bad.stderr
+    )
     assert not (site / "sglang/srt/managers/adaptive_prefill.py").exists()  # nothing written on a refusal
     assert dsv4_overlay.main(["apply", "--overlay", str(tmp_path / "none"), "--site", str(site)]) == 2

@@ -95,10 +95,14 @@ def gpu(places, *argv, out="out", work="work"):
         (["--engine", "vllm", "--steps", "seeded,seeded"], "--steps 'seeded,seeded'"),
         (["--engine", "vllm", "--steps", "seeded,nospec"], "--steps: nospec only with --workload dsv4"),
         (["--engine", "vllm", "--steps", "aot,seeded"], "the aot step needs --spec"),
-        (["--engine", "sglang", "--workload", "dsv4", "--steps", "seeded,precompile"],
-         "--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants"),
-        (["--engine", "sglang", "--workload", "dsv4", "--steps", "precompile"],
-         "SGLang builds every mHC prenorm bucket itself while it loads the model"),
+        (
+            ["--engine", "sglang", "--workload", "dsv4", "--steps", "seeded,precompile"],
+            "--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants",
+        ),
+        (
+            ["--engine", "sglang", "--workload", "dsv4", "--steps", "precompile"],
+            "SGLang builds every mHC prenorm bucket itself while it loads the model",
+        ),
         (["--engine", "tgi"], "--engine"),
         (["--engine", "vllm", "--steps", "seeded", "--spec", "/nonexistent/spec.json"], "--spec /nonexistent"),
     ],
@@ -225,5 +229,7 @@ def test_dsv4_device_refuses_an_engine_other_than_the_one_packed(tmp_path):
     (tmp_path / "ENGINE").write_text("vllm\n")
     for argv in (["install", str(tmp_path), "sglang"], ["run", str(tmp_path), "seeded", "sglang"]):
         out = device(*argv)
-        assert out.returncode == 2 and out.stderr == f"dsv4_device.sh: {tmp_path} holds the vllm parts, not sglang's\n", out
+        assert (
+            out.returncode == 2 and out.stderr == f"dsv4_device.sh: {tmp_path} holds the vllm parts, not sglang's\n"
+        ), out
     assert os.listdir(tmp_path) == ["ENGINE"]
