@@ -1,6 +1,6 @@
 """DeepSeek-V4's mHC buckets, the warm flow that reaches each of them, and the seed's tail test (issue 44).
 
-usage: python dsv4_warm.py plan [--sms N|auto] [--source PATH] [--max-batched N]
+usage: python dsv4_warm.py plan [--engine vllm|sglang] [--sms N|auto] [--source PATH] [--max-batched N]
        python dsv4_warm.py warm --url http://127.0.0.1:8000 [--serve CMD] [--sms N|auto] [--source PATH]
                                 [--max-batched N] [--out FILE]
        python dsv4_warm.py tail --url http://127.0.0.1:8000 [--sms N|auto] [--source PATH] [--requests 100]
@@ -32,6 +32,22 @@ the form `invoke warm` runs, the tools folder mounted into the container (until 
     invoke warm --recipe vllm-dspark --volume $PWD/scripts:/opt/dsv4:ro \
       --run '/opt/venv/bin/python /opt/dsv4/dsv4_warm.py warm --serve "$SERVEBUILD_LAUNCHER"'
 
+SGLang (--engine sglang; the rule read out of the installed or given SGLang 0.5.16): its DSV4 mHC pre
+(`mhc_pre` in sglang/kernels/ops/layernorm/mhc.py, called by deepseek_v4.py's hc_pre for every attention and
+FFN residual) keys its kernels on one split factor, `_compute_num_split_for_mhc_pre(T, hc_mult x hidden)`:
+the DeepGEMM tf32_hc_prenorm_gemm and the TileLang big-fuse kernel after it (SGLANG_OPT_DEEPGEMM_HC_PRENORM,
+on by default). That is vLLM's rule at the residual site (n_SMs // ceil(T / 64), capped by K / 64 / 4), with
+neither vLLM's small-FMA path (T <= 16) nor its layer-0 site (K = hidden): SGLang's buckets are the
+residual site's, from T = 1. And SGLang builds them itself: `_prewarm_mhc_pre_kernels` (once per process,
+`_mhc_prewarmed_at_load`, on with SGLANG_DSV4_MHC_PREWARM) runs mhc_pre at one representative T of every
+split factor up to --chunked-prefill-size (get_mhc_pre_token_count_representatives) before the memory pool
+is made, so a first start pays the mHC compiles at load, not inside a request. The plan says which edges
+that prewarm covers (`prewarmed_at_load`, with --max-batched the chunked prefill size); the tail test's
+lengths come from the same generator over SGLang's edges, so every split factor is still hit by a request
+(what a request still compiles there is another kind: DeepGEMM's FP8 GEMM shapes, FlashInfer, the JIT
+kernels of the DSV4 attention), and the warm flow's one prefill per edge stays: the pack keeps what
+those requests built.
+
 Standard library only, beside bench_client.py and bench_suites.py (the image's Python). Not yet in the
 images' payload (render/payload.py): adding it moves every committed image id, so for now it runs from
 the project (scripts/first_start_gpu.py) or mounted into a container (`invoke warm --volume`).
@@ -54,6 +70,15 @@ from types import SimpleNamespace
 from typing import Callable, Optional
 
 SPLIT_FILE = "vllm/model_executor/kernels/mhc/tilelang_kernels.py"
+SG_SPLIT_FILE = "sglang/kernels/ops/layernorm/mhc.py"  # SGLang 0.5.16: the rule, its prewarm buckets, mhc_pre
+SG_MODEL_FILE = "sglang/srt/models/deepseek_v4.py"  # hc_pre -> mhc_pre; the prewarm at load
+SG_CALL_TEXTS = {  # each checked against the engine's text (sg_call_sites())
+    SG_SPLIT_FILE: ("n_splits = _compute_num_split_for_mhc_pre(num_tokens, hc_hidden_size)",
+                    "max_num_tokens = get_server_args().chunked_prefill_size",
+                    "if envs.SGLANG_OPT_DEEPGEMM_HC_PRENORM.get():"),
+    SG_MODEL_FILE: ("from sglang.kernels.ops.layernorm.mhc import mhc_pre", "self._prewarm_mhc_pre_kernels()",
+                    "if self._mhc_prewarmed_at_load:"),
+}  # fmt: skip
 CALLS_FILE = "vllm/model_executor/kernels/mhc/tilelang.py"
 HIDDEN, HC_MULT = 4096, 4  # DeepSeek-V4-Flash (and scripts/tiny_dsv4.py)
 SMALL_MAX = 16  # T <= 16: the small-FMA path (`use_small_fma = num_tokens <= 16`)
@@ -77,8 +102,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def engine_source(rel: str, source: Optional[str] = None) -> str:
-    """The text of an engine file: from --source (a vLLM wheel, or a folder holding vllm/), else from the
-    vLLM installed on this Python, found without importing it."""
+    """The text of an engine file: from --source (the engine's wheel, or a folder holding vllm/ or sglang/),
+    else from the engine installed on this Python (the package the path starts with), found without
+    importing it."""
     if source:
         if zipfile.is_zipfile(source):
             with zipfile.ZipFile(source) as whl:
@@ -88,9 +114,10 @@ def engine_source(rel: str, source: Optional[str] = None) -> str:
                     raise WarmError(f"{source}: no {rel} in the wheel") from None
         path = os.path.join(source, rel)
     else:
-        spec = importlib.util.find_spec("vllm")
+        package = rel.split("/", 1)[0]
+        spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            raise WarmError("vllm is not installed on this Python: give --source (the vLLM wheel or its folder)")
+            raise WarmError(f"{package} is not installed on this Python: give --source (its wheel or folder)")
         path = os.path.join(os.path.dirname(list(spec.submodule_search_locations)[0]), rel)
     try:
         with open(path, encoding="utf-8") as f:
@@ -99,29 +126,62 @@ def engine_source(rel: str, source: Optional[str] = None) -> str:
         raise WarmError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def split_rule(text: str, n_sms: int) -> Callable[[int, Optional[int], int], int]:
-    """The engine's own compute_num_split, lifted out of its source and run with `n_sms` SMs (its only
-    input from the GPU: torch.cuda.get_device_properties(0).multi_processor_count)."""
+def split_rule(
+    text: str, n_sms: int, name: str = "compute_num_split", where: str = SPLIT_FILE, extra: Optional[dict] = None
+) -> Callable:
+    """The engine's own split rule (vLLM's compute_num_split, or SGLang's _compute_num_split_for_mhc_pre),
+    lifted out of its source and run with `n_sms` SMs (its only input from the GPU:
+    torch.cuda.get_device_properties(0).multi_processor_count). `extra`: other lifted functions it may call."""
     tree = ast.parse(text)
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "compute_num_split"]
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(found) != 1:
-        raise WarmError(f"{SPLIT_FILE}: no single compute_num_split (the engine's mHC rule moved)")
+        raise WarmError(f"{where}: no single {name} (the engine's mHC rule moved)")
     func = found[0]
     func.decorator_list = []  # @cache: one GPU per process in the engine, many SM counts here
     func.returns = None  # annotations are no input
     for a in func.args.args:
         a.annotation = None
     params = {a.arg for a in func.args.args}
-    assigned = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assigned = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) for t in n.targets for x in ast.walk(t)
+                if isinstance(x, ast.Name)}  # fmt: skip
     free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    unknown = free - params - assigned - {"torch", "cdiv", "min", "max"}
+    loops = {
+        t.id for n in ast.walk(func) if isinstance(n, ast.For) for t in ast.walk(n.target) if isinstance(t, ast.Name)
+    }
+    known = {"torch", "cdiv", "min", "max", "range", "sorted", "tuple", *(extra or {})}
+    unknown = free - params - assigned - loops - known
     if unknown:
-        raise WarmError(f"{SPLIT_FILE}: compute_num_split reads {sorted(unknown)}: re-read the engine's rule")
+        raise WarmError(f"{where}: {name} reads {sorted(unknown)}: re-read the engine's rule")
     props = SimpleNamespace(multi_processor_count=n_sms)
     torch = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda _i: props))
-    scope: dict = {"torch": torch, "cdiv": cdiv}
-    exec(compile(ast.Module(body=[func], type_ignores=[]), SPLIT_FILE, "exec"), scope)  # noqa: S102
-    return scope["compute_num_split"]
+    scope: dict = {"torch": torch, "cdiv": cdiv, **(extra or {})}
+    exec(compile(ast.Module(body=[func], type_ignores=[]), where, "exec"), scope)  # noqa: S102
+    return scope[name]
+
+
+def sg_rules(source: Optional[str], n_sms: int) -> tuple[Callable, Callable]:
+    """SGLang's split rule and its prewarm's bucket representatives, out of its mhc.py, after checking that
+    mhc_pre and the model still call them as read here."""
+    text = engine_source(SG_SPLIT_FILE, source)
+    for rel, needles in SG_CALL_TEXTS.items():
+        body = text if rel == SG_SPLIT_FILE else engine_source(rel, source)
+        for needle in needles:
+            if needle not in body:
+                raise WarmError(f"{rel}: {needle!r} is gone: SGLang's mHC path changed, re-read it")
+    split = split_rule(text, n_sms, "_compute_num_split_for_mhc_pre", SG_SPLIT_FILE)
+    reps = split_rule(text, n_sms, "get_mhc_pre_token_count_representatives", SG_SPLIT_FILE,
+                      {"_compute_num_split_for_mhc_pre": split})  # fmt: skip
+    return split, reps
+
+
+def sg_buckets(split: Callable, hi: int = 8192) -> dict:
+    """SGLang's walk: one site (K = hc_mult x hidden), no small path; the first T of every split factor."""
+    seen: dict[int, int] = {}
+    for t in range(1, hi + 1):
+        seen.setdefault(split(t, HC_MULT * HIDDEN), t)
+    edges = sorted(t for t in seen.values() if t > 1)
+    return {"edges": edges, "variants": {"pre": {str(n): t for n, t in sorted(seen.items(), key=lambda kv: kv[1])}},
+            "small": []}  # fmt: skip
 
 
 def call_sites(text: str) -> None:
@@ -201,12 +261,23 @@ def sm_count(given: str) -> int:
 
 def make_plan(args) -> dict:
     n_sms = sm_count(args.sms)
-    split = split_rule(engine_source(SPLIT_FILE, args.source), n_sms)
-    call_sites(engine_source(CALLS_FILE, args.source))
-    found = buckets(split, max(args.max_batched, getattr(args, "max_tokens", 8192)))
+    engine = getattr(args, "engine", "vllm")
+    hi = max(args.max_batched, getattr(args, "max_tokens", 8192))
+    if engine == "sglang":
+        split, reps = sg_rules(args.source, n_sms)
+        found = sg_buckets(split, hi)
+    else:
+        split = split_rule(engine_source(SPLIT_FILE, args.source), n_sms)
+        call_sites(engine_source(CALLS_FILE, args.source))
+        found = buckets(split, hi)
     reachable = [e for e in found["edges"] if e <= args.max_batched]
-    out = {"sms": n_sms, "max_batched": args.max_batched, **found, "warm_prefills": reachable,
+    out = {"engine": engine, "sms": n_sms, "max_batched": args.max_batched, **found, "warm_prefills": reachable,
            "unreachable_edges": [e for e in found["edges"] if e > args.max_batched]}  # fmt: skip
+    if engine == "sglang":  # what SGLang compiles at load, with --max-batched as its chunked_prefill_size
+        at_load = list(reps(args.max_batched, HC_MULT * HIDDEN))
+        factors = {split(t, HC_MULT * HIDDEN) for t in at_load}
+        out["prewarm_at_load"] = at_load
+        out["prewarmed_at_load"] = [e for e in found["edges"] if split(e, HC_MULT * HIDDEN) in factors]
     if hasattr(args, "requests"):
         out["tail_lengths"] = tail_lengths(reachable, args.requests, args.min_tokens, args.max_tokens, args.seed)
     return out
@@ -313,8 +384,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("plan", "warm", "tail"):
         s = sub.add_parser(name)
+        s.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="whose mHC rule (default vllm)")
         s.add_argument("--sms", default="auto", help="the GPU's SM count, or auto (torch asks the GPU)")
-        s.add_argument("--source", help="a vLLM wheel or a folder holding vllm/ (default: the installed vLLM)")
+        s.add_argument("--source", help="the engine's wheel or a folder holding vllm/ or sglang/ (default: installed)")
         s.add_argument("--max-batched", type=int, default=8192, help="the server's max_num_batched_tokens")
         s.add_argument("--seed", type=int, default=0)
         s.add_argument("--out", help="also write the JSON here")

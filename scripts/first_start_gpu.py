@@ -4,7 +4,7 @@ seed to a warm pack, measured with the image's own tools (issue 32, point 2).
 
     python scripts/first_start_gpu.py --engine vllm|sglang --model DIR --out DIR
                                       [--spec SPEC.json] [--steps aot,seeded,pack,packed,second]
-    python scripts/first_start_gpu.py --engine vllm --workload dsv4 --model DIR --out DIR
+    python scripts/first_start_gpu.py --engine vllm|sglang --workload dsv4 --model DIR --out DIR
                                       [--steps seeded,warmrun,pack,packed,nospec] [--redo]
 
 The host needs the engine's pinned set on its Python (the runs so far: the py3.12 amd64 set less what the
@@ -30,18 +30,23 @@ seconds, the engine's own init and compile seconds from its log, the census, and
 directory. Writes OUT/first-start.json and the server logs; prints one line per start.
 DeepSeek-V4 (--workload dsv4, issue 44; the model from scripts/tiny_dsv4.py): vLLM with the recipe
 `vllm-dspark`'s profile (fp8 KV cache, block 256, no async scheduling, one sequence, DSpark k=6 greedy,
-the JIT monitor; the flags left out are in VLLM_DSV4_LEFT_OUT with why), CuTe DSL's cache under /cache
-too, and instead of the four prompts each start runs scripts/dsv4_warm.py:
+the JIT monitor; the flags left out are in VLLM_DSV4_LEFT_OUT with why), or SGLang with the recipe
+`sglang-native-fp8`'s profile (its env: adaptive prefill; the dsv4 attention backend, Marlin MoE, DSpark
+with 6 draft tokens, one request, 12,288-token chunks, the prefill-shape warm-up; the flags left out are
+in SGLANG_DSV4_LEFT_OUT with why; its patch stack is the installed wheel's, scripts/dsv4_overlay.py), CuTe
+DSL's cache under /cache too, and instead of the four prompts each start runs scripts/dsv4_warm.py (with
+--engine: SGLang's own mHC bucket rule, read from the installed sglang):
   seeded   the tail test from the image as built (100 sequential requests, every mHC bucket of this
            GPU hit): TTFT p50/p90/p99 before the warm flow, and what each kind compiled
   precompile  a fresh /cache from the seed and scripts/dsv4_kernels.py: every mHC kernel variant of this
-           GPU built at once through vLLM's own wrappers (and FlashInfer's FP8 GEMM module), the census
+           GPU built at once through vLLM's own wrappers (and FlashInfer's FP8 GEMM module), the census;
+           vLLM only (SGLang builds every mHC prenorm bucket itself while it loads the model)
   warmrun  the server on the /cache precompile left (else a fresh one from the seed), `dsv4_warm.py warm`
            (one prefill per bucket, a decode with the DSpark shapes): the run whose compiles `pack` keeps;
            one cut by a call's limit goes on in the next on the same /cache
   packed   the tail test from the warm pack: p99/p50 and compiles (0 is the goal)
-  nospec   the same server without --speculative-config, the same tail plan: each request's greedy text
-           against the DSpark run's (dspark_greedy_equal)
+  nospec   the same server without --speculative-config (SGLang: without its three --speculative-* flags),
+           the same tail plan: each request's greedy text against the DSpark run's (dspark_greedy_equal)
 Resumable: every step done is recorded in OUT/first-start.json ("done") and skipped when the script is
 run again with the same --out and --work (a device call that ran out of time goes on where it stopped);
 --redo runs the given steps again. Every option (--steps: each step once, precompile, warmrun and nospec with dsv4 only;
@@ -92,6 +97,8 @@ TIMINGS = {
     "sglang": {
         "load_weight_s": re.compile(r"Load weight end\. elapsed=([0-9.]+) s"),
         "graph_capture_s": re.compile(r"Capture [a-z ]+ CUDA graph end\. elapsed=([0-9.]+) s"),
+        # DSV4: deepseek_v4.py's _prewarm_mhc_pre_kernels, every mHC prenorm bucket compiled at load
+        "mhc_prewarm_s": re.compile(r"MHC prenorm prewarm at load: compile ([0-9.]+)s"),
     },
 }
 # the SGLang profile's flags a dense tiny model on one GPU cannot take, and why
@@ -119,6 +126,22 @@ VLLM_DSV4_LEFT_OUT = {
     "KV is sized for the real model",
     "--gpu-memory-utilization": "0.85: room for the compilers beside the server",
 }
+# the sglang-native-fp8 profile's flags a tiny DSV4 on one GPU cannot take, and why (every other flag and the
+# whole env are the image launcher's: the dsv4 backend, Marlin, DSpark, the chunk sizes, the prefill-shape warm-up)
+SGLANG_DSV4_PROFILE = ("sglang-native-fp8", "sglang-native-fp8")  # recipe, launch profile
+SGLANG_DSV4_LEFT_OUT = {
+    "--model-path": "given first, with the tiny model's path",
+    "--served-model-name": "named tiny, as the requests ask",
+    "--tp-size": "one GPU here: the tiny checkpoint holds one TP2 rank's shapes, served at TP1",
+    "--context-length": "16384: the tail test's prompts (up to 8,192 tokens) and their output; the 1M context's "
+    "KV is sized for the real model",
+    "--max-total-tokens": "1,053,184 is the 1M context's KV pool on two GH200s; here the pool is what "
+    "--mem-fraction-static leaves",
+    "--mem-fraction-static": "0.85: room for the compilers beside the server (0.96 leaves TileLang, DeepGEMM and "
+    "nvcc none)",
+}
+# the nospec step's reference: the same server with no speculation (each of these takes a value)
+SGLANG_SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-draft-tokens", "--speculative-moe-runner-backend")
 VLLM_DSV4_EXTRA_ENV = {"CUTE_DSL_CACHE_DIR": "cute-dsl"}  # CuTe DSL's cache (CUTLASS >= 4.3.2), not yet in the image
 PROMPTS = [
     "The capital of France is",
@@ -221,8 +244,37 @@ def vllm_dsv4_profile(spec: bool = True) -> tuple[list[str], dict]:
     return kept, dict(profile.env)
 
 
+def sglang_dsv4_profile(spec: bool = True) -> tuple[list[str], dict]:
+    """The recipe's SGLang launch profile as the image's launcher gets it (args, env), less
+    SGLANG_DSV4_LEFT_OUT; spec False drops SGLANG_SPEC_FLAGS too (the greedy reference for DSpark's equality).
+    A flag left out takes its value with it (`--flag VALUE`, or `--flag=VALUE` whole)."""
+    from servebuild.recipe.load import load_recipe
+
+    recipe, name = SGLANG_DSV4_PROFILE
+    profile = load_recipe(recipe, ROOT).recipe.launch.profiles[name]
+    drop = set(SGLANG_DSV4_LEFT_OUT) | (set() if spec else set(SGLANG_SPEC_FLAGS))
+    args, kept, i = [*profile.args, *profile.extra_args], [], 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg.split("=", 1)[0] in drop:
+            if "=" not in arg and i < len(args) and not args[i].startswith("--"):
+                i += 1
+            continue
+        kept.append(arg)
+    return kept, dict(profile.env)
+
+
 def server_argv(engine: str, model: str, spec: bool = True) -> tuple[list[str], dict]:
     listen = ["--host", "127.0.0.1", "--port", str(PORT)]
+    if engine == "sglang" and WORKLOAD["name"] == "dsv4":
+        args, profile_env = sglang_dsv4_profile(spec)
+        return [
+            *[sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", "tiny"],
+            *listen,
+            *["--context-length", "16384", "--mem-fraction-static", "0.85"],
+            *args,
+        ], profile_env
     if engine == "vllm" and WORKLOAD["name"] == "dsv4":
         args, profile_env = vllm_dsv4_profile(spec)
         return [
@@ -261,12 +313,23 @@ def stop(server: subprocess.Popen) -> None:
             continue
 
 
-def dsv4_tool(cmd: str, out: Path, name: str, timeout: float) -> dict:
-    """scripts/dsv4_warm.py against the running server: its JSON (the tail test's rows too)."""
+# the server's largest prefill step (dsv4_warm.py --max-batched): vLLM's max_num_batched_tokens (its default with
+# max-model-len 16384), SGLang's --chunked-prefill-size of the profile
+MAX_BATCHED = {"vllm": 8192, "sglang": 12288}
+# the engine's own words about what it compiled: vLLM's JIT monitor; SGLang's mHC prewarm and its JIT builds
+JIT_LINES = {
+    "vllm": re.compile(r"(?i)jit monitor[^\n]*"),
+    "sglang": re.compile(r"(?i)(?:MHC prenorm prewarm|jit_kernel|deep_?gemm[^\n]*compil|tilelang[^\n]*compil)[^\n]*"),
+}
+
+
+def dsv4_tool(engine: str, cmd: str, out: Path, name: str, timeout: float) -> dict:
+    """scripts/dsv4_warm.py against the running server, with the engine's own mHC rule: its JSON (the tail
+    test's rows too)."""
     path = out / f"dsv4-{cmd}-{name}.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "dsv4_warm.py"), cmd, "--url", f"http://127.0.0.1:{PORT}", "--model", "tiny",
-         "--sms", "auto", "--max-batched", "8192", "--out", str(path)],
+        [sys.executable, str(ROOT / "scripts" / "dsv4_warm.py"), cmd, "--engine", engine, "--url", f"http://127.0.0.1:{PORT}",
+         "--model", "tiny", "--sms", "auto", "--max-batched", str(MAX_BATCHED[engine]), "--out", str(path)],
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     print(run.stdout[-1500:], run.stderr[-1500:], flush=True)
@@ -298,7 +361,7 @@ def start(engine: str, name: str, model: str, out: Path, timeout: float, load: s
             for prompt in PROMPTS:
                 post(prompt)
         else:  # dsv4: the warm flow, or the tail test (with or without DSpark)
-            measured = dsv4_tool("warm" if load == "warm" else "tail", out, name, 4 * timeout)
+            measured = dsv4_tool(engine, "warm" if load == "warm" else "tail", out, name, 4 * timeout)
     finally:
         stop(server)
     census = json.loads(
@@ -322,7 +385,7 @@ def start(engine: str, name: str, model: str, out: Path, timeout: float, load: s
     }
     if measured:
         row["dsv4"] = measured
-        jit = re.findall(r"(?i)jit monitor[^\n]*", text)
+        jit = re.findall(JIT_LINES[engine], text)
         row["jit_monitor_lines"] = len(jit)
         row["jit_monitor_tail"] = jit[-20:]
     timings = ", ".join(f"{k} {row[k]}" for k in TIMINGS[engine])
@@ -409,8 +472,11 @@ def parse_args(argv: list[str]):
     ap.add_argument("--workload", choices=("tiny", "dsv4"), default="tiny")
     ap.add_argument("--redo", action="store_true", help="run the given steps again even where done")
     args = ap.parse_args(argv)
-    if args.workload == "dsv4" and args.engine != "vllm":
-        raise BadArgs("--workload dsv4: vllm only so far (SGLang's DSV4 profile is the next step)")
+    if args.workload == "dsv4" and args.engine == "sglang" and "precompile" in args.steps:
+        raise BadArgs(
+            "--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants through "
+            "vLLM's wrappers; SGLang builds every mHC prenorm bucket itself while it loads the model)"
+        )
     allowed = DSV4_STEPS if args.workload == "dsv4" else STEPS
     wrong = [s for s in args.steps if s not in allowed]
     if wrong:

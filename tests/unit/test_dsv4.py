@@ -648,3 +648,143 @@ def test_kernels_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, vllm_whl, ar
     assert dsv4_kernels.main(["--model", str(model), "--source", str(vllm_whl), *argv]) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ---- SGLang's half (issue 44): its mHC rule and prewarm, the profile's argv, the stack over the wheel
+
+
+def test_sglangs_own_split_rule_gives_vllms_residual_buckets_and_prewarms_them_all(sglang_whl, capsys):
+    assert dsv4_warm.main(["plan", "--engine", "sglang", "--sms", "132", "--max-batched", "12288",
+                           "--source", str(sglang_whl)]) == 0  # fmt: skip
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["engine"] == "sglang" and plan["small"] == [] and list(plan["variants"]) == ["pre"]
+    assert plan["edges"] == EDGES_132[1:]  # no small-FMA path (17) and no layer-0 site: the residual site's
+    assert plan["prewarmed_at_load"] == plan["edges"] and plan["prewarm_at_load"][-1] == 12288
+    lengths = plan["tail_lengths"]
+    assert len(lengths) == 100 and min(lengths) >= 17 and max(lengths) <= 8192
+    assert {dsv4_warm.bucket_of(t, plan["edges"]) for t in lengths} == {0, *plan["edges"]}
+    split, _ = dsv4_warm.sg_rules(str(sglang_whl), 114)
+    ours = notes_rule(114)
+    assert all(split(t, 16384) == ours(64, 16384, dsv4_warm.cdiv(t, 64)) for t in range(1, 9000, 13))
+
+
+def test_a_changed_sglang_mhc_path_is_one_line(tmp_path, sglang_whl, capsys):
+    with zipfile.ZipFile(sglang_whl) as z:
+        for rel in (dsv4_warm.SG_SPLIT_FILE, dsv4_warm.SG_MODEL_FILE):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(z.read(rel))
+    model = tmp_path / dsv4_warm.SG_MODEL_FILE
+    model.write_text(model.read_text().replace("self._prewarm_mhc_pre_kernels()", "pass"))
+    assert dsv4_warm.main(["plan", "--engine", "sglang", "--sms", "132", "--source", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "self._prewarm_mhc_pre_kernels()" in err and "SGLang's mHC path changed" in err
+
+
+def test_sglang_dsv4_argv_is_the_recipes_profile_less_what_is_left_out(tiny):
+    import first_start_gpu as fsg
+    from servebuild.recipe.load import load_recipe
+
+    profile = load_recipe("sglang-native-fp8", ROOT).recipe.launch.profiles["sglang-native-fp8"]
+    fsg.WORKLOAD["name"] = "dsv4"
+    try:
+        argv, env = fsg.server_argv("sglang", "/m")
+        plain, plain_env = fsg.server_argv("sglang", "/m", spec=False)
+    finally:
+        fsg.WORKLOAD["name"] = "tiny"
+    assert env == plain_env == dict(profile.env) and env["SGLANG_DSV4_ADAPTIVE_PREFILL"] == "1"
+    flags = [a for a in argv if a.startswith("--")]
+    for left in fsg.SGLANG_DSV4_LEFT_OUT:
+        assert fsg.SGLANG_DSV4_LEFT_OUT[left] and left in profile.args
+    assert flags.count("--model-path") == flags.count("--context-length") == flags.count("--mem-fraction-static") == 1
+    assert "--tp-size" not in argv and "--max-total-tokens" not in argv and "1053184" not in argv
+    after = argv[argv.index("--mem-fraction-static") + 2 :]  # the profile's own part, in its order
+    expect, i = [], 0
+    while i < len(profile.args):
+        if profile.args[i] in fsg.SGLANG_DSV4_LEFT_OUT:
+            i += 2
+            continue
+        expect.append(profile.args[i])
+        i += 1
+    assert after == expect and "--disable-custom-all-reduce" in after and after[-2:] == ["--warmups", "prefill_shapes"]
+    assert (
+        argv[argv.index("--context-length") + 1] == "16384" and argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    )
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "6"
+    gone = [a for a in argv if a not in plain]
+    assert gone == [
+        "--speculative-algorithm",
+        "DSPARK",
+        "--speculative-num-draft-tokens",
+        "6",
+        "--speculative-moe-runner-backend",
+    ]  # fmt: skip  ("marlin" stays: --moe-runner-backend's)
+    assert len(argv) - len(plain) == 6 and not [a for a in plain if a.startswith("--speculative")]
+
+
+def stacked_file(whl: Path, tmp: Path, rel: str) -> str:
+    """The wheel's file with the recipe's local stack applied by GNU patch (-p2 strips a/python/)."""
+    base = tmp / "python"
+    with zipfile.ZipFile(whl) as z:
+        for f in ("sglang/srt/models/deepseek_v4.py", "sglang/srt/models/deepseek_v4_dspark.py",
+                  "sglang/srt/model_executor/pool_configurator.py", "sglang/srt/environ.py",
+                  "sglang/srt/managers/scheduler.py", "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"):  # fmt: skip
+            (base / f).parent.mkdir(parents=True, exist_ok=True)
+            (base / f).write_bytes(z.read(f))
+    for patch in ("sglang-dsv4-verify-pad", "sglang-dsv4-shared-expert-fusion-policy", "sglang-adaptive-prefill"):
+        subprocess.run(["patch", "-p2", "--batch", "--forward", "-i", str(ROOT / "patches" / f"{patch}.patch")],
+                       cwd=base, check=True, capture_output=True)  # fmt: skip
+    return (base / rel).read_text()
+
+
+def test_the_stacks_dspark_loader_maps_every_mtp_tensor_with_fusion_off_and_on(sglang_whl, tiny, tmp_path):
+    _, config, t = tiny
+    text = stacked_file(sglang_whl, tmp_path, "sglang/srt/models/deepseek_v4_dspark.py")
+    remap = lift(text, "DeepseekV4ForCausalLMDSpark._remap_dspark_weight_name",
+                 scope={"Optional": object})["_remap_dspark_weight_name"]  # fmt: skip
+    cfg = SimpleNamespace(n_routed_experts=config["n_routed_experts"])
+    for fused in (0, 1):
+        me = SimpleNamespace(confidence_head=None, num_fused_shared_experts=fused, config=cfg)
+        out = {n: remap(me, n) for n in t if n.startswith("mtp.")}
+        assert all(v is not None for v in out.values())
+        shared = [v for n, v in out.items() if ".ffn.shared_experts." in n]
+        assert shared and all((f".mlp.experts.{cfg.n_routed_experts}." in v) == bool(fused) for v in shared)
+        assert all(".mlp.shared_experts." in v for v in shared) != bool(fused)
+
+
+def test_overlay_apply_replaces_only_the_wheels_files_and_is_idempotent(tmp_path):
+    import hashlib
+
+    import dsv4_overlay
+
+    site, overlay = tmp_path / "site", tmp_path / "overlay"
+    (site / "sglang/srt").mkdir(parents=True)
+    (overlay / "sglang/srt/managers").mkdir(parents=True)
+    (site / "sglang/srt/environ.py").write_text("wheel\n")
+    (overlay / "sglang/srt/environ.py").write_text("patched\n")
+    (overlay / "sglang/srt/managers/adaptive_prefill.py").write_text("new\n")
+    h = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    (overlay / "overlay.json").write_text(json.dumps({"files": {
+        "sglang/srt/environ.py": {"wheel_sha256": h(b"wheel\n"), "sha256": h(b"patched\n")},
+        "sglang/srt/managers/adaptive_prefill.py": {"wheel_sha256": None, "sha256": h(b"new\n")}}}))  # fmt: skip
+    script = [
+        sys.executable,
+        str(ROOT / "scripts" / "dsv4_overlay.py"),
+        "apply",
+        "--overlay",
+        str(overlay),
+        "--site",
+        str(site),
+    ]
+    first = subprocess.run(script, capture_output=True, text=True)
+    assert first.returncode == 0 and "2 files replaced" in first.stdout, first.stderr
+    assert (site / "sglang/srt/environ.py").read_text() == "patched\n"
+    again = subprocess.run(script, capture_output=True, text=True)
+    assert again.returncode == 0 and "0 files replaced" in again.stdout
+    (site / "sglang/srt/environ.py").write_text("another release\n")
+    (site / "sglang/srt/managers/adaptive_prefill.py").unlink()
+    bad = subprocess.run(script, capture_output=True, text=True)
+    assert (
+        bad.returncode == 2 and bad.stderr.count("\n") == 1 and "neither the wheel's file nor the stack's" in bad.stderr
+    )
+    assert not (site / "sglang/srt/managers/adaptive_prefill.py").exists()  # nothing written on a refusal
+    assert dsv4_overlay.main(["apply", "--overlay", str(tmp_path / "none"), "--site", str(site)]) == 2

@@ -95,7 +95,14 @@ def gpu(places, *argv, out="out", work="work"):
         (["--engine", "vllm", "--steps", "seeded,seeded"], "--steps 'seeded,seeded'"),
         (["--engine", "vllm", "--steps", "seeded,nospec"], "--steps: nospec only with --workload dsv4"),
         (["--engine", "vllm", "--steps", "aot,seeded"], "the aot step needs --spec"),
-        (["--engine", "sglang", "--workload", "dsv4", "--steps", "seeded"], "--workload dsv4: vllm only"),
+        (
+            ["--engine", "sglang", "--workload", "dsv4", "--steps", "seeded,precompile"],
+            "--steps precompile: vllm only (scripts/dsv4_kernels.py builds vLLM's mHC variants",
+        ),
+        (
+            ["--engine", "sglang", "--workload", "dsv4", "--steps", "precompile"],
+            "SGLang builds every mHC prenorm bucket itself while it loads the model",
+        ),
         (["--engine", "tgi"], "--engine"),
         (["--engine", "vllm", "--steps", "seeded", "--spec", "/nonexistent/spec.json"], "--spec /nonexistent"),
     ],
@@ -154,3 +161,75 @@ def test_first_start_skips_the_aot_check_for_a_step_done_and_reads_a_good_record
     (places / "out" / "first-start.json").write_text(json.dumps({"engine": "vllm", "done": ["aot", "seeded"]}))
     done = gpu(places, "--engine", "vllm", "--steps", "aot,seeded")
     assert done.returncode == 0 and "aot: done in an earlier run" in done.stdout, done.stderr
+
+
+def test_first_start_sglang_dsv4_resumes_a_record_with_every_step_done(places):
+    """--engine sglang --workload dsv4 is accepted with its steps (no precompile); all done: nothing runs."""
+    (places / "out").mkdir()
+    steps = ["seeded", "warmrun", "pack", "packed", "nospec"]
+    (places / "out" / "first-start.json").write_text(json.dumps({"engine": "sglang", "done": steps}))
+    done = gpu(places, "--engine", "sglang", "--workload", "dsv4", "--steps", ",".join(steps))
+    assert done.returncode == 0 and "nospec: done in an earlier run" in done.stdout, done.stderr
+
+
+# -- dsv4_device.sh -----------------------------------------------------------------------------------------------
+
+
+def device(*argv: str):
+    return subprocess.run(["bash", str(SCRIPTS / "dsv4_device.sh"), *argv], capture_output=True, text=True,
+                          timeout=60, cwd=REPO_ROOT)  # fmt: skip
+
+
+def names(text: str) -> set[str]:
+    return {line.split("==", 1)[0].lower() for line in text.splitlines() if "==" in line and line[:1] not in (" ", "#")}
+
+
+def test_dsv4_device_sglang_set_is_the_pinned_one_less_the_device_and_what_dsv4_never_imports():
+    out = device("reqs", "sglang")
+    assert out.returncode == 0, out.stderr
+    got = names(out.stdout)
+    pinned = names((REPO_ROOT / "constraints/sglang/py3.12-linux-amd64.txt").read_text())
+    needed = {"sglang-kernel", "sgl-deep-gemm", "flashinfer-python", "tilelang", "z3-solver", "apache-tvm-ffi",
+              "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13", "nvidia-cutlass-dsl-libs-base", "flash-attn-4",
+              "humming-kernels", "quack-kernels", "xgrammar", "transformers", "cuda-toolkit"}  # fmt: skip
+    assert needed <= got, needed - got
+    device_has = {"torch", "torchvision", "torchaudio", "triton", "numpy", "nvidia-cublas", "nvidia-nccl-cu13",
+                  "nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cutlass-dsl-libs-cu12", "tokenspeed-mla",
+                  "tokenspeed-triton", "torchcodec"}  # fmt: skip
+    skipped = {"pyarrow", "pandas", "scipy", "numba", "llvmlite", "nvidia-mathdx"}
+    assert not got & (device_has | skipped), got & (device_has | skipped)
+    script = (SCRIPTS / "dsv4_device.sh").read_text()
+    listed = set(script.split('DEVICE_HAS="', 1)[1].split('"', 1)[0].split())
+    assert device_has <= listed and set(script.split('SG_SKIP="', 1)[1].split('"', 1)[0].split()) == skipped
+    assert got == pinned - listed - skipped  # nothing else is dropped
+    assert got <= pinned and "sglang" not in got  # the engine's own wheel comes from the precompiled file
+    hashes = [line for line in out.stdout.splitlines() if "--hash=sha256:" in line]
+    assert len(hashes) >= len(got)  # every requirement keeps its hashes (pip download --require-hashes)
+
+
+def test_dsv4_device_vllm_set_is_unchanged_by_the_engine_argument():
+    assert device("reqs").stdout == device("reqs", "vllm").stdout != ""
+    assert "vllm-dspark" not in device("reqs", "sglang").stdout
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["reqs", "tgi"], "dsv4_device.sh: engine tgi: give vllm or sglang"),
+        ([], "usage: dsv4_device.sh"),
+        (["bogus"], "usage: dsv4_device.sh"),
+    ],
+)
+def test_dsv4_device_refusals_are_one_line_exit_2(argv, said):
+    out = device(*argv)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and said in out.stderr, out
+
+
+def test_dsv4_device_refuses_an_engine_other_than_the_one_packed(tmp_path):
+    (tmp_path / "ENGINE").write_text("vllm\n")
+    for argv in (["install", str(tmp_path), "sglang"], ["run", str(tmp_path), "seeded", "sglang"]):
+        out = device(*argv)
+        assert (
+            out.returncode == 2 and out.stderr == f"dsv4_device.sh: {tmp_path} holds the vllm parts, not sglang's\n"
+        ), out
+    assert os.listdir(tmp_path) == ["ENGINE"]
