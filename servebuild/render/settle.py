@@ -248,7 +248,9 @@ def _copy(instruction: str) -> str:
     into = dest.rstrip("/") or "/"
     target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest
     q = shlex.quote
-    return _compose([bind], f"{COPY} {'stage' if stage else 'context'} {q(into)}" + (f" {q(target)}" if target != into else ""))
+    return _compose(
+        [bind], f"{COPY} {'stage' if stage else 'context'} {q(into)}" + (f" {q(target)}" if target != into else "")
+    )
 
 
 def _lines(parts) -> str:
@@ -298,7 +300,8 @@ def scripts() -> dict[str, str]:
         )
     )
     return {
-        "begin": f"{head}# . begin: the marker, the wait past it, the exports, the step's settled time\n" + _lines(START_PARTS),
+        "begin": f"{head}# . begin: the marker, the wait past it, the exports, the step's settled time\n"
+        + _lines(START_PARTS),
         "end": f"{head}# . end: logs emptied, what the step wrote set to its time, the newest time carried\n"
         + _lines(SETTLE_PARTS),
         "env": f"{head}# . env: the environment of a step that is not settled\nexport {ENV}\n",

@@ -185,6 +185,10 @@ def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
     assert out.startswith(
         f"FROM x\nRUN {MOUNTS} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
     )
+    # /tmp and /mnt a tmpfs in every step, the scripts bound under /mnt after it, then the step's own flags
+    assert MOUNTS == (
+        "--mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle"
+    )
     assert f"{BEGIN} \\\n && ( a && b \\\n && c ) \\\n && {END}\nENV A=1\n" in out
     assert "SOURCE_DATE_EPOCH=946684800" in START and "PYTHONHASHSEED=0" in START and MARK in SETTLE
 
@@ -337,7 +341,10 @@ def test_the_settled_step_empties_the_logs_it_wrote(tmp_path):
 )
 def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, command):
     out = settle(copy + "\n")
-    assert out == f"RUN {MOUNTS}{INDENT}--mount=type=bind,{bind}{INDENT}{BEGIN} \\\n && ( {COPY} {command} ) \\\n && {END}\n"
+    assert (
+        out
+        == f"RUN {MOUNTS}{INDENT}--mount=type=bind,{bind}{INDENT}{BEGIN} \\\n && ( {COPY} {command} ) \\\n && {END}\n"
+    )
     assert MOUNTS.startswith(f"{TMP} --mount=type=tmpfs,target=/mnt ")
     assert scripts()["copy"].count("cp -a --no-preserve=ownership /mnt/src") == 2
 
