@@ -1074,9 +1074,8 @@ MUTANTS = [
     Mutant(
         "settle-logs-kept",
         "servebuild/render/settle.py",
-        'SETTLE = (\n    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "\n'
-        '    f"&& mkdir',
-        'SETTLE = (\n    f"true && mkdir',
+        'SETTLE_PARTS = (\n    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} +",',
+        'SETTLE_PARTS = (\n    "true",',
         (f"{SETTLE}::test_the_settled_step_empties_the_logs_it_wrote",),
     ),
     Mutant(
@@ -1106,8 +1105,8 @@ MUTANTS = [
     Mutant(
         "settle-no-tmp-tmpfs",
         "servebuild/render/settle.py",
-        "    flags = [TMP, *flags]",
-        "    flags = [*flags]",
+        'MOUNTS = f"{TMP} {MNT} {WRAPPER_BIND}"',
+        'MOUNTS = f"{MNT} {WRAPPER_BIND}"',
         (f"{SETTLE}::test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle",),
     ),
     Mutant(
@@ -1134,8 +1133,8 @@ MUTANTS = [
     Mutant(
         "settle-copy-dirs-keep-context-time",
         "servebuild/render/settle.py",
-        '    dirs = (\n        ""\n        if stage\n',
-        '    dirs = (\n        ""\n        if True\n',
+        '[ "$from" = stage ] || find',
+        "true || find",
         (f"{SETTLE}::test_a_copy_into_a_directory_runs_as_copy_would",),
     ),
     # the in-image cache tool's seed and census (servebuild/tools/servebuild_cache.py)

@@ -43,7 +43,7 @@ from servebuild.platforms import arch_of
 from servebuild.registry import limits
 from servebuild.registry.bounded import BadJSON, parse_json
 from servebuild.registry.deadline import Expired, deadline
-from servebuild.render.settle import SETTLE, START
+from servebuild.render.settle import BEGIN, END, SETTLE, START
 from servebuild.registry.client import (
     DOCKER_LIST,
     DOCKER_MANIFEST,
@@ -81,6 +81,8 @@ class Published:
         steps = [h for h in self.config.get("history") or [] if isinstance(h, dict) and not h.get("empty_layer")]
         text = str(steps[index].get("created_by", "")) if index < len(steps) else ""
         text = " ".join(text.replace("\\\n", " ").split()).replace("/bin/bash -o pipefail -c ", "")
+        # the wrapper's scripts (render/settle.py), or the wrapper inline (images built before it was a script)
+        text = text.replace(f"{BEGIN} && ( ", "").split(f" ) && {END}")[0]
         text = text.replace(f"{START} && ( ", "").split(f" ) && {SETTLE.split(' ', 1)[0]} ")[0]
         return text[:120]
 

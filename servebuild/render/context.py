@@ -30,6 +30,7 @@ from servebuild.render.aot import RELEASE_AOT, aot_argv, aot_kernels, aot_reuse_
 from servebuild.errors import InputError, IntegrityError
 from servebuild.modes.base import ENGINE_SITE
 from servebuild.render.reuse import KERNELS, PARSER, Overlay, kernel_files, parser_files, stage_bases
+from servebuild.render import settle as wrapper
 from servebuild.render.settle import SettleError, settle
 from servebuild.render.launchers import argcheck_argv, healthcheck, write_launchers
 from servebuild.render.toolchain import VENV, cuda_home, cuda_links, runtime_env
@@ -299,6 +300,10 @@ def write_context(
     if "aot/spec.json" in has:
         write_json(context / "aot/spec.json", aot_spec(recipe, kernels, aot_owner(loaded)), strict=True)
     write_json(context / "manifest.json", manifest_inputs, strict=True)
+    # the settle wrapper every step of the Dockerfile sources from a bind mount (render/settle.py)
+    (context / wrapper.CONTEXT_DIR).mkdir()
+    for name, text in sorted(wrapper.scripts().items()):
+        (context / wrapper.CONTEXT_DIR / name).write_text(text)
     known = digests or {}
     for path in sorted(context.rglob("*"), reverse=True):
         rel = path.relative_to(context).as_posix()

@@ -17,6 +17,13 @@ every step the same way:
 - every bind mount sits under a tmpfs at /mnt, so the mount points BuildKit creates (and removes
   after the step, moving their parent's mtime) live in the tmpfs, never in the layer.
 
+The wrapper is written once, as small POSIX sh scripts in the build context's folder `settle/`
+(`scripts()` gives their bytes; render/context.py writes them), bind-mounted read-only into every step
+at /mnt/settle: it lands in no layer, and each RUN reads as what it does,
+`. /mnt/settle/begin && ( COMMAND ) && . /mnt/settle/end`; a COPY reads `sh /mnt/settle/copy
+context|stage INTO [TARGET]`. `begin` and `end` are sourced by the step's own shell (what `begin`
+exports reaches the command and `end`), and each is one `&&` list: a failing part fails the step.
+
 The templates write plain RUN and COPY; nothing else in them knows about settling, but for one
 line: a RUN right after the comment `# servebuild: unsettled ...` keeps its tmpfs mounts and its
 environment but skips the settle's walk of the filesystem (about 0.5 s on SGLang's image). Only a step whose
@@ -63,22 +70,41 @@ PAST_MARK = (
     f"[ $n -lt 20000 ] || {{ echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }}; "
     f"done"
 )
-START = (
-    f"{PAST_MARK} && export {ENV} && if [ -f {NEWEST} ]; then newest=$(stat -c %Y {NEWEST}); else "
+# the wrapper's two halves, one part of each `&&` list a line in the scripts (scripts(): begin, end)
+START_PARTS = (
+    PAST_MARK,
+    f"export {ENV}",
+    f"if [ -f {NEWEST} ]; then newest=$(stat -c %Y {NEWEST}); else "
     f"{{ find /usr /opt -xdev -printf '%T@\\n' > {TIMES} 2>/dev/null || true; }} "
-    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }}; fi "
-    f'&& newest=${{newest%%.*}} && touch -d "@$newest" {REF} '
-    f"&& export {STEP_TIME}=$(( newest + 1 > {TAR_MTIME} ? newest + 1 : {TAR_MTIME} ))"
+    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }}; fi",
+    "newest=${newest%%.*}",
+    f'touch -d "@$newest" {REF}',
+    f"export {STEP_TIME}=$(( newest + 1 > {TAR_MTIME} ? newest + 1 : {TAR_MTIME} ))",
 )
-SETTLE = (
-    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} + "
-    f"&& mkdir -p {NEWEST_DIR} && touch {NEWEST} "
-    f'&& find / -xdev \\( -newer {MARK} -exec touch -h -d "@${STEP_TIME}" {{}} + \\) '
-    f"-o \\( -newer {REF} \\( -path '/usr/*' -o -path '/opt/*' \\) -printf '%T@\\n' \\) > {TIMES} "
-    f"&& sort -n -r -o {TIMES} {TIMES} && {{ read -r newest < {TIMES} || newest=0; }} && newest=${{newest%%.*}} "
-    f'&& touch -h -d "@$(( newest > {STEP_TIME} ? newest : {STEP_TIME} ))" {NEWEST} '
-    f"&& rm {MARK} {PROBE} {TIMES} {REF}"
+SETTLE_PARTS = (
+    f"find /var/log /var/cache/ldconfig -xdev -type f -newer {MARK} -exec truncate -s 0 {{}} +",
+    f"mkdir -p {NEWEST_DIR}",
+    f"touch {NEWEST}",
+    f'find / -xdev \\( -newer {MARK} -exec touch -h -d "@${STEP_TIME}" {{}} + \\) '
+    f"-o \\( -newer {REF} \\( -path '/usr/*' -o -path '/opt/*' \\) -printf '%T@\\n' \\) > {TIMES}",
+    f"sort -n -r -o {TIMES} {TIMES}",
+    f"{{ read -r newest < {TIMES} || newest=0; }}",
+    "newest=${newest%%.*}",
+    f'touch -h -d "@$(( newest > {STEP_TIME} ? newest : {STEP_TIME} ))" {NEWEST}',
+    f"rm {MARK} {PROBE} {TIMES} {REF}",
 )
+START = " && ".join(START_PARTS)
+SETTLE = " && ".join(SETTLE_PARTS)
+# the wrapper: scripts() in the context's folder CONTEXT_DIR, bind-mounted read-only at WRAPPER in every step
+CONTEXT_DIR = "settle"
+WRAPPER = f"{MOUNT_ROOT}/settle"
+WRAPPER_BIND = f"--mount=type=bind,source={CONTEXT_DIR},target={WRAPPER}"
+MNT = f"--mount=type=tmpfs,target={MOUNT_ROOT}"
+BEGIN = f". {WRAPPER}/begin"  # sourced: what it exports reaches the command and END
+END = f". {WRAPPER}/end"
+EXPORTS = f". {WRAPPER}/env"  # the environment alone (an unsettled step)
+COPY = f"sh {WRAPPER}/copy"  # a COPY as a RUN: copy context|stage INTO [TARGET]
+NEW = f"sh {WRAPPER}/new-file"  # one new file: new-file SOURCE DEST
 UNSETTLED = "# servebuild: unsettled"
 # the next RUN copies one file new to the image from a bind mount: settled without a walk (_new_file)
 NEW_FILE = "# servebuild: one new file"
@@ -90,6 +116,8 @@ INDENT = " \\\n    "
 # is not its overlay parent: an engine that already held an equal parent layer) skips a directory whose only
 # change is its mtime. The same step then gave two layers on two engines (issue 29, CI of stop 34).
 TMP = "--mount=type=tmpfs,target=/tmp"
+# every step's first mounts, on the RUN line itself: the step's own flags follow, one a line
+MOUNTS = f"{TMP} {MNT} {WRAPPER_BIND}"
 
 
 class SettleError(ValueError):
@@ -136,15 +164,7 @@ def _new_file(instruction: str) -> str:
         raise SettleError(f"{NEW_FILE!r} takes one `cp {MOUNT_ROOT}/FILE /DEST`: {instruction[:120]!r}")
     _run(instruction)  # the same checks of its mounts
     source, dest = words[1], words[2]
-    folder = dest.rsplit("/", 1)[0] or "/"
-    q = shlex.quote
-    body = (
-        f"export {ENV} && newest=$(stat -c %Y {NEWEST}) && folder=$(stat -c %Y {q(folder)}) "
-        f"&& test ! -e {q(dest)} && cp {q(source)} {q(dest)} && chmod 0644 {q(dest)} "
-        f'&& touch -h -d "@$newest" {q(dest)} && touch -h -d "@$folder" {q(folder)}'
-    )
-    flags = [TMP, f"--mount=type=tmpfs,target={MOUNT_ROOT}", *flags]
-    return "RUN " + INDENT.join(flags) + INDENT + body
+    return "RUN " + INDENT.join([MOUNTS, *flags]) + INDENT + f"{NEW} {shlex.quote(source)} {shlex.quote(dest)}"
 
 
 def _instructions(lines: list[str]) -> list[str]:
@@ -192,17 +212,19 @@ def _run(instruction: str, settled: bool = True) -> str:
                 f"a bind mount must target {MOUNT_ROOT}/NAME (its mount point then lives in a "
                 f"tmpfs, not in the layer): {flag!r}"
             )
-    if binds:
-        flags = [f"--mount=type=tmpfs,target={MOUNT_ROOT}", *flags]
+        if target == WRAPPER or target.startswith(WRAPPER + "/"):
+            raise SettleError(f"{WRAPPER} is where every step finds the settle scripts; bind elsewhere: {flag!r}")
     return _compose(flags, command, settled)
 
 
 def _compose(flags: list[str], command: str, settled: bool = True) -> str:
-    flags = [TMP, *flags]
-    head = "RUN " + INDENT.join(flags) + INDENT if flags else "RUN "
+    """The RUN: /tmp's and /mnt's tmpfs and the scripts' bind (MOUNTS), then its own flags; its command between
+    `begin` and `end` (unsettled: after the environment alone). The command stays in a subshell, as it
+    was inline: an `exit` or `cd` of its own cannot skip or move the settle."""
+    head = "RUN " + INDENT.join([MOUNTS, *flags]) + INDENT
     if not settled:
-        return f"{head}export {ENV} \\\n && ( {command} )"
-    return f"{head}{START} \\\n && ( {command} ) \\\n && {SETTLE}"
+        return f"{head}{EXPORTS} \\\n && ( {command} )"
+    return f"{head}{BEGIN} \\\n && ( {command} ) \\\n && {END}"
 
 
 def _copy(instruction: str) -> str:
@@ -225,19 +247,64 @@ def _copy(instruction: str) -> str:
     bind = f"--mount=type=bind,{f'from={stage},' if stage else ''}source={source},target={SOURCE}"
     into = dest.rstrip("/") or "/"
     target = f"{into}/{source.rstrip('/').rsplit('/', 1)[-1]}" if dest.endswith("/") else dest
-    parent = target.rsplit("/", 1)[0] or "/"
     q = shlex.quote
+    return _compose(
+        [bind], f"{COPY} {'stage' if stage else 'context'} {q(into)}" + (f" {q(target)}" if target != into else "")
+    )
+
+
+def _lines(parts) -> str:
+    """One `&&` list written a part a line (a newline after `&&` continues the list, in sh as in bash)."""
+    return " &&\n".join(parts) + "\n"
+
+
+def scripts() -> dict[str, str]:
+    """The wrapper's scripts by name, the bytes of the build context's folder CONTEXT_DIR (render/context.py
+    writes it): POSIX sh; `begin`, `end` and `env` are sourced by the step's shell, `copy` and `new-file`
+    run by sh."""
+    head = f"# servebuild's settle wrapper (servebuild/render/settle.py), bind-mounted at {WRAPPER} in every step\n"
     # from the build context, a directory's mtime is not the one written there: BuildKit's context
     # transfer stamped nested directories (launchers/.tools) with the time it received them, so each
     # directory copied from the context gets the step's settled time (files keep theirs)
-    dirs = (
-        ""
-        if stage
-        else f" && find {SOURCE} -type d -exec sh -c "
-        f'\'for d; do touch -h -d "@${STEP_TIME}" "$0${{d#{SOURCE}}}"; done\' {q(into)} {{}} +'
+    copy = (
+        f"{head}# copy context|stage INTO [TARGET]: a COPY of the source bind-mounted at {SOURCE}, owned by\n"
+        f"# root; a folder's contents into INTO, a file to TARGET (INTO if not given)\n"
+        f"from=$1 into=$2 target=${{3:-$2}}\n"
+        f"parent=${{target%/*}}\n"
+        f"if [ -d {SOURCE} ]; then\n"
+        f'  mkdir -p "$into" && cp -a --no-preserve=ownership {SOURCE}/. "$into" && {{\n'
+        f'    [ "$from" = stage ] || find {SOURCE} -type d -exec sh -c '
+        f'\'for d; do touch -h -d "@${STEP_TIME}" "$0${{d#{SOURCE}}}"; done\' "$into" {{}} +\n'
+        f"  }}\n"
+        f"else\n"
+        f'  mkdir -p "${{parent:-/}}" && cp -a --no-preserve=ownership {SOURCE} "$target"\n'
+        f"fi\n"
     )
-    command = (
-        f"if [ -d {SOURCE} ]; then mkdir -p {q(into)} && cp -a --no-preserve=ownership {SOURCE}/. {q(into)}{dirs}; "
-        f"else mkdir -p {q(parent)} && cp -a --no-preserve=ownership {SOURCE} {q(target)}; fi"
+    # the record of the profile check (NEW_FILE): DEST gets the carried newest time (the step writes
+    # nothing else: no input is newer) and mode 0644, its folder keeps its time
+    new_file = (
+        f"{head}# new-file SOURCE DEST: one file new to the image, settled without a walk\n"
+        f"source=$1 dest=$2 folder=${{2%/*}}\n"
+        f"folder=${{folder:-/}}\n"
+        + _lines(
+            (
+                f"export {ENV}",
+                f"newest=$(stat -c %Y {NEWEST})",
+                'folder_time=$(stat -c %Y "$folder")',
+                'test ! -e "$dest"',
+                'cp "$source" "$dest"',
+                'chmod 0644 "$dest"',
+                'touch -h -d "@$newest" "$dest"',
+                'touch -h -d "@$folder_time" "$folder"',
+            )
+        )
     )
-    return _compose([f"--mount=type=tmpfs,target={MOUNT_ROOT}", bind], command)
+    return {
+        "begin": f"{head}# . begin: the marker, the wait past it, the exports, the step's settled time\n"
+        + _lines(START_PARTS),
+        "end": f"{head}# . end: logs emptied, what the step wrote set to its time, the newest time carried\n"
+        + _lines(SETTLE_PARTS),
+        "env": f"{head}# . env: the environment of a step that is not settled\nexport {ENV}\n",
+        "copy": copy,
+        "new-file": new_file,
+    }

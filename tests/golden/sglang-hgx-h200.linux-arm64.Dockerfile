@@ -7,63 +7,61 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
 # hadolint ignore=DL3008
-RUN --mount=type=tmpfs,target=/tmp \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/var/lib/dpkg/updates \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 
 ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=requirements.txt,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/requirements.txt && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/requirements.txt && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/requirements.txt {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/requirements.txt; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/requirements.txt ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" \
  && ln -sfn lib /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib64 && ln -sf libcudart.so.13 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # ---- engine stage: the engine installed into /opt/engine (by the install mode's steps)
 FROM deps AS engine
 # sglang 0.5.16 at fdebc938f7f4d16fe6b9f55dcd9a767cf0899ea1, install wheel-overlay
 ENV TORCH_CUDA_ARCH_LIST="9.0a"
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=precompiled.txt,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/precompiled.txt && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/precompiled.txt && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/precompiled.txt {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/precompiled.txt; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/precompiled.txt ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps --target /opt/engine/site -r /opt/servebuild/precompiled.txt \
  && mkdir -p /opt/engine-info && mv /opt/engine/site/*.dist-info /opt/engine-info/ ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
+    . /mnt/settle/begin \
  && ( mkdir -p /opt/engine/site \
  && find /opt/engine/site -name __pycache__ -type d -prune -exec rm -rf {} + \
  && { python -m compileall -q -f --invalidation-mode checked-hash /opt/engine/site || true; } \
  && pip list --format=freeze > /opt/servebuild/packages.txt ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, the release's kernels when shared, overlay (runtime-base); then what differs per profile
 # and per build (launchers, the profile check's record, the manifest, CMD) last
@@ -71,27 +69,26 @@ FROM nvidia/cuda:13.0.2-base-ubuntu24.04 AS runtime-release
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
-RUN --mount=type=tmpfs,target=/tmp \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=tmpfs,target=/var/lib/dpkg/updates \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( rm -f /etc/apt/apt.conf.d/docker-clean \
  && apt-get update \
  && apt-get install -y --no-install-recommends build-essential ca-certificates numactl python3 python3-dev tini \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.12' else 'base image has Python ' + v + ', the recipe wants 3.12')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
  && mkdir -p /opt/servebuild /workspace /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/sglang /cache/tilelang /cache/triton /cache/tvm-ffi && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt && chmod 1777 /cache /cache/deep_gemm /cache/flashinfer /cache/huggingface /cache/humming /cache/humming/tmp /cache/inductor /cache/sglang /cache/tilelang /cache/triton /cache/tvm-ffi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=deps,source=/opt/venv,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/venv && cp -a --no-preserve=ownership /mnt/src/. /opt/venv; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/venv; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/venv ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
+    . /mnt/settle/begin \
  && ( mkdir -p /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs \
  && echo '#include <cuda.h>' | gcc -E -P -I/opt/venv/lib/python3.12/site-packages/nvidia/cu13/include -x c - \
   | grep -oE '^(extern +)?CUresult +cu[A-Za-z0-9_]+ *\(' | grep -oE 'cu[A-Za-z0-9_]+' | sort -u > /tmp/libcuda.names \
@@ -99,28 +96,25 @@ RUN --mount=type=tmpfs,target=/tmp \
  && sed 's/.*/int &(void) { return 999; }/' /tmp/libcuda.names > /tmp/libcuda-stub.c \
  && gcc -shared -fPIC -O0 -Wl,-soname,libcuda.so.1 -o /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/stubs/libcuda.so /tmp/libcuda-stub.c \
  && rm /tmp/libcuda.names /tmp/libcuda-stub.c ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=engine,source=/opt/engine,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/engine && cp -a --no-preserve=ownership /mnt/src/. /opt/engine; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/engine; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/engine ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=engine,source=/opt/servebuild,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/servebuild; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/servebuild ) \
+ && . /mnt/settle/end
 # ---- engine-release stage: the release engine as pip installed it; the build-time stages of a variant
 # whose patches cannot change them run here, once for all such variants (render/reuse.py)
 FROM runtime-release AS engine-release
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=engine,source=/opt/engine-info/,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src/. /opt/engine/site; else mkdir -p /opt/engine/site && cp -a --no-preserve=ownership /mnt/src /opt/engine/site/engine-info; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/engine/site /opt/engine/site/engine-info ) \
+ && . /mnt/settle/end
 ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
@@ -144,26 +138,24 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     VIRTUAL_ENV="/opt/venv"
 # ---- the variant's engine: the release's kernels when they are shared (they change least), then the overlay
 FROM runtime-release AS runtime-base
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=tools/overlay_package.py,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/tools/overlay_package.py && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/tools/overlay_package.py && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/tools/overlay_package.py {} +; else mkdir -p /opt/servebuild/tools && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/tools/overlay_package.py; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/tools/overlay_package.py ) \
+ && . /mnt/settle/end
 ARG ENGINE_VERSION=0.5.16
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=overlay.tar,target=/mnt/overlay.tar \
     --mount=type=bind,source=overlay-deleted.txt,target=/mnt/overlay-deleted.txt \
     --mount=type=bind,from=engine,source=/opt/engine-info,target=/mnt/engine-info \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( mkdir -p /tmp/src/python/sglang && tar -xf /mnt/overlay.tar -C /tmp \
  && /opt/venv/bin/python /opt/servebuild/tools/overlay_package.py --site /opt/engine/site --dist sglang \
     --package sglang --tree /tmp/src/python/sglang --version "${ENGINE_VERSION}" \
     --info-from /mnt/engine-info --deleted /mnt/overlay-deleted.txt --deleted-under python/sglang \
  && rm -rf /tmp/src \
  && /opt/venv/bin/python -m pip list --format=freeze > /opt/servebuild/packages.txt ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
     DG_JIT_CACHE_DIR="/cache/deep_gemm" \
     FLASHINFER_WORKSPACE_BASE="/cache/flashinfer" \
@@ -190,11 +182,10 @@ ENV CUDA_HOME="/opt/venv/lib/python3.12/site-packages/nvidia/cu13" \
 # profile-check: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS profile-check
 # servebuild: unsettled (only the check's record reaches the image, copied there as a new file)
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=launchers,target=/mnt/launchers \
     --mount=type=bind,source=argcheck,target=/mnt/argcheck \
-    export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 \
+    . /mnt/settle/env \
  && ( cp -a --no-preserve=ownership /mnt/launchers/. /usr/local/bin/ \
  && mkdir -p /opt/servebuild/argcheck && cp -a --no-preserve=ownership /mnt/argcheck/. /opt/servebuild/argcheck/ \
  && /opt/venv/bin/python /opt/servebuild/argcheck/profile_check.py --recipe sglang-hgx-h200 --engine sglang --dist sglang --site /opt/servebuild/argcheck/site --hook /opt/servebuild/argcheck/hook.py --launchers /usr/local/bin --out /opt/servebuild/profiles-checked.json sglang-h200-flashinfer sglang-h200-marlin )
@@ -202,41 +193,37 @@ RUN --mount=type=tmpfs,target=/tmp \
 # packages and nvcc, where the server would put them (/cache); then moved to the seed the launchers copy
 # aot: built on this variant's engine (the patch stack's files are not known before its sources are prepared)
 FROM runtime-base AS aot
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=aot/,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/aot && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/aot && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/aot {} +; else mkdir -p /opt/servebuild/aot && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/aot/aot; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/aot /opt/servebuild/aot/aot ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
+    . /mnt/settle/begin \
  && ( env CUDA_VISIBLE_DEVICES= /opt/venv/bin/python /opt/servebuild/aot/aot_build.py --spec /opt/servebuild/aot/spec.json --cache /cache --seed /opt/servebuild/seed ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=aot,source=/opt/servebuild/seed,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/seed && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/seed; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/seed; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/servebuild/seed ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=launchers,target=/mnt/launchers \
     --mount=type=bind,source=manifest.json,target=/mnt/manifest.json \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( cp --preserve=mode,timestamps /mnt/launchers/* /usr/local/bin/ \
  && mkdir -p /usr/local/share/servebuild-bench/bench_prompts && cp --preserve=mode,timestamps /mnt/launchers/.bench/*.py /usr/local/share/servebuild-bench/ \
  && cp --preserve=mode,timestamps /mnt/launchers/.bench/bench_prompts/* /usr/local/share/servebuild-bench/bench_prompts/ \
  && mkdir -p /opt/servebuild/tools && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.py /opt/servebuild/tools/ \
  && cp --preserve=mode,timestamps /mnt/launchers/.tools/*.pth /opt/venv/lib/python3.12/site-packages/ \
  && mkdir -p /opt/servebuild && cp --preserve=mode,timestamps /mnt/manifest.json /opt/servebuild/manifest.json ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # servebuild: one new file (the profile check's record)
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=profile-check,source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json \
-    export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && newest=$(stat -c %Y /var/lib/servebuild/newest) && folder=$(stat -c %Y /opt/servebuild) && test ! -e /opt/servebuild/profiles-checked.json && cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json && chmod 0644 /opt/servebuild/profiles-checked.json && touch -h -d "@$newest" /opt/servebuild/profiles-checked.json && touch -h -d "@$folder" /opt/servebuild
+    sh /mnt/settle/new-file /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json
 EXPOSE 30000
 ENV SERVEBUILD_HEALTH_URL="http://127.0.0.1:30000/health"
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \

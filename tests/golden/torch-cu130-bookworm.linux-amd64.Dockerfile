@@ -7,44 +7,42 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_INPUT=1
 # pinned by the lock (30 packages): ca-certificates:all=20230311+deb12u1 libexpat1:amd64=2.5.0-1+deb12u2 libgssapi-krb5-2:amd64=1.20.1-2+deb12u5 libk5crypto3:amd64=1.20.1-2+deb12u5 libkeyutils1:amd64=1.6.3-2 libkrb5-3:amd64=1.20.1-2+deb12u5 libkrb5support0:amd64=1.20.1-2+deb12u5 libncursesw6:amd64=6.4-4 libnsl2:amd64=1.3.0-2 libpython3-stdlib:amd64=3.11.2-1+b1 libpython3.11-minimal:amd64=3.11.2-6+deb12u8 libpython3.11-stdlib:amd64=3.11.2-6+deb12u8 libreadline8:amd64=8.2-1.3 libsqlite3-0:amd64=3.40.1-2+deb12u2 libssl3:amd64=3.0.20-1~deb12u2 libtirpc-common:all=1.3.3+ds-1 libtirpc3:amd64=1.3.3+ds-1 media-types:all=10.0.0 openssl:amd64=3.0.20-1~deb12u2 python3:amd64=3.11.2-1+b1 python3-distutils:all=3.11.2-3 python3-lib2to3:all=3.11.2-3 python3-minimal:amd64=3.11.2-1+b1 python3-pip-whl:all=23.0.1+dfsg-1 python3-setuptools-whl:all=66.1.1-1+deb12u2 python3-venv:amd64=3.11.2-1+b1 python3.11:amd64=3.11.2-6+deb12u8 python3.11-minimal:amd64=3.11.2-6+deb12u8 python3.11-venv:amd64=3.11.2-6+deb12u8 readline-common:all=8.2-1.3
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=tmpfs,target=/var/lib/dpkg/updates \
     --mount=type=bind,source=debs/build,target=/mnt/debs \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( apt-get install -y --no-install-recommends /mnt/debs/*.deb \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-build.txt \
  && python3 -m venv /opt/venv ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 
 ENV PATH=/opt/engine/site/bin:/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=requirements.txt,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/requirements.txt && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/requirements.txt && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/requirements.txt {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/requirements.txt; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/requirements.txt ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca \
     --mount=type=secret,id=netrc,target=/root/.netrc \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && pip install --require-hashes --no-deps -r /opt/servebuild/requirements.txt \
  && echo /opt/engine/site > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/servebuild-engine.pth" ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # ---- engine stage: the engine installed into /opt/engine (by the install mode's steps)
 FROM deps AS engine
-RUN --mount=type=tmpfs,target=/tmp \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
+    . /mnt/settle/begin \
  && ( mkdir -p /opt/engine/site \
  && find /opt/engine/site -name __pycache__ -type d -prune -exec rm -rf {} + \
  && { python -m compileall -q -f --invalidation-mode checked-hash /opt/engine/site || true; } \
  && pip list --format=freeze > /opt/servebuild/packages.txt ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 # ---- runtime stages: no build caches, no source trees. Layers in the order they change: base, apt,
 # venv, engine, the release's kernels when shared, overlay (runtime-base); then what differs per profile
 # and per build (launchers, the profile check's record, the manifest, CMD) last
@@ -52,36 +50,32 @@ FROM servebuild/debian:bookworm-amd64 AS runtime-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 # pinned by the lock (24 packages): ca-certificates:all=20230311+deb12u1 libexpat1:amd64=2.5.0-1+deb12u2 libgssapi-krb5-2:amd64=1.20.1-2+deb12u5 libk5crypto3:amd64=1.20.1-2+deb12u5 libkeyutils1:amd64=1.6.3-2 libkrb5-3:amd64=1.20.1-2+deb12u5 libkrb5support0:amd64=1.20.1-2+deb12u5 libncursesw6:amd64=6.4-4 libnsl2:amd64=1.3.0-2 libpython3-stdlib:amd64=3.11.2-1+b1 libpython3.11-minimal:amd64=3.11.2-6+deb12u8 libpython3.11-stdlib:amd64=3.11.2-6+deb12u8 libreadline8:amd64=8.2-1.3 libsqlite3-0:amd64=3.40.1-2+deb12u2 libssl3:amd64=3.0.20-1~deb12u2 libtirpc-common:all=1.3.3+ds-1 libtirpc3:amd64=1.3.3+ds-1 media-types:all=10.0.0 openssl:amd64=3.0.20-1~deb12u2 python3:amd64=3.11.2-1+b1 python3-minimal:amd64=3.11.2-1+b1 python3.11:amd64=3.11.2-6+deb12u8 python3.11-minimal:amd64=3.11.2-6+deb12u8 readline-common:all=8.2-1.3
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=tmpfs,target=/var/lib/dpkg/updates \
     --mount=type=bind,source=debs/runtime,target=/mnt/debs \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
+    . /mnt/settle/begin \
  && ( apt-get install -y --no-install-recommends /mnt/debs/*.deb \
  && python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '3.11' else 'base image has Python ' + v + ', the recipe wants 3.11')" \
  && dpkg-query -W -f '${Package}=${Version}\n' > /tmp/apt-runtime.txt \
  && mkdir -p /opt/servebuild /workspace /root/.cache /root/.triton && mv /tmp/apt-runtime.txt /opt/servebuild/apt-runtime.txt ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+ && . /mnt/settle/end
 
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=deps,source=/opt/venv,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/venv && cp -a --no-preserve=ownership /mnt/src/. /opt/venv; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/venv; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/venv ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=engine,source=/opt/engine,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/engine && cp -a --no-preserve=ownership /mnt/src/. /opt/engine; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/engine; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/engine ) \
+ && . /mnt/settle/end
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,from=engine,source=/opt/servebuild,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild; else mkdir -p /opt && cp -a --no-preserve=ownership /mnt/src /opt/servebuild; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy stage /opt/servebuild ) \
+ && . /mnt/settle/end
 ENV NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     NVIDIA_VISIBLE_DEVICES="all" \
     PATH="/opt/engine/site/bin:/opt/venv/bin:$PATH" \
@@ -90,12 +84,11 @@ ENV NVIDIA_DRIVER_CAPABILITIES="compute,utility" \
     VIRTUAL_ENV="/opt/venv"
 # ---- runtime stage: the image
 FROM runtime-base AS runtime
-RUN --mount=type=tmpfs,target=/tmp \
-    --mount=type=tmpfs,target=/mnt \
+RUN --mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle \
     --mount=type=bind,source=manifest.json,target=/mnt/src \
-    touch /tmp/.servebuild-layer-start && n=0 && until touch /tmp/.servebuild-layer-probe && [ -n "$(find /tmp/.servebuild-layer-probe -newer /tmp/.servebuild-layer-start)" ]; do n=$((n + 1)); [ $n -lt 20000 ] || { echo 'servebuild: the clock did not move past the step marker' >&2; exit 1; }; done && export SOURCE_DATE_EPOCH=946684800 PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 && if [ -f /var/lib/servebuild/newest ]; then newest=$(stat -c %Y /var/lib/servebuild/newest); else { find /usr /opt -xdev -printf '%T@\n' > /tmp/.servebuild-layer-times 2>/dev/null || true; } && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; }; fi && newest=${newest%%.*} && touch -d "@$newest" /tmp/.servebuild-newest && export SERVEBUILD_SETTLED=$(( newest + 1 > 946684800 ? newest + 1 : 946684800 )) \
- && ( if [ -d /mnt/src ]; then mkdir -p /opt/servebuild/manifest.json && cp -a --no-preserve=ownership /mnt/src/. /opt/servebuild/manifest.json && find /mnt/src -type d -exec sh -c 'for d; do touch -h -d "@$SERVEBUILD_SETTLED" "$0${d#/mnt/src}"; done' /opt/servebuild/manifest.json {} +; else mkdir -p /opt/servebuild && cp -a --no-preserve=ownership /mnt/src /opt/servebuild/manifest.json; fi ) \
- && find /var/log /var/cache/ldconfig -xdev -type f -newer /tmp/.servebuild-layer-start -exec truncate -s 0 {} + && mkdir -p /var/lib/servebuild && touch /var/lib/servebuild/newest && find / -xdev \( -newer /tmp/.servebuild-layer-start -exec touch -h -d "@$SERVEBUILD_SETTLED" {} + \) -o \( -newer /tmp/.servebuild-newest \( -path '/usr/*' -o -path '/opt/*' \) -printf '%T@\n' \) > /tmp/.servebuild-layer-times && sort -n -r -o /tmp/.servebuild-layer-times /tmp/.servebuild-layer-times && { read -r newest < /tmp/.servebuild-layer-times || newest=0; } && newest=${newest%%.*} && touch -h -d "@$(( newest > SERVEBUILD_SETTLED ? newest : SERVEBUILD_SETTLED ))" /var/lib/servebuild/newest && rm /tmp/.servebuild-layer-start /tmp/.servebuild-layer-probe /tmp/.servebuild-layer-times /tmp/.servebuild-newest
+    . /mnt/settle/begin \
+ && ( sh /mnt/settle/copy context /opt/servebuild/manifest.json ) \
+ && . /mnt/settle/end
 WORKDIR /workspace
 # hadolint ignore=DL3002
 USER 0

@@ -92,12 +92,15 @@ def test_the_config_fields_that_differ_are_named():
 
 def test_a_layer_is_named_by_its_step_without_the_settle_preamble():
     from servebuild.release.rebuild import Published
-    from servebuild.render.settle import INDENT, TMP, settle
+    from servebuild.render.settle import INDENT, MOUNTS, SETTLE, START, settle
 
     # BuildKit's history holds a RUN's command without its --mount flags
     run = (
-        settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n").removeprefix(f"RUN {TMP}{INDENT}").replace(" \\\n", " ")
+        settle("RUN cp -p /mnt/launchers/* /usr/local/bin/\n")
+        .removeprefix(f"RUN {MOUNTS}{INDENT}")
+        .replace(" \\\n", " ")
     )
+    inline = f"{START} && ( cp -a /mnt/src /opt/x ) && {SETTLE}"  # an image built when the wrapper was inline
     image = Published(
         "r",
         "linux/amd64",
@@ -108,12 +111,14 @@ def test_a_layer_is_named_by_its_step_without_the_settle_preamble():
                 {"created_by": "ADD rootfs.tar / # buildkit"},
                 {"created_by": "ENV A=1", "empty_layer": True},
                 {"created_by": "RUN /bin/bash -o pipefail -c " + run},
+                {"created_by": "RUN /bin/bash -o pipefail -c " + inline},
             ]
         },
         [],
     )
-    assert [image.created_by(i) for i in range(3)] == [
+    assert [image.created_by(i) for i in range(4)] == [
         "ADD rootfs.tar / # buildkit",
         "RUN cp -p /mnt/launchers/* /usr/local/bin/",
+        "RUN cp -a /mnt/src /opt/x",
         "",
     ]

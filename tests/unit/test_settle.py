@@ -20,9 +20,15 @@ from servebuild.plan.make import created_timestamp
 from servebuild.recipe.load import load_recipe
 from servebuild.render.context import render_dockerfile
 from servebuild.render.settle import (
+    BEGIN,
+    COPY,
+    END,
     ENV,
+    EXPORTS,
     INDENT,
     MARK,
+    MOUNTS,
+    NEW,
     NEW_FILE,
     NEWEST,
     NEWEST_DIR,
@@ -31,7 +37,9 @@ from servebuild.render.settle import (
     START,
     TMP,
     UNSETTLED,
+    WRAPPER,
     SettleError,
+    scripts,
     settle,
 )
 from support import REPO_ROOT
@@ -50,28 +58,30 @@ def test_every_run_of_every_recipe_is_settled_and_no_copy_is_left(name):
         text = render_dockerfile(loaded.recipe, loaded.sha256, platform, {"build": "b", "runtime": "r"}, REPO_ROOT)
         steps = instructions(text)
         assert steps and not any(s.startswith("COPY") for s in steps)
+        # the wrapper is in one place, the scripts: no step carries the prologue, the settle or the marker
+        assert START not in text and SETTLE not in text and MARK not in text and ENV not in text
         unsettled = unsettled_stages(text)
         assert unsettled == ({"profile-check"} if " AS profile-check\n" in text else set()), unsettled
         for stage, step in ((st, s) for st, s in stage_steps(text) if s.startswith("RUN")):
             if stage in unsettled:  # its layer reaches no image (checked below): no walks, the rest as settled
-                assert START not in step and SETTLE not in step and f"export {ENV} \\\n && ( " in step, step[:200]
-            elif START not in step:  # one new file, settled without a walk: only the check's record, last
-                assert (
-                    stage == "runtime" and "cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json" in step
+                assert BEGIN not in step and END not in step and f"{EXPORTS} \\\n && ( " in step, step[:200]
+            elif BEGIN not in step:  # one new file, settled without a walk: only the check's record, last
+                assert stage == "runtime" and step.endswith(
+                    f"{NEW} /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json"
                 )
-                assert f"newest=$(stat -c %Y {NEWEST})" in step and step == stage_steps(text)[-1][1], step[:200]
+                assert END not in step and step == stage_steps(text)[-1][1], step[:200]
             else:
-                assert START in step and step.endswith(SETTLE), step[:120]
+                assert f"{INDENT}{BEGIN} \\\n && ( " in step and step.endswith(f" ) \\\n && {END}"), step[:120]
             binds = re.findall(r"--mount=type=bind,[^ ]*target=(\S+)", step)
             assert all(t.startswith("/mnt/") for t in binds), binds
-            assert ("--mount=type=tmpfs,target=/mnt " in step) == bool(binds), step[:200]
+            assert binds.count(WRAPPER) == 1 and step.count("--mount=type=tmpfs,target=/mnt ") == 1, step[:200]
             # the step's /tmp is a tmpfs: the image's /tmp is never copied up (it would be in the layer on
-            # one engine and not on another); dpkg's journal likewise in every apt step
-            assert step.startswith(f"RUN {TMP}{INDENT}"), step[:120]
+            # one engine and not on another); dpkg's journal likewise in every apt step; the scripts are
+            # bind-mounted under the /mnt tmpfs, after it
+            assert step.startswith(f"RUN {MOUNTS}{INDENT}"), step[:120]
+            assert MOUNTS.index("target=/mnt ") < MOUNTS.index(f"target={WRAPPER}")
             assert ("apt-get install" not in step) or "--mount=type=tmpfs,target=/var/lib/dpkg/updates " in step
-            assert not SETTLE.endswith(" /tmp") and not re.search(
-                r"cp -a --no-preserve=ownership /mnt/src\S* /tmp", step
-            )
+            assert not SETTLE.endswith(" /tmp") and not re.search(rf"{COPY} \S+ /tmp", step)
 
 
 def stage_steps(text: str) -> list[tuple[str, str]]:
@@ -91,14 +101,14 @@ def unsettled_stages(text: str) -> set[str]:
     bind-mounted and copied as a new file (no FROM, no COPY --from, no cp that keeps its times)."""
     stages = set()
     for stage, step in stage_steps(text):
-        if step.startswith("RUN") and START not in step and f"newest=$(stat -c %Y {NEWEST})" not in step:
+        if step.startswith("RUN") and BEGIN not in step and NEW not in step:
             stages.add(stage)  # (the record's step, one new file settled without a walk, is checked above)
     assert stages <= {"profile-check"}, stages
     for stage in stages:
         assert not re.search(rf"^FROM {stage} ", text, re.M)
         uses = re.findall(rf"--mount=type=bind,from={stage},([^ ]+)", text)
         assert uses == ["source=/opt/servebuild/profiles-checked.json,target=/mnt/profiles-checked.json"], uses
-        assert "cp /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json" in text
+        assert f"{NEW} /mnt/profiles-checked.json /opt/servebuild/profiles-checked.json" in text
         assert "--preserve=mode,timestamps /mnt/profiles-checked.json" not in text
     return stages
 
@@ -106,9 +116,9 @@ def unsettled_stages(text: str) -> set[str]:
 def test_an_unsettled_run_skips_the_walks_and_only_the_next_run():
     out = settle(f"FROM x\n{UNSETTLED} (test)\nRUN --mount=type=bind,source=a,target=/mnt/a a\nRUN b\n")
     first, second = instructions(out)
-    assert START not in first and SETTLE not in first and first.startswith(f"RUN {TMP}{INDENT}")
-    assert "--mount=type=tmpfs,target=/mnt" in first and f"export {ENV}" in first
-    assert START in second and second.endswith(SETTLE)
+    assert BEGIN not in first and END not in first and first.startswith(f"RUN {MOUNTS}{INDENT}")
+    assert first.endswith(f"{EXPORTS} \\\n && ( a )") and scripts()["env"].endswith(f"\nexport {ENV}\n")
+    assert f"{BEGIN} \\\n && ( b ) \\\n && {END}" in second and second.endswith(END)
     with pytest.raises(SettleError, match="must come right before a RUN"):
         settle(f"FROM x\n{UNSETTLED}\nCOPY a /b\n")
 
@@ -131,6 +141,7 @@ def test_one_new_file_is_settled_without_a_walk(tmp_path):
 
     def step():
         shell = local_shell(text, root).rstrip("\n").rsplit(INDENT, 1)[1]  # the command, after its mounts
+        assert shell.startswith("sh ") and shell.endswith(" /mnt/r.json /opt/servebuild/r.json")
         return subprocess.run(
             [
                 "bash",
@@ -172,24 +183,71 @@ def test_a_run_keeps_its_flags_and_runs_its_command_between_marker_and_settle():
         "FROM x\nRUN --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n    a && b \\\n && c\nENV A=1\n"
     )
     assert out.startswith(
-        f"FROM x\nRUN {TMP} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
+        f"FROM x\nRUN {MOUNTS} \\\n    --mount=type=cache,target=/c \\\n    --mount=type=secret,id=ca \\\n"
     )
-    assert f"{START} \\\n && ( a && b \\\n && c ) \\\n && {SETTLE}\nENV A=1\n" in out
+    # /tmp and /mnt a tmpfs in every step, the scripts bound under /mnt after it, then the step's own flags
+    assert MOUNTS == (
+        "--mount=type=tmpfs,target=/tmp --mount=type=tmpfs,target=/mnt --mount=type=bind,source=settle,target=/mnt/settle"
+    )
+    assert f"{BEGIN} \\\n && ( a && b \\\n && c ) \\\n && {END}\nENV A=1\n" in out
     assert "SOURCE_DATE_EPOCH=946684800" in START and "PYTHONHASHSEED=0" in START and MARK in SETTLE
 
 
+def script_chain(name: str) -> str:
+    """A script of the wrapper without its comments, its `&&` list on one line."""
+    body = "".join(line + "\n" for line in scripts()[name].splitlines() if not line.startswith("#"))
+    return body.replace(" &&\n", " && ").rstrip("\n")
+
+
+def test_the_scripts_hold_the_prologue_and_the_settle_one_part_a_line():
+    """`begin` and `end` are the inline prologue and settle of before, one `&&` list each, a part a line
+    (the same commands in the same order: the same times, truncation and carried newest time); every
+    script parses in sh and in bash, and each is written whole (no `set -e` is needed)."""
+    assert script_chain("begin") == START and script_chain("end") == SETTLE
+    assert len(scripts()["begin"].splitlines()) > 5 and len(scripts()["end"].splitlines()) > 5
+    assert BEGIN == f". {WRAPPER}/begin" and END == f". {WRAPPER}/end" and EXPORTS == f". {WRAPPER}/env"
+    assert sorted(scripts()) == ["begin", "copy", "end", "env", "new-file"]
+    for name, text in scripts().items():
+        assert text.endswith("\n") and "\r" not in text and text.isascii(), name
+        for shell in ("sh", "bash"):
+            proc = subprocess.run([shell, "-n"], input=text, capture_output=True, text=True)
+            assert proc.returncode == 0, (name, shell, proc.stderr)
+    assert scripts() == scripts()  # a function of nothing: the same bytes every render
+
+
+def test_a_part_of_the_sourced_settle_that_fails_fails_the_step(tmp_path):
+    """`end` is sourced by the step's shell: a part of it that fails (here the carried time's folder is a
+    file) fails the RUN, as it did inline, and what the step wrote is not reported as settled."""
+    root = image_root(tmp_path)
+    (root / "usr/header.h").write_text("x")
+    (root / "var/lib").mkdir(parents=True)
+    (root / NEWEST_DIR.lstrip("/")).write_text("not a folder")
+    assert run_step("RUN echo hi > f\n", root).returncode != 0
+    assert (root / "f").read_text() == "hi\n"  # the command ran: it is the settle that failed
+
+
+def local_wrapper(root, source: str = "/mnt/src") -> str:
+    """The wrapper's scripts (what render/context.py writes into the context) made to run here under
+    `root` standing for the image's /: its /usr, /opt, /var/log and the carried newest time under it (the
+    marker and the scratch files stay in this host's /tmp), a COPY's source at `source`. Their folder."""
+    folder = root.parent / f"{root.name}-settle"
+    folder.mkdir(exist_ok=True)
+    for name, text in scripts().items():
+        (folder / name).write_text(
+            text.replace(NEWEST_DIR, f"{root}{NEWEST_DIR}")
+            .replace("find /usr /opt ", f"find {root}/usr {root}/opt ")
+            .replace("-path '/usr/*' -o -path '/opt/*'", f"-path '{root}/usr/*' -o -path '{root}/opt/*'")
+            .replace("find /var/log /var/cache/ldconfig ", f"find {root}/var/log ")
+            .replace("find / ", f"find {root} ")
+            .replace("/mnt/src", source)
+        )
+    return str(folder)
+
+
 def local_shell(text: str, root) -> str:
-    """A settled RUN made to run here under `root` standing for the image's /: its /usr, /opt, /var/log and
-    the carried newest time under it (the marker and the scratch files stay in this host's /tmp)."""
-    return (
-        settle(text)
-        .removeprefix(f"RUN {TMP}{INDENT}")
-        .replace(NEWEST_DIR, f"{root}{NEWEST_DIR}")
-        .replace("find /usr /opt ", f"find {root}/usr {root}/opt ")
-        .replace("-path '/usr/*' -o -path '/opt/*'", f"-path '{root}/usr/*' -o -path '{root}/opt/*'")
-        .replace("find /var/log /var/cache/ldconfig ", f"find {root}/var/log ")
-        .replace("find / ", f"find {root} ")
-    )
+    """A settled RUN made to run here under `root` (local_wrapper): its command, the scripts' folder in
+    place of their bind mount."""
+    return settle(text).removeprefix(f"RUN {MOUNTS}{INDENT}").replace(WRAPPER, local_wrapper(root))
 
 
 def image_root(tmp_path, name="root"):
@@ -266,21 +324,29 @@ def test_the_settled_step_empties_the_logs_it_wrote(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "copy, bind, into",
+    "copy, bind, command",
     [
-        ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "/opt/venv"),
-        ("COPY launchers/ /usr/local/bin/", "source=launchers/,target=/mnt/src", "/usr/local/bin"),
+        ("COPY --from=deps /opt/venv /opt/venv", "from=deps,source=/opt/venv,target=/mnt/src", "stage /opt/venv"),
+        (
+            "COPY launchers/ /usr/local/bin/",
+            "source=launchers/,target=/mnt/src",
+            "context /usr/local/bin /usr/local/bin/launchers",
+        ),
         (
             "COPY manifest.json /opt/servebuild/manifest.json",
             "source=manifest.json,target=/mnt/src",
-            "/opt/servebuild/manifest.json",
+            "context /opt/servebuild/manifest.json",
         ),
     ],
 )
-def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, into):
+def test_a_copy_becomes_a_settled_run_over_a_bind_under_a_tmpfs(copy, bind, command):
     out = settle(copy + "\n")
-    assert out.startswith(f"RUN {TMP}{INDENT}--mount=type=tmpfs,target=/mnt{INDENT}--mount=type=bind,{bind} \\\n")
-    assert "cp -a --no-preserve=ownership /mnt/src" in out and into in out and out.rstrip().endswith(SETTLE)
+    assert (
+        out
+        == f"RUN {MOUNTS}{INDENT}--mount=type=bind,{bind}{INDENT}{BEGIN} \\\n && ( {COPY} {command} ) \\\n && {END}\n"
+    )
+    assert MOUNTS.startswith(f"{TMP} --mount=type=tmpfs,target=/mnt ")
+    assert scripts()["copy"].count("cp -a --no-preserve=ownership /mnt/src") == 2
 
 
 def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
@@ -293,9 +359,12 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     os.utime(src / "a.txt", (1_100_000_000, 1_100_000_000))
     os.utime(src / "nested", (1_700_000_123.5, 1_700_000_123.5))  # as BuildKit's context transfer left it
 
+    wrapper = local_wrapper(tmp_path / "root", source=str(src))
+
     def run(copy: str):
         body = settle(copy + "\n").split("&& ( ", 1)[1].split(" ) \\\n", 1)[0]
-        body = body.replace("/mnt/src", str(src)).replace(" /dst", f" {tmp_path}/dst")
+        assert body.startswith(f"{COPY} ")
+        body = body.replace(WRAPPER, wrapper).replace(" /dst", f" {tmp_path}/dst")
         subprocess.run(
             ["bash", "-c", body], check=True, env={"PATH": os.environ["PATH"], "SERVEBUILD_SETTLED": "1000000000"}
         )
@@ -306,6 +375,10 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     assert os.stat(tmp_path / "dst" / "d" / "a.txt").st_mtime == 1_100_000_000
     assert os.stat(tmp_path / "dst" / "d" / "nested").st_mtime == 1_000_000_000
     assert os.stat(tmp_path / "dst" / "d").st_mtime == 1_000_000_000
+    # from a stage, the directories keep theirs too (cp -a)
+    run("COPY --from=deps /dir /dst/s")
+    assert os.stat(tmp_path / "dst" / "s" / "nested").st_mtime == 1_700_000_123.5
+    assert os.stat(tmp_path / "dst" / "s" / "a.txt").st_mtime == 1_100_000_000
     shutil.rmtree(src)
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text("file")
@@ -320,6 +393,8 @@ def test_a_copy_into_a_directory_runs_as_copy_would(tmp_path):
     [
         ('RUN ["/bin/sh", "-c", "x"]\n', "exec-form RUN"),
         ("RUN --mount=type=bind,source=a,target=/tmp/a cat /tmp/a\n", "must target /mnt/NAME"),
+        ("RUN --mount=type=bind,source=a,target=/mnt/settle cat /mnt/settle\n", "finds the settle scripts"),
+        ("RUN --mount=type=bind,source=a,target=/mnt/settle/begin true\n", "finds the settle scripts"),
         ("COPY --chown=1:1 a /a\n", "COPY --chown=1:1 cannot be settled"),
         ("COPY a b /dst/\n", "one source and one destination"),
         ("COPY wheels/ /tmp/wheels/\n", "writes into /tmp, which every step mounts as a tmpfs"),
@@ -585,7 +660,7 @@ def test_a_comment_ending_in_a_backslash_does_not_swallow_the_next_run():
     """Docker reads a comment line whole, a backslash at its end included: the RUN after it is its own
     instruction, and settled."""
     out = settle("FROM x\n# ends in a backslash \\\nRUN echo hi\n")
-    assert out.startswith("FROM x\n# ends in a backslash \\\nRUN ") and f"{START} \\\n && ( echo hi )" in out
+    assert out.startswith("FROM x\n# ends in a backslash \\\nRUN ") and f"{BEGIN} \\\n && ( echo hi )" in out
 
 
 def test_the_settle_sets_a_links_own_time_and_leaves_its_target_alone(tmp_path):
@@ -600,3 +675,30 @@ def test_the_settle_sets_a_links_own_time_and_leaves_its_target_alone(tmp_path):
     assert run_step("RUN ln -s old link\n", root).returncode == 0
     assert old.stat().st_mtime == 1_600_000_000
     assert os.lstat(root / "link").st_mtime == 1_700_000_001
+
+
+def test_the_renderer_writes_the_scripts_into_the_context_every_step_binds(tmp_path):
+    """render/context.py writes the wrapper's scripts into the context's folder `settle/` (the bind every
+    step mounts), their bytes scripts()'s, their mode and mtime from their content like every context
+    file: two contexts of one recipe hold the same folder, byte for byte and time for time."""
+    from servebuild.render.context import content_mtime, write_context
+    from servebuild.render.settle import CONTEXT_DIR, WRAPPER_BIND
+
+    assert WRAPPER_BIND == f"--mount=type=bind,source={CONTEXT_DIR},target={WRAPPER}"
+    (tmp_path / "source.tar").write_bytes(b"")
+    loaded = load_recipe("torch-cu130-bookworm", REPO_ROOT)
+    made = [
+        write_context(loaded, "linux/amd64", {"build": "b", "runtime": "r"}, tmp_path / n, {}, tmp_path / "source.tar")
+        for n in ("one", "two")
+    ]
+    for context in made:
+        folder = context / CONTEXT_DIR
+        assert sorted(p.name for p in folder.iterdir()) == sorted(scripts())
+        for name, text in scripts().items():
+            path = folder / name
+            assert path.read_text() == text and path.stat().st_mode & 0o777 == 0o644
+            assert path.stat().st_mtime_ns == content_mtime(path)
+        assert f"source={CONTEXT_DIR},target={WRAPPER}" in (context / "Dockerfile").read_text()
+    assert [(folder / n).stat().st_mtime_ns for n in scripts() for folder in [made[0] / CONTEXT_DIR]] == [
+        (made[1] / CONTEXT_DIR / n).stat().st_mtime_ns for n in scripts()
+    ]
