@@ -1,10 +1,12 @@
-"""Bit for bit across engines, by hand (issue 20): build a recipe for linux/amd64 with --no-cache on this
+"""Bit for bit across engines, by hand (issue 20): build a recipe for a platform (linux/amd64, or linux/arm64
+under QEMU) with --no-cache on this
 machine's engine (umask 022) and on a second dockerd started here (its own data root, exec root, bridge
 and an empty build cache; umask 077), then print both image ids, the layers side by side and the
 wall time of each build. Too heavy for CI with the engine images (two cold 9 GB builds); CI proves
 the toy fixture and the torch pair on two engines (tests/integration/test_farm.py).
 
     .venv/bin/python scripts/bench_bitforbit.py RECIPE [--variant V] [--other-variant W] [--json F]
+                                                [--platform linux/arm64] [--record-id]
 
 --other-variant W first builds W on this engine the usual way (with the cache), then V with
 --no-cache: the variants share every layer below the engine's when the --no-cache build made the
@@ -130,22 +132,30 @@ def main() -> int:
         help="then run the smoke suite on node 1's image (its JIT checks: the seed's kernels load with no compile)",
     )
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
+    ap.add_argument(
+        "--platform",
+        default="linux/amd64",
+        choices=("linux/amd64", "linux/arm64"),
+        help="the platform both engines build (linux/arm64 runs under QEMU on an amd64 host)",
+    )
     args = ap.parse_args()
+    platform = args.platform
+    arch = platform.split("/")[1]
     loaded = load_recipe(args.recipe, ROOT)
     module = loaded.recipe.engine.name if loaded.recipe.engine else "torch"
     if args.costs_only:
         print(json.dumps(costs(args.costs_only, module)))
         return 0
-    tag = f"servebuild-bitforbit/{args.recipe}:amd64"
-    bases = sorted({getattr(loaded.recipe.bases, s).ref.replace("{arch}", "amd64") for s in ("build", "runtime")})
+    tag = f"servebuild-bitforbit/{args.recipe}:{arch}"
+    bases = sorted({getattr(loaded.recipe.bases, s).ref.replace("{arch}", arch) for s in ("build", "runtime")})
     BENCH.mkdir(parents=True, exist_ok=True)
 
     def node1(*a, check=True):
         return subprocess.run([DOCKER, *a], check=check, capture_output=True, text=True)
 
     node2 = SecondEngine()
-    figures = {"recipe": args.recipe, "variant": args.variant, "builds": {}}
-    other_tag = f"servebuild-bitforbit/{args.recipe}:{args.other_variant}-amd64" if args.other_variant else None
+    figures = {"recipe": args.recipe, "variant": args.variant, "platform": platform, "builds": {}}
+    other_tag = f"servebuild-bitforbit/{args.recipe}:{args.other_variant}-{arch}" if args.other_variant else None
     try:
         node2.start()
         # node 2 bootstraps its own bases from the lock's Debian packages, with an empty artifact cache and
@@ -154,11 +164,11 @@ def main() -> int:
         old = os.umask(0o077)
         try:
             with tempfile.TemporaryDirectory() as empty_cache:
-                pins = base_images.pins_for(loaded, "linux/amd64")
+                pins = base_images.pins_for(loaded, platform)
                 for ref in bases:
                     start = time.monotonic()
                     made = base_images.bootstrap_base(
-                        client2, pins, "amd64", ref, Path(empty_cache), loaded.recipe.name, lock_display(loaded)
+                        client2, pins, arch, ref, Path(empty_cache), loaded.recipe.name, lock_display(loaded)
                     )
                     mine = node1("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
                     figures.setdefault("bases", {})[ref] = {
@@ -172,7 +182,7 @@ def main() -> int:
             os.umask(old)
         with tempfile.TemporaryDirectory() as tmp:
             farm = Path(tmp) / "farm.yaml"
-            farm.write_text("platforms:\n  linux/amd64:\n" + tls_entry(node2))
+            farm.write_text(f"platforms:\n  {platform}:\n" + tls_entry(node2))
             # (name, umask, farm file, --no-cache, variant, tag)
             runs = [
                 ("node 1", 0o022, None, True, args.variant, tag),
@@ -188,7 +198,7 @@ def main() -> int:
                         ROOT,
                         cli_build.BuildArgs(
                             recipe=args.recipe,
-                            platform="linux/amd64",
+                            platform=platform,
                             tag=build_tag,
                             no_cache=no_cache,
                             variant=variant,
@@ -199,7 +209,7 @@ def main() -> int:
                 finally:
                     os.umask(old)
                 seconds = time.monotonic() - start
-                build_log = ROOT / "build" / args.recipe / (variant or "") / "linux-amd64" / "build.log"
+                build_log = ROOT / "build" / args.recipe / (variant or "") / platform.replace("/", "-") / "build.log"
                 kept = (
                     BENCH
                     / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{name.replace(' ', '-')}.log"
@@ -221,7 +231,7 @@ def main() -> int:
             layers_differing=sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)),
             layers=len(a),
         )
-        print(f"\n{args.recipe}{' variant ' + args.variant if args.variant else ''}, linux/amd64, --no-cache:")
+        print(f"\n{args.recipe}{' variant ' + args.variant if args.variant else ''}, {platform}, --no-cache:")
         print(f"  node 1 (umask 022): {ids[0]}  {figures['builds']['node 1']['seconds']} s")
         print(f"  node 2 (umask 077): {ids[1]}  {figures['builds']['node 2']['seconds']} s")
         for i in range(max(len(a), len(b))):
@@ -235,21 +245,21 @@ def main() -> int:
         # a directory only a copy-up put in a layer is there on one engine and not on another (build/copyups.py)
         figures["copy_up_only"] = [f"layer {i}: {p}" for i, p in copy_up_only(image_layers(DockerClient(), ids[0]))]
         print(f"  directories only a copy-up put in a layer: {', '.join(figures['copy_up_only']) or 'none'}")
-        diff_ids, steps = committed.layers_of(DockerClient(), ids[0], "linux/amd64")
-        same, line = committed.verdict(loaded, "linux/amd64", ids[0], diff_ids, steps, args.variant)
+        diff_ids, steps = committed.layers_of(DockerClient(), ids[0], platform)
+        same, line = committed.verdict(loaded, platform, ids[0], diff_ids, steps, args.variant)
         figures["committed"] = {"matches": same, "line": line}
         print(f"  node 1's image {line}")
         if args.record_id and ids[0] == ids[1] and not figures["copy_up_only"]:
             base_id = node1(
-                "image", "inspect", "--format", "{{.Id}}", loaded.recipe.bases.runtime.ref.replace("{arch}", "amd64")
+                "image", "inspect", "--format", "{{.Id}}", loaded.recipe.bases.runtime.ref.replace("{arch}", arch)
             ).stdout.strip()
             committed.record(
                 loaded,
-                "linux/amd64",
+                platform,
                 committed.CommittedImage(image=ids[0], base=base_id, layers=diff_ids),
                 args.variant,
             )
-            print(f"  recorded {ids[0]} as the committed id of {committed.key('linux/amd64', args.variant)}")
+            print(f"  recorded {ids[0]} as the committed id of {committed.key(platform, args.variant)}")
         if other_tag:
             c = layers(node1, other_tag)
             shared = [i for i, (x, y) in enumerate(zip(a, c)) if x == y]
