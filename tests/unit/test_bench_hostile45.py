@@ -91,3 +91,13 @@ def test_an_error_body_with_escape_sequences_is_shown_escaped():
     finally:
         server.close()
     assert not sample.ok and sample.error.isprintable(), repr(sample.error)
+
+
+def test_an_answer_that_is_not_http_is_shown_escaped():
+    """A TLS ClientHello-like answer (\\x16\\x03\\x01) to the POST reached the one line as raw control bytes."""
+    server = _Once(b"\x16\x03\x01 not http\r\n\r\n")
+    try:
+        sample = measure(server.url)
+    finally:
+        server.close()
+    assert not sample.ok and sample.error.isprintable(), repr(sample.error)
