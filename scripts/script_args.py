@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 
@@ -44,6 +45,15 @@ def positive_float(name: str, high: float):
     return parse
 
 
+def _above_is_a_folder(option: str, text: str, path: Path) -> None:
+    """The nearest part of `path` above it that exists is a folder (FILE/x: the folder could never be made)."""
+    for parent in path.absolute().parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise BadArgs(f"{option} {text}: {parent} is not a folder")
+            return
+
+
 def new_folder(option: str, text: str) -> Path:
     """A folder the script makes and fills: absent, or an empty folder (not a link, a file, or a folder
     holding something else)."""
@@ -52,6 +62,7 @@ def new_folder(option: str, text: str) -> Path:
         raise BadArgs(f"{option} {text}: is a link; give a folder")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise BadArgs(f"{option} {text}: exists and is not an empty folder")
+    _above_is_a_folder(option, text, path)
     return path
 
 
@@ -60,4 +71,5 @@ def folder_or_absent(option: str, text: str) -> Path:
     path = Path(text)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise BadArgs(f"{option} {text}: exists and is not a folder")
+    _above_is_a_folder(option, text, path)
     return path

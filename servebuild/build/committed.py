@@ -19,6 +19,8 @@ from servebuild.build.docker import DockerClient
 from servebuild.build.imageconfig import image_config, layers_in
 from servebuild.errors import InputError
 from servebuild.fsutil import atomic_write
+from servebuild.platforms import PLATFORMS
+from servebuild.recipe.grammar import NAME
 from servebuild.recipe.load import LoadedRecipe, check_link_inside
 from servebuild.yamlfile import load_yaml
 
@@ -72,6 +74,14 @@ def load_committed(loaded: LoadedRecipe) -> dict[str, CommittedImage]:
     if not isinstance(data, dict):
         raise InputError("malformed ids file: a mapping of platform to image", file=where)
     out = {}
+    for platform in data:
+        if not _entry_key(platform):
+            raise InputError(
+                f"malformed ids file: {str(platform)[:80]!r} is not PLATFORM or PLATFORM:VARIANT "
+                f"(platforms {', '.join(PLATFORMS)})",
+                hint=f"run `invoke build --recipe {loaded.recipe.name} --record-id` again",
+                file=where,
+            )
     for platform, entry in sorted(data.items()):
         try:
             with warnings.catch_warnings():
@@ -87,6 +97,14 @@ def load_committed(loaded: LoadedRecipe) -> dict[str, CommittedImage]:
                 field=field,
             ) from None
     return out
+
+
+def _entry_key(key: object) -> bool:
+    """An ids file's key is what `key` writes: a platform servebuild builds, or one of its A/B variants."""
+    if not isinstance(key, str):
+        return False
+    platform, colon, variant = key.partition(":")
+    return platform in PLATFORMS and (not colon or bool(NAME.match(variant)))
 
 
 def layers_of(docker: DockerClient, image_id: str, platform: str) -> tuple[list[str], list[str]]:

@@ -107,6 +107,12 @@ RESERVED_COMMANDS = frozenset(
         "sort",
         "stat",
         "truncate",
+        # what the image runs by name at test and serve time, ahead of which /usr/local/bin sits on PATH: the
+        # smoke suite (`numactl --show`, `cuobjdump --list-elf`), vLLM's NUMA binding (numactl), torch's and the
+        # engines' JIT compiles (ninja)
+        "cuobjdump",
+        "ninja",
+        "numactl",
     }
 )  # servebuild-bench: the bench every engine image carries; every servebuild-* name is reserved too
 RESERVED_PREFIX = "servebuild"  # servebuild's own commands and tools (servebuild-bench, -info, -cache)

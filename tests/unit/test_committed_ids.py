@@ -200,3 +200,20 @@ def test_main_refuses_a_malformed_ids_file_before_bootstrapping_a_base(project, 
     with pytest.raises(ServebuildError) as info:
         cli_build.main(project, RECIPE, platform="linux/amd64")
     assert f"recipes/{RECIPE}.ids.yaml" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["linux/s390x", "linux/amd64:", "linux/amd64:Bad Variant", "linux/amd64:release:x", "amd64", 1],
+    ids=["unknown-platform", "empty-variant", "bad-variant", "two-variants", "bare-arch", "number"],
+)
+def test_an_entry_for_no_platform_servebuild_builds_is_one_line(project, key):
+    """hostile-45: an ids file's key is PLATFORM or PLATFORM:VARIANT; `linux/s390x` (or a key no build ever
+    writes) was taken, so `build --dry-run` exited 0 and a build ran with a malformed ids file."""
+    write(project, {**entry(), key: entry()["linux/amd64"]})
+    refusal(project, "malformed ids file", str(key))
+
+
+def test_a_variant_entry_is_still_read(project):
+    write(project, {**entry(), "linux/amd64:release": entry()["linux/amd64"]})
+    assert set(committed.load_committed(loaded(project))) == {"linux/amd64", "linux/amd64:release"}

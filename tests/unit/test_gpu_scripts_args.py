@@ -66,6 +66,14 @@ def test_tiny_model_refuses_an_out_that_is_a_file_a_link_or_a_full_folder(tmp_pa
     assert not (tmp_path / "elsewhere").exists() and os.listdir(tmp_path / "full") == ["garbage"]
 
 
+def test_tiny_model_refuses_an_out_below_a_file_before_torch(tmp_path):
+    """hostile-45: OUT below a file (FILE/model) passed the checks; the script imported torch, then
+    out.mkdir(parents=True) ended in a NotADirectoryError traceback."""
+    (tmp_path / "file").write_text("x")
+    refused(run("tiny_model.py", str(tmp_path / "file" / "model")), f"{tmp_path / 'file'}", "tiny_model.py")
+    assert (tmp_path / "file").read_text() == "x"
+
+
 # -- first_start_gpu.py -------------------------------------------------------------------------------------------
 
 
@@ -233,3 +241,19 @@ def test_dsv4_device_refuses_an_engine_other_than_the_one_packed(tmp_path):
             out.returncode == 2 and out.stderr == f"dsv4_device.sh: {tmp_path} holds the vllm parts, not sglang's\n"
         ), out
     assert os.listdir(tmp_path) == ["ENGINE"]
+
+
+@pytest.mark.parametrize("which", ["out", "work"])
+def test_first_start_refuses_an_out_or_work_below_a_file_and_makes_nothing(places, which):
+    """hostile-45: --out FILE/x or --work FILE/x passed the checks and ended in a NotADirectoryError traceback
+    (exit 1) when the script made the folder, with --out already made when --work failed."""
+    (places / "file").write_text("x")
+    argv = (
+        {"out": str(places / "file" / "x"), "work": str(places / "work")}
+        if which == "out"
+        else {"out": str(places / "out"), "work": str(places / "file" / "x")}
+    )
+    out = run("first_start_gpu.py", "--engine", "vllm", "--model", str(places / "model"), "--spec",
+              str(places / "spec.json"), "--out", argv["out"], "--work", argv["work"])  # fmt: skip
+    refused(out, f"--{which} {places / 'file' / 'x'}", "first_start_gpu.py")
+    assert not (places / "out").exists() and not (places / "work").exists()

@@ -57,3 +57,12 @@ def test_a_profile_named_after_a_reserved_command_is_one_line(tmp_path, profile)
 
 def test_an_ordinary_profile_name_is_not_reserved():
     assert not reserved_command("serve") and not reserved_command("dsv4-fp8")
+
+
+@pytest.mark.parametrize("command", ["numactl", "cuobjdump", "ninja"])
+def test_commands_the_image_runs_by_path_at_test_and_serve_time_are_reserved(command):
+    """hostile-45: a launcher in /usr/local/bin is ahead of /usr/bin on PATH for everything the image runs, not
+    only its RUN steps: the smoke suite runs `numactl --show` and `cuobjdump --list-elf` by name (tests/image),
+    vLLM's NUMA binding runs numactl, and torch's and the engines' JIT compiles run ninja. A profile of that
+    name validated and rendered (exit 0) and would run the server in their place."""
+    assert reserved_command(command)
