@@ -343,7 +343,8 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
             return sample
         sample.latency_s = time.monotonic() - start
         if not (done or finished):  # [DONE], or (servers that omit it) a choice's finish_reason
-            sample.error = "the stream ended before a finish_reason or [DONE] (the server closed it)"
+            sample.error = (f"the stream ended before a finish_reason or [DONE] (the server closed it; "
+                            f"POST {server.where(path)})")
             return sample
         sample.text_sha256 = digest.hexdigest()
         # a token arrived; empty ones alone only as a character's first bytes (a partial UTF-8 sequence) and
@@ -365,6 +366,14 @@ def stream(server: Server, body: dict, sample: Sample) -> Sample:
     finally:
         dog.timer.cancel()
         conn.close()
+        sample.error = printable(sample.error)  # a server's bytes (an error body, a non-HTTP answer) shown escaped
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable (control bytes, escape sequences) shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 MAX_LINE = 1 << 20  # an event line longer than this is not a token's chunk
@@ -464,6 +473,10 @@ def token_count(sample: Sample, max_tokens: int) -> None:
     sample.completion_tokens = received
     if said is None or not sample.ok:
         return
+    if received == 0 and said:  # no text at all: nothing the stream carried bears the server's count out
+        sample.token_disagreement = (
+            f"the server counted {said} completion tokens, the stream carried no text; the bench counts 0")
+        return
     arrivals = len(sample.token_times)  # a partial UTF-8 sequence's tokens arrive with empty text
     high = arrivals * TOKENS_PER_CHUNK if not max_tokens else min(max_tokens, arrivals * TOKENS_PER_CHUNK)
     if received <= said <= high:
@@ -483,6 +496,10 @@ def _usage(chunk: dict, sample: Sample) -> None:
             sample.prompt_tokens = usage["prompt_tokens"]
         if count(usage.get("completion_tokens")) is not None:
             sample.server_completion_tokens = usage["completion_tokens"]
+        elif "completion_tokens" in usage:  # present but no count: named, never dropped silently
+            sample.token_disagreement = (
+                f"the server's usage.completion_tokens is {printable(json.dumps(usage['completion_tokens']))[:40]}, "
+                f"not a token count; the bench counts the chunks of text the stream carried")
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and count(details.get("cached_tokens")) is not None:
             sample.cached_tokens = details["cached_tokens"]

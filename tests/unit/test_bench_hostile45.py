@@ -1,5 +1,5 @@
-"""hostile-45 re-test of the bench's trust in the server (servebuild/tools/bench_client.py; report only: the
-in-image tools move image ids). Each test fails on the current code; see hostile-45.md."""
+"""The hostile re-test of issue 45 on the bench's trust in the server (servebuild/tools/bench_client.py):
+each test failed on the code before the fix (docs/hostile-45-2026-12-07.md has every case)."""
 
 from __future__ import annotations
 
