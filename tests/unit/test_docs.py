@@ -45,7 +45,7 @@ def test_the_readme_links_the_generated_docs():
     assert "docs/architecture.md" in readme and "docs/recipe-reference.md" in readme
 
 
-# what a guide asks the reader to create (the engine kind: tensorrtllm; a test of test_layers.py: trtllm)
+# what a guide asks the reader to create (the engine kind: tensorrtllm, or trtllm)
 EXAMPLES = ("NAME", "trtllm", "tensorrtllm", "wheel-rebuild", "wheel_rebuild", "<kind>")
 
 

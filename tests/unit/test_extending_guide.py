@@ -21,7 +21,7 @@ from servebuild.engines.base import EngineKind
 from support import REPO_ROOT
 
 GUIDE = REPO_ROOT / "docs" / "extending.md"
-KIND = "tensorrtllm"  # the guide's example: a folder no test makes (test_layers.py makes engines/trtllm/)
+KIND = "tensorrtllm"  # the guide's example
 BLOCK = re.compile(r"^( *)```[a-z]+\n(.*?)^\1```$", re.M | re.S)
 KEY = re.compile(r"(from \S+ import|[A-Za-z_]\w* =)")
 

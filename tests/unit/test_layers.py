@@ -99,11 +99,12 @@ def test_a_relative_upward_import_is_caught(tmp_path):
 def test_a_new_engine_kinds_hook_runs_inside_images(tmp_path):
     """Not a hand-kept list: any engines/<kind>/argcheck.py is in-image code."""
     tree = copy_with(tmp_path, "errors.py", "import json")
-    (tree / "engines" / "trtllm").mkdir()
-    (tree / "engines" / "trtllm" / "__init__.py").write_text("")
-    (tree / "engines" / "trtllm" / "argcheck.py").write_text("import tensorrt_llm\nfrom servebuild.errors import X\n")
+    probe = tree / "engines" / "layers_probe_kind"  # a name no reader picks for a real kind (the guide's is free)
+    probe.mkdir()
+    (probe / "__init__.py").write_text("")
+    (probe / "argcheck.py").write_text("import tensorrt_llm\nfrom servebuild.errors import X\n")
     found = layers.problems(tree)
-    assert len(found) == 1 and "servebuild.engines.trtllm.argcheck" in found[0] and "inside an image" in found[0], found
+    assert len(found) == 1 and "engines.layers_probe_kind.argcheck" in found[0] and "inside an image" in found[0], found
 
 
 def test_an_import_inside_a_function_is_caught(tmp_path):
