@@ -163,7 +163,7 @@ def run(args) -> dict:
     done, failed = [], []
     # the first job alone: it builds the kernels every other job also reaches (post, head, the
     # T-independent parts), so no two workers write the same cache entry at once
-    first = next(j for j in jobs if j[0] == "pre" and j[1] > dsv4_warm.SMALL_MAX)
+    first = next((j for j in jobs if j[0] == "pre" and j[1] > dsv4_warm.SMALL_MAX), jobs[0])
     rest = [j for j in jobs if j != first]
     # spawn, not fork: the plan asked torch for the SM count, and CUDA does not survive a fork
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
