@@ -468,16 +468,21 @@ def token_count(sample: Sample, max_tokens: int) -> None:
     stream can hold (at least one token per chunk of text, at most TOKENS_PER_CHUNK per arrival and
     max_tokens in all: a speculative decoder's or a stream interval's several tokens a chunk). A server's
     count outside that is not taken: the count stays the chunks', the server's is kept beside it, and the
-    disagreement is named. A failed stream counts only what it carried."""
+    disagreement is named. A stream with no text (a one-token answer that is an end token or a character's
+    first byte) holds one token an arrival, at most UTF8_MAX. A failed stream counts only what it carried."""
     received, said = sample.chunks, sample.server_completion_tokens
     sample.completion_tokens = received
     if said is None or not sample.ok:
         return
-    if received == 0 and said:  # no text at all: nothing the stream carried bears the server's count out
-        sample.token_disagreement = (
-            f"the server counted {said} completion tokens, the stream carried no text; the bench counts 0")
-        return
     arrivals = len(sample.token_times)  # a partial UTF-8 sequence's tokens arrive with empty text
+    if received == 0 and said:  # no text: only a character's first bytes or an end token, one an arrival
+        if said <= min(arrivals, UTF8_MAX, max_tokens or UTF8_MAX):
+            sample.completion_tokens = said
+            return
+        sample.token_disagreement = (
+            f"the server counted {said} completion tokens, the stream carried no text in {arrivals} arrivals "
+            f"(at most {min(arrivals, UTF8_MAX)} fits it); the bench counts 0")
+        return
     high = arrivals * TOKENS_PER_CHUNK if not max_tokens else min(max_tokens, arrivals * TOKENS_PER_CHUNK)
     if received <= said <= high:
         sample.completion_tokens = said

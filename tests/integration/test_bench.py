@@ -216,7 +216,7 @@ def standin(tmp_path):
     [
         (
             "die-mid-stream",
-            "tail request 6 (tail): the stream ended before a finish_reason or [DONE] (the server closed it)",
+            "tail request 6 (tail): the stream ended before a finish_reason or [DONE] (the server closed it; POST http",
         ),
         ("malformed", "tail request 6 (tail): malformed stream chunk at line"),
         ("http-error", "tail request 6 (tail): HTTP 500 from /v1/completions"),
