@@ -133,6 +133,14 @@ def main() -> int:
     )
     ap.add_argument("--costs-only", metavar="IMAGE", help="no builds: only the settle and import costs on IMAGE")
     ap.add_argument(
+        "--node1-built",
+        action="store_true",
+        help="node 1's --no-cache build is done already (`invoke build --no-cache --tag "
+        "servebuild-bitforbit/RECIPE:ARCH`, its log still in the build dir): build on node 2 only. For QEMU "
+        "builds of 20 minutes and more, where node 1's build ran beside other work",
+    )
+    ap.add_argument("--no-costs", action="store_true", help="skip the settle and import costs (slow under QEMU)")
+    ap.add_argument(
         "--platform",
         default="linux/amd64",
         choices=("linux/amd64", "linux/arm64"),
@@ -190,6 +198,23 @@ def main() -> int:
             ]
             if other_tag:
                 runs.insert(0, (f"node 1 {args.other_variant}", 0o022, None, False, args.other_variant, other_tag))
+            if args.node1_built:  # node 1's image and log are there: keep the log, build node 2 only
+                if node1("image", "inspect", tag, check=False).returncode:
+                    sys.exit(f"bench_bitforbit.py: --node1-built: node 1 has no {tag}")
+                runs = [r for r in runs if r[0] != "node 1"]
+                build_log = (
+                    ROOT / "build" / args.recipe / (args.variant or "") / platform.replace("/", "-") / "build.log"
+                )
+                kept = BENCH / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{arch}-node-1.log"
+                shutil.copyfile(build_log, kept)
+                figures["builds"]["node 1"] = {
+                    "umask": "0o022",
+                    "no_cache": True,
+                    "seconds": None,
+                    "slowest_steps": step_times(kept)[:8],
+                    "log": str(kept.relative_to(ROOT)),
+                    "built_before": "invoke build --no-cache",
+                }
             for name, umask, farm_file, no_cache, variant, build_tag in runs:
                 old = os.umask(umask)
                 start = time.monotonic()
@@ -212,7 +237,7 @@ def main() -> int:
                 build_log = ROOT / "build" / args.recipe / (variant or "") / platform.replace("/", "-") / "build.log"
                 kept = (
                     BENCH
-                    / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{name.replace(' ', '-')}.log"
+                    / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{arch}-{name.replace(' ', '-')}.log"
                 )
                 shutil.copyfile(build_log, kept)
                 figures["builds"][name] = {
@@ -285,7 +310,7 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
         try:
-            figures["costs"] = costs(tag, module)
+            figures["costs"] = {"skipped": "--no-costs"} if args.no_costs else costs(tag, module)
         except SystemExit as exc:  # the builds' figures stand without them
             figures["costs"] = {"error": str(exc)}
         print(f"  costs on node 1's image: {json.dumps(figures['costs'])}")

@@ -3,7 +3,8 @@ minutes, every tier real).
 
     .venv/bin/python scripts/run_tests.py [PYTEST ARGS...]
 
-The two engine-image tests (SGLang and vLLM, about half of CI's time, `-m engine_image`) and the tests
+The two engine-image tests (SGLang and vLLM, about half of CI's time, `-m engine_image`), the arm64
+digest check (the torch pair for linux/arm64 under QEMU against its committed id, also `engine_image`) and the tests
 that build a multi-GB image on an engine of their own (`-m disk_heavy`: the torch pair on two engines)
 run on a second dockerd this script starts (its own data root, exec root, socket and bridge, no iptables
 rules: tests/integration/test_farm.py's SecondEngine; RUN steps use the host network), one after the

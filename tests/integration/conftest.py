@@ -64,6 +64,13 @@ def amd64_base(engine) -> str:
 
 
 @pytest.fixture(scope="session")
+def arm64_base(engine) -> str:
+    """The arm64 base alone, bootstrapped from the lock's arm64 packages (mmdebstrap's second stage under
+    QEMU on an x86_64 host): the arm64 digest check's, on the engine-image run's engine."""
+    return _base_image(engine, "arm64")
+
+
+@pytest.fixture(scope="session")
 def upstream(tmp_path_factory):
     return make_upstream(tmp_path_factory.mktemp("upstream"))
 

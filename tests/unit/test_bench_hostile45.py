@@ -3,11 +3,9 @@ each test failed on the code before the fix (docs/hostile-45-2026-12-07.md has e
 
 from __future__ import annotations
 
-import socket
-import threading
 
 import pytest
-from unit.test_bench_wire import measure, sse, standin  # noqa: F401  (standin is a fixture)
+from unit.test_bench_wire import StandIn, measure, sse, standin  # noqa: F401  (standin is a fixture)
 
 
 def _usage(value: bytes) -> list[bytes]:
@@ -43,7 +41,9 @@ def test_a_stream_with_no_text_is_not_measured_as_the_servers_count(standin, emp
 
 @pytest.mark.parametrize("said,counted", [(1, 1), (2, 0), (5, 0)])
 def test_a_one_token_stream_with_empty_text_is_the_servers_count_when_the_stream_can_hold_it(
-    standin, said, counted  # noqa: F811
+    standin,
+    said,
+    counted,  # noqa: F811
 ):
     """A real server's one-token answer may stream no text (an end-of-sequence or a character's first byte):
     one arrival, usage 1. That is one token, as the prefill suite's calibration needs (CI's real-server
@@ -53,40 +53,15 @@ def test_a_one_token_stream_with_empty_text_is_the_servers_count_when_the_stream
     assert bool(sample.token_disagreement) == (counted != said), sample.token_disagreement
 
 
-class _Once:
-    """Answers a POST with `answer`, then closes the connection."""
-
-    def __init__(self, answer: bytes):
-        self.answer = answer
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    got = conn.recv(65536)
-                    if not got:
-                        break
-                    data += got
-                conn.sendall(self.answer)
-
-    def close(self):
-        self.sock.close()
+def _once(answer: bytes) -> StandIn:
+    """Answers every request with `answer` (its own status line, or none), then closes the connection."""
+    return StandIn([answer], raw=True)
 
 
 def test_a_stream_cut_short_names_the_url():
     """A connection closed mid-stream said 'the stream ended before a finish_reason or [DONE]' and named no
     server (closed before an answer names POST URL)."""
-    server = _Once(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + sse(["a"], "\n")[0])
+    server = _once(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + sse(["a"], "\n")[0])
     try:
         sample = measure(server.url)
     finally:
@@ -97,7 +72,7 @@ def test_a_stream_cut_short_names_the_url():
 def test_an_error_body_with_escape_sequences_is_shown_escaped():
     """An HTTP error's body reached the one line raw: ESC ]8;; (a terminal hyperlink) and BEL printed as is."""
     body = b"\x1b]8;;http://x\x07err\x1b[2J"
-    server = _Once(b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    server = _once(b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
     try:
         sample = measure(server.url)
     finally:
@@ -107,7 +82,7 @@ def test_an_error_body_with_escape_sequences_is_shown_escaped():
 
 def test_an_answer_that_is_not_http_is_shown_escaped():
     """A TLS ClientHello-like answer (\\x16\\x03\\x01) to the POST reached the one line as raw control bytes."""
-    server = _Once(b"\x16\x03\x01 not http\r\n\r\n")
+    server = _once(b"\x16\x03\x01 not http\r\n\r\n")
     try:
         sample = measure(server.url)
     finally:

@@ -36,10 +36,12 @@ def sse(texts: list[str], eol: str, usage: int | None = None) -> list[bytes]:
 
 class StandIn:
     """An HTTP server on 127.0.0.1 that answers /health and /v1/models, and streams `pieces` (sent one
-    write at a time, a short pause between) for any POST, closing the connection after."""
+    write at a time, a short pause between) for any POST, closing the connection after. With raw=True
+    every request is answered with `pieces` alone, no status line of its own (a broken or non-HTTP
+    server's bytes)."""
 
-    def __init__(self, pieces: list[bytes], pause: float = 0.01):
-        self.pieces, self.pause = pieces, pause
+    def __init__(self, pieces: list[bytes], pause: float = 0.01, raw: bool = False):
+        self.pieces, self.pause, self.raw = pieces, pause, raw
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -74,6 +76,9 @@ class StandIn:
             while len(body) < length:
                 body += conn.recv(65536)
             path = head.split(b" ")[1]
+            if self.raw:
+                conn.sendall(b"".join(self.pieces))
+                return
             if head.startswith(b"GET"):
                 payload = b'{"data": [{"id": "stand-in"}]}' if path.endswith(b"/v1/models") else b"ok"
                 conn.sendall(
