@@ -41,9 +41,9 @@ def test_a_stream_with_no_text_is_not_measured_as_the_servers_count(standin, emp
 
 @pytest.mark.parametrize("said,counted", [(1, 1), (2, 0), (5, 0)])
 def test_a_one_token_stream_with_empty_text_is_the_servers_count_when_the_stream_can_hold_it(
-    standin,
+    standin,  # noqa: F811
     said,
-    counted,  # noqa: F811
+    counted,
 ):
     """A real server's one-token answer may stream no text (an end-of-sequence or a character's first byte):
     one arrival, usage 1. That is one token, as the prefill suite's calibration needs (CI's real-server
