@@ -158,6 +158,15 @@ def main() -> int:
     bases = sorted({getattr(loaded.recipe.bases, s).ref.replace("{arch}", arch) for s in ("build", "runtime")})
     BENCH.mkdir(parents=True, exist_ok=True)
 
+    def build_log(variant) -> Path:  # where the build leaves its log (each build of the variant overwrites it)
+        return ROOT / "build" / args.recipe / (variant or "") / platform.replace("/", "-") / "build.log"
+
+    def kept_log(name: str) -> Path:  # where this bench keeps a copy, one per recipe, variant, arch and node
+        return (
+            BENCH
+            / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{arch}-{name.replace(' ', '-')}.log"
+        )
+
     def node1(*a, check=True):
         return subprocess.run([DOCKER, *a], check=check, capture_output=True, text=True)
 
@@ -202,11 +211,8 @@ def main() -> int:
                 if node1("image", "inspect", tag, check=False).returncode:
                     sys.exit(f"bench_bitforbit.py: --node1-built: node 1 has no {tag}")
                 runs = [r for r in runs if r[0] != "node 1"]
-                build_log = (
-                    ROOT / "build" / args.recipe / (args.variant or "") / platform.replace("/", "-") / "build.log"
-                )
-                kept = BENCH / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{arch}-node-1.log"
-                shutil.copyfile(build_log, kept)
+                kept = kept_log("node 1")
+                shutil.copyfile(build_log(args.variant), kept)
                 figures["builds"]["node 1"] = {
                     "umask": "0o022",
                     "no_cache": True,
@@ -234,12 +240,8 @@ def main() -> int:
                 finally:
                     os.umask(old)
                 seconds = time.monotonic() - start
-                build_log = ROOT / "build" / args.recipe / (variant or "") / platform.replace("/", "-") / "build.log"
-                kept = (
-                    BENCH
-                    / f"bitforbit-{args.recipe}{'-' + args.variant if args.variant else ''}-{arch}-{name.replace(' ', '-')}.log"
-                )
-                shutil.copyfile(build_log, kept)
+                kept = kept_log(name)
+                shutil.copyfile(build_log(variant), kept)
                 figures["builds"][name] = {
                     "umask": oct(umask),
                     "no_cache": no_cache,
