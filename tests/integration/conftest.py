@@ -94,6 +94,18 @@ def build_fixture(
     return result, time.monotonic() - start
 
 
+def drop_now(tags: list[str]) -> None:
+    """Remove these many-GB images and the layer records this run made now, not at the end of the run
+    (only records made since the run started: the user's own cache stays; download caches stay for the
+    next engine build, and the end of the run prunes them)."""
+    for tag in tags:
+        subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
+        if tag in CREATED_TAGS:
+            CREATED_TAGS.remove(tag)
+    if SNAPSHOT is not None:
+        SNAPSHOT.prune_new_cache(layers_only=True)
+
+
 @pytest.fixture(scope="session")
 def fixture_images(engine, base_images, project, tmp_path_factory):
     """The fixture recipe built for amd64 and for arm64 (QEMU on x86_64 hosts), cold then warm."""

@@ -12,12 +12,11 @@ rest of the suite (scripts/run_tests.py).
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
 
-from integration.conftest import CREATED_TAGS, build_fixture
+from integration.conftest import build_fixture, drop_now
 from servebuild.build import committed
 from servebuild.recipe.load import load_recipe
 from support import RECIPE_CHECKS, REPO_ROOT
@@ -54,10 +53,4 @@ def test_the_torch_pair_for_arm64_is_its_committed_id(engine, arm64_base, tmp_pa
         RECIPE_CHECKS.append(f"{RECIPE} linux/arm64 (QEMU, --no-cache, {seconds:.0f} s): {line}")
         print(f"\n{RECIPE} linux/arm64 built under QEMU in {seconds:.0f} s: {line}")
     finally:  # the image and the layer records it made go now, before the engine images' disk peak
-        subprocess.run(["/usr/bin/docker", "image", "rm", "-f", tag], capture_output=True)
-        if tag in CREATED_TAGS:
-            CREATED_TAGS.remove(tag)
-        from integration import conftest
-
-        if conftest.SNAPSHOT is not None:
-            conftest.SNAPSHOT.prune_new_cache(layers_only=True)
+        drop_now([tag])

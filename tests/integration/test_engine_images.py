@@ -20,7 +20,7 @@ import time
 import pytest
 
 from integration import warm_checks
-from integration.conftest import CREATED_TAGS, build_fixture
+from integration.conftest import build_fixture, drop_now
 from servebuild.build import committed
 from servebuild.check import engine_parser
 from servebuild.check import bisect
@@ -194,18 +194,7 @@ def test_engine_image_builds_and_passes_the_smoke_suite(engine, amd64_base, tmp_
             record.update(variant_stages(engine, recipe, tag, cache, tmp_path_factory, tags))
             (bench / f"{recipe}.json").write_text(json.dumps(record, indent=2) + "\n")
     finally:
-        for t in tags:
-            subprocess.run(["/usr/bin/docker", "image", "rm", "-f", t], capture_output=True)
-        for t in tags:
-            if t in CREATED_TAGS:
-                CREATED_TAGS.remove(t)
-        # engine images are many GB: drop the layer records they made now, not at the end of the
-        # run (only records made since the run started: the user's own cache stays); the download
-        # caches stay for the other engine and the torch pair (the end of the run prunes them)
-        from integration import conftest
-
-        if conftest.SNAPSHOT is not None:
-            conftest.SNAPSHOT.prune_new_cache(layers_only=True)
+        drop_now(tags)  # engine images are many GB: they and their layer records go now
 
 
 FIXTURE_PATCHES = REPO_ROOT / "tests" / "fixtures" / "patches"
